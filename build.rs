@@ -1,0 +1,684 @@
+//! Build script: turns the register maps in `regs/*.toml` into Rust code.
+//!
+//! For every `regs/<family>.toml` it validates the map (see [`validate`]) and
+//! writes `$OUT_DIR/regs_<family>.rs`, which `src/regs/mod.rs` includes inside
+//! `pub mod <family>`. The format is described in `regs/README.md`.
+//!
+//! Any inconsistency in a map is a build error (a panic with a message that
+//! names the file, the register and the field), so a typo in an offset or an
+//! overlapping bit range never reaches a driver.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Access kinds accepted in the `access` key, and the `Access` variant each maps to.
+const ACCESS_KINDS: &[(&str, &str)] = &[
+    ("rw", "ReadWrite"),
+    ("ro", "ReadOnly"),
+    ("wo", "WriteOnly"),
+    ("rc", "ReadClear"),
+    ("rw1c", "WriteOneClear"),
+    ("rwsc", "SelfClearing"),
+];
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MapFile {
+    family: String,
+    #[serde(default)]
+    chip: String,
+    #[serde(default)]
+    sources: Vec<String>,
+    #[serde(rename = "register", default)]
+    registers: Vec<RegisterDef>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RegisterDef {
+    name: String,
+    offset: u32,
+    #[serde(default)]
+    stride: Option<u32>,
+    #[serde(default)]
+    count: Option<u32>,
+    access: String,
+    description: String,
+    #[serde(default)]
+    ranges: Vec<RangeDef>,
+    #[serde(default)]
+    aliases: Vec<AliasDef>,
+    #[serde(default)]
+    fields: Vec<FieldDef>,
+    #[serde(default)]
+    fields_like: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct RangeDef {
+    from: u32,
+    offset: u32,
+    #[serde(default)]
+    stride: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct AliasDef {
+    offset: u32,
+    #[serde(default)]
+    stride: Option<u32>,
+    count: u32,
+}
+
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct FieldDef {
+    name: String,
+    #[serde(default)]
+    bit: Option<u32>,
+    #[serde(default)]
+    lo: Option<u32>,
+    #[serde(default)]
+    hi: Option<u32>,
+    description: String,
+    #[serde(default)]
+    values: BTreeMap<String, String>,
+}
+
+/// A register after validation, with every number resolved.
+struct Register {
+    name: String,
+    offset: u32,
+    /// 0 for a single register.
+    stride: u32,
+    /// 1 for a single register.
+    count: u32,
+    is_array: bool,
+    access_variant: &'static str,
+    description: String,
+    /// (from, offset, stride), extra ranges only.
+    ranges: Vec<(u32, u32, u32)>,
+    /// (offset, stride, count).
+    aliases: Vec<(u32, u32, u32)>,
+    fields: Vec<Field>,
+}
+
+#[derive(Clone)]
+struct Field {
+    name: String,
+    ident: String,
+    lo: u32,
+    hi: u32,
+    description: String,
+    values: Vec<(u32, String)>,
+}
+
+fn main() {
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let regs_dir = manifest.join("regs");
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed={}", regs_dir.display());
+
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&regs_dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", regs_dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        panic!("no register maps found in {}", regs_dir.display());
+    }
+    let mut families = Vec::new();
+    for path in &files {
+        println!("cargo:rerun-if-changed={}", path.display());
+        let (family, code) = process(path);
+        if families.contains(&family) {
+            panic!(
+                "{}: family `{family}` is defined by more than one file",
+                path.display()
+            );
+        }
+        let out = out_dir.join(format!("regs_{family}.rs"));
+        std::fs::write(&out, code)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
+        families.push(family);
+    }
+}
+
+fn process(path: &Path) -> (String, String) {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let map: MapFile = toml::from_str(&text)
+        .unwrap_or_else(|e| panic!("{}: invalid register map: {e}", path.display()));
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default();
+    if map.family != stem {
+        panic!(
+            "{}: `family = \"{}\"` must match the file name `{stem}`",
+            path.display(),
+            map.family
+        );
+    }
+    if !is_ident_like(&map.family) || map.family.chars().any(|c| c.is_ascii_uppercase()) {
+        panic!(
+            "{}: family name `{}` must be a lower-case identifier",
+            path.display(),
+            map.family
+        );
+    }
+    let registers = validate(path, &map);
+    (map.family.clone(), generate(&map, &registers))
+}
+
+fn is_ident_like(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Turns a datasheet field name into a Rust constant name: upper-case, every
+/// character outside `[A-Za-z0-9_]` becomes `_`, and a name that starts with a
+/// digit gets a leading `_` (`10G_PMA_PMD` -> `_10G_PMA_PMD`).
+fn field_ident(name: &str) -> String {
+    let mut s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.starts_with(|c: char| c.is_ascii_digit()) {
+        s.insert(0, '_');
+    }
+    s
+}
+
+const KEYWORDS: &[&str] = &[
+    "as", "break", "const", "continue", "crate", "else", "enum", "extern", "false", "fn", "for",
+    "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return",
+    "self", "static", "struct", "super", "trait", "true", "type", "unsafe", "use", "where",
+    "while", "async", "await", "dyn", "abstract", "become", "box", "do", "final", "macro",
+    "override", "priv", "typeof", "unsized", "virtual", "yield", "try", "gen",
+];
+
+/// Module name for a register's fields: the register name in lower case, with
+/// `_` appended if that collides with a Rust keyword.
+fn module_ident(name: &str) -> String {
+    let s = name.to_ascii_lowercase();
+    if KEYWORDS.contains(&s.as_str()) {
+        format!("{s}_")
+    } else {
+        s
+    }
+}
+
+fn parse_value_key(key: &str) -> Option<u32> {
+    let k = key.trim();
+    if let Some(h) = k.strip_prefix("0x").or_else(|| k.strip_prefix("0X")) {
+        u32::from_str_radix(h, 16).ok()
+    } else if let Some(b) = k.strip_prefix("0b") {
+        u32::from_str_radix(b, 2).ok()
+    } else {
+        k.parse().ok()
+    }
+}
+
+fn resolve_fields(path: &Path, reg: &str, defs: &[FieldDef]) -> Vec<Field> {
+    let ctx = |f: &str| format!("{}: register {reg}, field {f}", path.display());
+    let mut fields: Vec<Field> = Vec::new();
+    for f in defs {
+        if f.name.trim().is_empty() {
+            panic!(
+                "{}: register {reg}: a field has an empty name",
+                path.display()
+            );
+        }
+        let (lo, hi) = match (f.bit, f.lo, f.hi) {
+            (Some(b), None, None) => (b, b),
+            (None, Some(lo), Some(hi)) => (lo, hi),
+            (None, Some(lo), None) => (lo, lo),
+            _ => panic!(
+                "{}: give either `bit = n` or `lo = a, hi = b`",
+                ctx(&f.name)
+            ),
+        };
+        if lo > hi {
+            panic!("{}: lo ({lo}) > hi ({hi})", ctx(&f.name));
+        }
+        if hi > 31 {
+            panic!(
+                "{}: bits {hi}..{lo} do not fit in a 32-bit register",
+                ctx(&f.name)
+            );
+        }
+        if f.description.trim().is_empty() {
+            panic!("{}: empty description", ctx(&f.name));
+        }
+        let width = hi - lo + 1;
+        let max = if width >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << width) - 1
+        };
+        let mut values = Vec::new();
+        for (k, meaning) in &f.values {
+            let v = parse_value_key(k)
+                .unwrap_or_else(|| panic!("{}: value key `{k}` is not a number", ctx(&f.name)));
+            if v > max {
+                panic!("{}: value {v} does not fit in {width} bit(s)", ctx(&f.name));
+            }
+            if values.iter().any(|(x, _)| *x == v) {
+                panic!("{}: value {v} listed twice", ctx(&f.name));
+            }
+            values.push((v, meaning.clone()));
+        }
+        values.sort_by_key(|(v, _)| *v);
+        let ident = field_ident(&f.name);
+        for other in &fields {
+            if other.name.eq_ignore_ascii_case(&f.name) || other.ident == ident {
+                panic!(
+                    "{}: duplicate field name (clashes with {})",
+                    ctx(&f.name),
+                    other.name
+                );
+            }
+            if lo <= other.hi && other.lo <= hi {
+                panic!(
+                    "{}: bits {hi}..{lo} overlap field {} (bits {}..{})",
+                    ctx(&f.name),
+                    other.name,
+                    other.hi,
+                    other.lo
+                );
+            }
+        }
+        fields.push(Field {
+            name: f.name.clone(),
+            ident,
+            lo,
+            hi,
+            description: f.description.clone(),
+            values,
+        });
+    }
+    fields.sort_by_key(|f| f.lo);
+    fields
+}
+
+/// Checks one map and resolves it. Panics (failing the build) when:
+/// a name is empty, not identifier-like or duplicated (case-insensitively);
+/// the access kind is unknown; an offset is not 4-byte aligned; an array has
+/// no stride or a zero count, or a single register has a stride/ranges/aliases;
+/// a range or alias is malformed; a field has lo > hi, does not fit in 32 bits,
+/// overlaps another field of the same register, or repeats a name; a named value
+/// does not fit its field; `fields_like` names a missing register; or two
+/// registers (counting every array instance, extra range and alias) share an offset.
+fn validate(path: &Path, map: &MapFile) -> Vec<Register> {
+    let p = path.display();
+    // Names first, so `fields_like` can refer to any register.
+    let mut by_name: HashMap<String, usize> = HashMap::new();
+    for (i, r) in map.registers.iter().enumerate() {
+        if !is_ident_like(&r.name) {
+            panic!(
+                "{p}: register name `{}` must start with a letter and contain only [A-Za-z0-9_]",
+                r.name
+            );
+        }
+        if let Some(j) = by_name.insert(r.name.to_ascii_uppercase(), i) {
+            panic!(
+                "{p}: register name `{}` is defined twice (entries {j} and {i})",
+                r.name
+            );
+        }
+    }
+    let mut out = Vec::new();
+    for r in &map.registers {
+        let name = &r.name;
+        if r.description.trim().is_empty() {
+            panic!("{p}: register {name}: empty description");
+        }
+        let access_variant = ACCESS_KINDS
+            .iter()
+            .find(|(k, _)| *k == r.access)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| {
+                let kinds: Vec<&str> = ACCESS_KINDS.iter().map(|(k, _)| *k).collect();
+                panic!(
+                    "{p}: register {name}: unknown access `{}` (expected one of {kinds:?})",
+                    r.access
+                )
+            });
+        if r.offset % 4 != 0 {
+            panic!(
+                "{p}: register {name}: offset {:#x} is not 4-byte aligned",
+                r.offset
+            );
+        }
+        let is_array = r.count.is_some();
+        let (stride, count) = match (r.stride, r.count) {
+            (None, None) => (0, 1),
+            (Some(s), Some(c)) => {
+                if c == 0 {
+                    panic!("{p}: register {name}: count must be at least 1");
+                }
+                if s == 0 || s % 4 != 0 {
+                    panic!("{p}: register {name}: stride {s:#x} must be a non-zero multiple of 4");
+                }
+                (s, c)
+            }
+            (None, Some(_)) => panic!("{p}: register {name}: `count` needs a `stride`"),
+            (Some(_), None) => panic!("{p}: register {name}: `stride` needs a `count`"),
+        };
+        if !is_array && (!r.ranges.is_empty() || !r.aliases.is_empty()) {
+            panic!("{p}: register {name}: `ranges`/`aliases` are only allowed on arrays (with stride and count)");
+        }
+        let mut ranges = Vec::new();
+        let mut last_from = 0;
+        for rg in &r.ranges {
+            let s = rg.stride.unwrap_or(stride);
+            if rg.from <= last_from || rg.from >= count {
+                panic!(
+                    "{p}: register {name}: range `from = {}` must be increasing, > 0 and < count ({count})",
+                    rg.from
+                );
+            }
+            if rg.offset % 4 != 0 || s == 0 || s % 4 != 0 {
+                panic!(
+                    "{p}: register {name}: range from {} has a misaligned offset or stride",
+                    rg.from
+                );
+            }
+            last_from = rg.from;
+            ranges.push((rg.from, rg.offset, s));
+        }
+        let mut aliases = Vec::new();
+        for a in &r.aliases {
+            let s = a.stride.unwrap_or(stride);
+            if a.count == 0 || a.count > count {
+                panic!(
+                    "{p}: register {name}: alias at {:#x} has count {} (must be 1..={count})",
+                    a.offset, a.count
+                );
+            }
+            if a.offset % 4 != 0 || s == 0 || s % 4 != 0 {
+                panic!(
+                    "{p}: register {name}: alias at {:#x} has a misaligned offset or stride",
+                    a.offset
+                );
+            }
+            aliases.push((a.offset, s, a.count));
+        }
+        let fields = match &r.fields_like {
+            Some(other) => {
+                if !r.fields.is_empty() {
+                    panic!("{p}: register {name}: give either `fields` or `fields_like`, not both");
+                }
+                let j = *by_name.get(&other.to_ascii_uppercase()).unwrap_or_else(|| {
+                    panic!("{p}: register {name}: `fields_like = \"{other}\"` names no register")
+                });
+                let src = &map.registers[j];
+                if src.fields_like.is_some() {
+                    panic!("{p}: register {name}: `fields_like` must name a register with its own fields");
+                }
+                resolve_fields(path, other, &src.fields)
+            }
+            None => resolve_fields(path, name, &r.fields),
+        };
+        out.push(Register {
+            name: name.clone(),
+            offset: r.offset,
+            stride,
+            count,
+            is_array,
+            access_variant,
+            description: r.description.clone(),
+            ranges,
+            aliases,
+            fields,
+        });
+    }
+    // Every address, every instance, every alias: no two may coincide.
+    let mut seen: HashMap<u64, (String, u32, &'static str)> = HashMap::new();
+    for reg in &out {
+        let mut claim = |addr: u64, n: u32, what: &'static str| {
+            if addr > u64::from(u32::MAX) {
+                panic!(
+                    "{p}: register {}[{n}] lies beyond the 32-bit address space",
+                    reg.name
+                );
+            }
+            if let Some((other, m, w)) = seen.insert(addr, (reg.name.clone(), n, what)) {
+                panic!(
+                    "{p}: offset {addr:#x} is used twice: {}[{n}] ({what}) and {other}[{m}] ({w})",
+                    reg.name
+                );
+            }
+        };
+        for n in 0..reg.count {
+            claim(u64::from(instance_offset(reg, n)), n, "primary");
+        }
+        for &(off, s, c) in &reg.aliases {
+            for n in 0..c {
+                claim(u64::from(off) + u64::from(n) * u64::from(s), n, "alias");
+            }
+        }
+    }
+    out
+}
+
+fn instance_offset(reg: &Register, n: u32) -> u32 {
+    let (mut from, mut base, mut stride) = (0, reg.offset, reg.stride);
+    for &(f, o, s) in &reg.ranges {
+        if n >= f {
+            (from, base, stride) = (f, o, s);
+        }
+    }
+    let addr = u64::from(base) + u64::from(n - from) * u64::from(stride);
+    u32::try_from(addr).unwrap_or_else(|_| panic!("register {}[{n}] lies beyond 4 GiB", reg.name))
+}
+
+fn lit(s: &str) -> String {
+    format!("{s:?}")
+}
+
+/// Text for a `#[doc]` attribute: brackets and angle brackets from
+/// the datasheet text (`RDT[n]`, `n < 16`) are escaped so rustdoc does not read
+/// them as links or HTML.
+fn doc_escape(s: &str) -> String {
+    s.replace('[', "\\[")
+        .replace(']', "\\]")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+fn generate(map: &MapFile, regs: &[Register]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "// @generated by build.rs from regs/{}.toml - do not edit.",
+        map.family
+    );
+    let _ = writeln!(o, "// Chip: {}", map.chip);
+    for s in &map.sources {
+        let _ = writeln!(o, "// Source: {s}");
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "/// Family name, as accepted by [`super::family`].");
+    let _ = writeln!(o, "pub const FAMILY: &str = {};", lit(&map.family));
+    let _ = writeln!(o, "/// Chip this map describes.");
+    let _ = writeln!(o, "pub const CHIP: &str = {};", lit(&map.chip));
+    let _ = writeln!(o);
+
+    for r in regs {
+        let doc = format!(
+            "{}{}",
+            doc_escape(&format!(
+                "`{}` ({}) - {}",
+                r.name,
+                addr_summary(r),
+                r.description
+            )),
+            if r.fields.is_empty() {
+                String::new()
+            } else {
+                format!(" Fields: [`{}`].", module_ident(&r.name))
+            }
+        );
+        let _ = writeln!(o, "#[doc = {}]", lit(&doc));
+        if r.is_array {
+            let _ = writeln!(
+                o,
+                "pub const {}: super::RegArray = super::RegArray {{ base: {:#07x}, stride: {:#x}, count: {}, ranges: &[{}] }};",
+                r.name,
+                r.offset,
+                r.stride,
+                r.count,
+                r.ranges
+                    .iter()
+                    .map(|(f, off, s)| format!("super::RegRange {{ from: {f}, offset: {off:#07x}, stride: {s:#x} }}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        } else {
+            let _ = writeln!(
+                o,
+                "pub const {}: super::Reg = super::Reg({:#07x});",
+                r.name, r.offset
+            );
+        }
+        if !r.fields.is_empty() {
+            let _ = writeln!(
+                o,
+                "#[doc = {}]",
+                lit(&format!("Bit fields of `{}`.", r.name))
+            );
+            let _ = writeln!(o, "pub mod {} {{", module_ident(&r.name));
+            let _ = writeln!(o, "    use super::super::Field;");
+            for f in &r.fields {
+                let bits = if f.lo == f.hi {
+                    format!("bit {}", f.lo)
+                } else {
+                    format!("bits {}:{}", f.hi, f.lo)
+                };
+                let mut doc = format!("`{}` ({bits}) - {}", f.name, f.description);
+                if !f.values.is_empty() {
+                    let vals: Vec<String> =
+                        f.values.iter().map(|(v, m)| format!("{v} = {m}")).collect();
+                    let _ = write!(doc, " Values: {}.", vals.join(", "));
+                }
+                let _ = writeln!(o, "    #[doc = {}]", lit(&doc_escape(&doc)));
+                let _ = writeln!(
+                    o,
+                    "    pub const {}: Field = Field {{ lo: {}, width: {} }};",
+                    f.ident,
+                    f.lo,
+                    f.hi - f.lo + 1
+                );
+            }
+            let _ = writeln!(o, "}}");
+        }
+        let _ = writeln!(o);
+    }
+
+    let _ = writeln!(
+        o,
+        "/// Every register of this family, for lookup and decoding at run time."
+    );
+    let _ = writeln!(
+        o,
+        "pub static MAP: super::RegisterMap = super::RegisterMap {{"
+    );
+    let _ = writeln!(o, "    family: {},", lit(&map.family));
+    let _ = writeln!(o, "    registers: &[");
+    for r in regs {
+        let _ = writeln!(o, "        super::RegisterInfo {{");
+        let _ = writeln!(o, "            name: {},", lit(&r.name));
+        let _ = writeln!(o, "            offset: {:#07x},", r.offset);
+        let _ = writeln!(o, "            stride: {:#x},", r.stride);
+        let _ = writeln!(o, "            count: {},", r.count);
+        let _ = writeln!(o, "            is_array: {},", r.is_array);
+        let _ = writeln!(
+            o,
+            "            access: super::Access::{},",
+            r.access_variant
+        );
+        let _ = writeln!(o, "            description: {},", lit(&r.description));
+        let _ = writeln!(
+            o,
+            "            ranges: &[{}],",
+            r.ranges
+                .iter()
+                .map(|(f, off, s)| format!(
+                    "super::RegRange {{ from: {f}, offset: {off:#07x}, stride: {s:#x} }}"
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let _ = writeln!(
+            o,
+            "            aliases: &[{}],",
+            r.aliases
+                .iter()
+                .map(|(off, s, c)| format!(
+                    "super::RegAlias {{ offset: {off:#07x}, stride: {s:#x}, count: {c} }}"
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let _ = writeln!(o, "            fields: &[");
+        for f in &r.fields {
+            let vals: Vec<String> = f
+                .values
+                .iter()
+                .map(|(v, m)| format!("({v}, {})", lit(m)))
+                .collect();
+            let _ = writeln!(
+                o,
+                "                super::FieldInfo {{ name: {}, lo: {}, hi: {}, description: {}, values: &[{}] }},",
+                lit(&f.name),
+                f.lo,
+                f.hi,
+                lit(&f.description),
+                vals.join(", ")
+            );
+        }
+        let _ = writeln!(o, "            ],");
+        let _ = writeln!(o, "        }},");
+    }
+    let _ = writeln!(o, "    ],");
+    let _ = writeln!(o, "}};");
+    o
+}
+
+fn addr_summary(r: &Register) -> String {
+    if !r.is_array {
+        return format!("{:#07x}", r.offset);
+    }
+    let mut parts = Vec::new();
+    let mut starts: Vec<(u32, u32, u32)> = vec![(0, r.offset, r.stride)];
+    starts.extend(r.ranges.iter().copied());
+    for (i, &(from, off, s)) in starts.iter().enumerate() {
+        let to = starts.get(i + 1).map_or(r.count, |x| x.0) - 1;
+        let n = if from == 0 {
+            "n".to_string()
+        } else {
+            format!("(n-{from})")
+        };
+        parts.push(format!("n={from}..={to}: {off:#07x} + {s:#x}*{n}"));
+    }
+    for &(off, s, c) in &r.aliases {
+        parts.push(format!("alias n=0..={}: {off:#07x} + {s:#x}*n", c - 1));
+    }
+    parts.join("; ")
+}

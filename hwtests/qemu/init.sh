@@ -1,0 +1,127 @@
+#!/bin/sh
+# /init of the vfio-nic on-device test guest (packed into the initramfs by hwtests/qemu/run).
+#
+# Runs as PID 1 under busybox ash. It prepares the two emulated igb ports as the chosen
+# layout says, runs the test suite once, reports on the serial console with marker lines that
+# the host parses, and powers the machine off. Nothing here may depend on the host beyond the
+# initramfs: configuration comes from /etc/hwtests.env, written by the host-side runner:
+#   HWT_LAYOUT        vfio | kernel-peer
+#   HWT_VFIO_PORTS    BDFs to bind to vfio-pci (space separated)
+#   HWT_PEER_PORT     BDF to leave to Linux's igb driver (kernel-peer only)
+#   HWT_VFIO_MODULES  modules (file names without .ko, dependency order) for VFIO
+#   HWT_PEER_MODULES  modules for the Linux peer (igb, 8021q and their dependencies)
+#   HWT_VERBOSE       1 = keep kernel messages on the console
+#   HWT_EXTRA_ENV_NAMES  names of the variables given with --env (only shown on the console)
+#   exported VFIO_NIC_* variables for the suite, and `set -- ...` with the suite's arguments.
+#
+# Host-parsed markers (keep in sync with hwtests/qemu/run):
+#   @@HWT setup-failed: <reason>      the guest could not prepare the ports (suite not run)
+#   @@HWT suite-begin / @@HWT suite-exit <status>
+#   @@HWT dmar-begin / <fault lines> / @@HWT dmar-faults <count>
+#   @@HWT done
+
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null || true
+mkdir -p /dev/pts /tmp /run
+mount -t tmpfs tmpfs /tmp
+exec </dev/console >/dev/console 2>&1
+
+. /etc/hwtests.env
+
+# Keep the kernel's own console output (e.g. DMAR faults, printed at KERN_ERR) from
+# interleaving with the suite's lines; they are collected from dmesg at the end instead.
+[ "${HWT_VERBOSE:-0}" = 1 ] || dmesg -n 1
+
+finish() {
+    echo "@@HWT done"
+    sync
+    poweroff -f
+    # poweroff should not return; if it does, make sure PID 1 never exits into a panic loop
+    while :; do sleep 3600; done
+}
+
+setup_failed() {
+    echo "@@HWT setup-failed: $*"
+    echo "---- guest dmesg (last 40 lines) ----"
+    dmesg | tail -n 40
+    finish
+}
+
+load_modules() {
+    for m in "$@"; do
+        insmod "/lib/modules/$m.ko" || setup_failed "insmod $m failed"
+    done
+}
+
+# Bind one PCI function to a driver through driver_override + drivers_probe and check the result.
+bind_port() { # bdf driver
+    dev=/sys/bus/pci/devices/$1
+    [ -e "$dev" ] || setup_failed "PCI device $1 not present"
+    if [ -e "$dev/driver" ]; then
+        cur=$(basename "$(readlink "$dev/driver")")
+        [ "$cur" = "$2" ] && return 0
+        echo "$1" > "$dev/driver/unbind" || setup_failed "cannot unbind $1 from $cur"
+    fi
+    echo "$2" > "$dev/driver_override" || setup_failed "cannot set driver_override of $1"
+    echo "$1" > /sys/bus/pci/drivers_probe 2>/dev/null || true
+    [ -e "$dev/driver" ] || setup_failed "$1 did not bind to $2"
+    cur=$(basename "$(readlink "$dev/driver")")
+    [ "$cur" = "$2" ] || setup_failed "$1 bound to $cur instead of $2"
+}
+
+# 1. VFIO: load, then bind every VFIO port before any NIC driver is loaded (so igb cannot grab it).
+load_modules $HWT_VFIO_MODULES
+for bdf in $HWT_VFIO_PORTS; do
+    bind_port "$bdf" vfio-pci
+    grp=$(basename "$(readlink "/sys/bus/pci/devices/$bdf/iommu_group")")
+    [ -c "/dev/vfio/$grp" ] || setup_failed "/dev/vfio/$grp missing for $bdf"
+    echo "hwtests: $bdf -> vfio-pci, IOMMU group $grp (/dev/vfio/$grp)"
+done
+[ -c /dev/vfio/vfio ] || setup_failed "/dev/vfio/vfio missing"
+
+# 2. Linux peer (kernel-peer layout): igb binds the remaining port by itself; make it explicit anyway.
+if [ -n "${HWT_PEER_PORT:-}" ]; then
+    load_modules $HWT_PEER_MODULES
+    bind_port "$HWT_PEER_PORT" igb
+    ifname=
+    for i in 1 2 3 4 5 6 7 8 9 10; do
+        ifname=$(ls "/sys/bus/pci/devices/$HWT_PEER_PORT/net" 2>/dev/null | head -n 1)
+        [ -n "$ifname" ] && break
+        sleep 1
+    done
+    [ -n "$ifname" ] || setup_failed "no netdev appeared for $HWT_PEER_PORT"
+    export VFIO_NIC_PEER_IF="$ifname"
+    echo "hwtests: $HWT_PEER_PORT -> igb, netdev $ifname (left down; tests bring it up)"
+fi
+ip link set lo up 2>/dev/null || true
+
+# 3. The suite.
+echo "hwtests: env: $(env | grep '^VFIO_NIC_' | sort | tr '\n' ' ')"
+for n in ${HWT_EXTRA_ENV_NAMES:-}; do eval "echo \"hwtests: env (--env): $n=\$$n\""; done
+echo "@@HWT suite-begin"
+cd /tmp
+/bin/vfio-nic-hwtests "$@"
+status=$?
+echo  # in case the suite's last line had no newline: markers must start a line
+echo "@@HWT suite-exit $status"
+
+# 4. IOMMU faults. Linux 6.1 intel-iommu prints e.g.
+#   DMAR: DRHD: handling fault status reg 2
+#   DMAR: [DMA Read NO_PASID] Request device [01:00.0] fault addr 0x1000 [fault reason 0x06] PTE Read access is not set
+#   DMAR: [INTR-REMAP] Request device [01:00.0] fault index 0x0 [fault reason 0x25] ...
+echo "@@HWT dmar-begin"
+dmesg > /tmp/dmesg.txt
+grep -E 'DMAR.*([Ff]ault|PTE (Read|Write) access|INTR-REMAP)|dmar_fault|DMAR-IR:.*[Ff]ault' /tmp/dmesg.txt > /tmp/faults.txt
+cat /tmp/faults.txt
+echo "@@HWT dmar-faults $(wc -l < /tmp/faults.txt)"
+
+# Other kernel errors/warnings (level <= 4) are worth seeing when something goes wrong; they do
+# not fail the run by themselves.
+if [ "$status" != 0 ] || [ "${HWT_VERBOSE:-0}" = 1 ]; then
+    echo "---- guest kernel messages of level warning or worse ----"
+    dmesg -r | grep -E '^<[0-4]>' | sed -e 's/^<[0-9]>//' | tail -n 60
+fi
+finish

@@ -1,0 +1,201 @@
+//! What every port offers, whatever drives it.
+//!
+//! The burst API is deliberately small: a receive queue appends up to N packets to the caller's
+//! batch; a transmit queue takes packets from the front of a batch and leaves what it could not
+//! queue, so nothing is ever dropped silently. Queues are separate objects owned by one thread
+//! each (`Send`, not `Sync`), so a forwarding thread per queue needs no locks.
+//!
+//! Nothing here assumes tail registers: an Intel ring writes RDT/TDT, a queue-manager device
+//! (DPAA2-like) enqueues to a portal, the in-memory devices call functions. That is each queue
+//! implementation's business.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::dma::{Packet, Pool};
+use crate::error::{Error, Result};
+
+/// A 48-bit Ethernet address.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MacAddr(pub [u8; 6]);
+
+impl MacAddr {
+    /// ff:ff:ff:ff:ff:ff.
+    pub const BROADCAST: MacAddr = MacAddr([0xff; 6]);
+
+    /// Whether the group bit is set (multicast or broadcast).
+    pub fn is_multicast(&self) -> bool {
+        self.0[0] & 1 == 1
+    }
+}
+
+impl fmt::Display for MacAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = self.0;
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
+    }
+}
+
+impl fmt::Debug for MacAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl FromStr for MacAddr {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || {
+            Error::InvalidConfig(format!(
+                "'{s}' is not a MAC address (write it as 52:54:00:12:34:56)"
+            ))
+        };
+        let mut out = [0u8; 6];
+        let mut parts = s.split([':', '-']);
+        for b in out.iter_mut() {
+            let p = parts.next().ok_or_else(bad)?;
+            if p.len() != 2 {
+                return Err(bad());
+            }
+            *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+        }
+        if parts.next().is_some() {
+            return Err(bad());
+        }
+        Ok(MacAddr(out))
+    }
+}
+
+/// Link state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStatus {
+    /// Whether the link is up.
+    pub up: bool,
+    /// Speed in Mb/s (0 when down or unknown).
+    pub speed_mbps: u32,
+    /// Full duplex.
+    pub full_duplex: bool,
+}
+
+/// Static facts about an open port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortInfo {
+    /// The name the port was opened by ("0000:01:00.0", "null:0").
+    pub name: String,
+    /// Driver family ("igb", "ixgbe", "null", "sim").
+    pub driver: &'static str,
+    /// Human-readable model.
+    pub model: String,
+    /// PCI vendor and device id, for PCI ports.
+    pub pci_id: Option<(u16, u16)>,
+    /// The port's MAC address.
+    pub mac: MacAddr,
+    /// Receive queues configured.
+    pub rx_queues: u16,
+    /// Transmit queues configured.
+    pub tx_queues: u16,
+    /// Receive ring size (descriptors; 0 for devices without rings).
+    pub rx_ring: u16,
+    /// Transmit ring size.
+    pub tx_ring: u16,
+}
+
+/// Software counters of one queue, kept by the queue itself (no device access needed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Packets received or transmitted.
+    pub packets: u64,
+    /// Bytes received or transmitted (frame bytes as handed over, no CRC).
+    pub bytes: u64,
+    /// Receive: bursts cut short because the pool had no buffer.
+    /// Transmit: packets left in the batch because the ring was full.
+    pub no_room: u64,
+    /// Frames the queue dropped (device error bits, frames spanning descriptors, ...).
+    pub dropped: u64,
+}
+
+/// Counters of a whole port: the device's own (accumulated to 64 bits) and the queues'.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Device counters by datasheet name (e.g. "GPRC"), accumulated since the port was opened.
+    pub hw: Vec<(&'static str, u64)>,
+}
+
+impl PortStats {
+    /// A device counter by name.
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.hw.iter().find(|(n, _)| *n == name).map(|&(_, v)| v)
+    }
+}
+
+/// Why a burst failed. Small and `Copy`, so the hot path returns it in registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QueueError {
+    /// The device stopped answering (all-ones register reads).
+    #[error("device is not answering (register reads return 0xffffffff); reopen the port")]
+    DeviceGone,
+}
+
+/// The queues of a port: receive queues, then transmit queues.
+pub type QueueSet<R, T> = (Vec<R>, Vec<T>);
+
+/// A receive queue.
+pub trait RxQueue: Send {
+    /// Receives up to `max` packets, appending them to `batch`; returns how many.
+    fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError>;
+    /// The queue's software counters.
+    fn stats(&self) -> QueueStats;
+    /// The pool the queue receives into.
+    fn pool(&self) -> &Pool;
+}
+
+/// A transmit queue.
+pub trait TxQueue: Send {
+    /// Queues packets from the front of `batch` and removes them from it; the rest stay in the
+    /// batch for the caller to retry or drop. Returns how many were queued.
+    fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError>;
+    /// The queue's software counters.
+    fn stats(&self) -> QueueStats;
+}
+
+/// An open port.
+pub trait Port: Send {
+    /// Its receive queue type.
+    type Rx: RxQueue;
+    /// Its transmit queue type.
+    type Tx: TxQueue;
+    /// Static facts.
+    fn info(&self) -> PortInfo;
+    /// Current link state.
+    fn link(&self) -> Result<LinkStatus>;
+    /// Device counters, accumulated.
+    fn stats(&mut self) -> Result<PortStats>;
+    /// Hands out the queues; the second call returns an error. The queues may outlive the
+    /// port handle; each stops its own DMA when dropped.
+    fn take_queues(&mut self) -> Result<QueueSet<Self::Rx, Self::Tx>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mac_round_trip_and_errors() {
+        let m: MacAddr = "52:54:00:12:34:5A".parse().unwrap();
+        assert_eq!(m.to_string(), "52:54:00:12:34:5a");
+        assert!(!m.is_multicast());
+        assert!(MacAddr::BROADCAST.is_multicast());
+        for bad in [
+            "52:54:00:12:34",
+            "52:54:00:12:34:56:78",
+            "zz:54:00:12:34:56",
+            "5:54:00:12:34:56",
+        ] {
+            assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
+        }
+    }
+}

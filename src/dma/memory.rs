@@ -1,0 +1,328 @@
+//! DMA memory: host pages that a device reads and writes behind the CPU's back.
+//!
+//! The rules that keep this sound are the whole reason the type exists:
+//! - No Rust reference to the bytes is ever handed out while the device may write them. Callers
+//!   get raw pointers, volatile/atomic word accessors and explicit copies; the buffer pool creates
+//!   slices only for buffers the driver currently owns.
+//! - Memory is mapped into the device's address space through a [`DmaMapper`] (the VFIO container,
+//!   or [`IdentityMapper`] for in-memory devices) and unmapped in `Drop`, before the pages are
+//!   returned to the kernel. Whoever owns a ring must stop the device's DMA before dropping it.
+//! - 2 MiB huge pages are preferred (fewer IOTLB misses, physically contiguous buffers); when none
+//!   are reserved the allocation falls back to ordinary pages with a warning, which VFIO handles
+//!   just as well because the IOMMU makes the buffer contiguous in IOVA space anyway.
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use memmap2::{MmapMut, MmapOptions};
+
+use crate::error::{Error, Result};
+
+/// Size of a huge page on x86-64.
+pub const HUGE_PAGE: usize = 2 << 20;
+const PAGE: usize = 4096;
+
+/// Something that makes host memory visible to a device and tells which bus address to use.
+pub trait DmaMapper: Send + Sync + fmt::Debug {
+    /// Maps `len` bytes at `vaddr` for device access and returns the IOVA the device must use.
+    ///
+    /// # Safety
+    /// `vaddr..vaddr+len` must be valid, page-aligned memory that stays allocated and is not
+    /// reused for anything else until [`DmaMapper::unmap`] has been called with the returned IOVA.
+    unsafe fn map(&self, vaddr: *mut u8, len: usize) -> Result<u64>;
+
+    /// Removes a mapping made by [`DmaMapper::map`]. After it returns the device can no longer
+    /// reach the memory (an access faults in the IOMMU instead of corrupting freed pages).
+    fn unmap(&self, iova: u64, len: usize);
+
+    /// A short name for messages, e.g. "vfio container 3" or "identity".
+    fn describe(&self) -> String;
+}
+
+/// The mapper of in-memory devices: the "bus address" is the virtual address itself.
+///
+/// In-memory devices (null, the software 82599) run in this process and dereference IOVAs
+/// directly, so pool and ring code is the same with and without an IOMMU.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IdentityMapper;
+
+impl DmaMapper for IdentityMapper {
+    unsafe fn map(&self, vaddr: *mut u8, _len: usize) -> Result<u64> {
+        Ok(vaddr as u64)
+    }
+    fn unmap(&self, _iova: u64, _len: usize) {}
+    fn describe(&self) -> String {
+        "identity".into()
+    }
+}
+
+/// A block of device-visible memory.
+pub struct DmaMemory {
+    ptr: NonNull<u8>,
+    len: usize,
+    iova: u64,
+    huge: bool,
+    mapper: Arc<dyn DmaMapper>,
+    // Owns the pages; never dereferenced as a slice (that would create a reference to memory the
+    // device writes). Dropped after `unmap` in `Drop`.
+    _map: MmapMut,
+}
+
+// SAFETY: DmaMemory owns its mapping exclusively; every access through `&self` is a volatile or
+// atomic word access or a raw copy whose callers uphold the ownership rules documented on each
+// method, so moving it to or sharing it with another thread adds no data race of its own.
+unsafe impl Send for DmaMemory {}
+// SAFETY: see `Send`.
+unsafe impl Sync for DmaMemory {}
+
+impl fmt::Debug for DmaMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DmaMemory")
+            .field("vaddr", &self.ptr)
+            .field("iova", &format_args!("{:#x}", self.iova))
+            .field("len", &self.len)
+            .field("huge", &self.huge)
+            .field("mapper", &self.mapper.describe())
+            .finish()
+    }
+}
+
+impl DmaMemory {
+    /// Allocates at least `len` zeroed bytes and maps them through `mapper`.
+    ///
+    /// Tries 2 MiB huge pages first (the length is rounded up to a whole huge page), then falls
+    /// back to ordinary pages with a `tracing` warning.
+    pub fn allocate(len: usize, mapper: Arc<dyn DmaMapper>) -> Result<Self> {
+        if len == 0 {
+            return Err(Error::DmaAlloc {
+                bytes: 0,
+                reason: "zero-length allocation".into(),
+            });
+        }
+        let huge_len = len.div_ceil(HUGE_PAGE) * HUGE_PAGE;
+        let (mut map, huge, len) = match MmapOptions::new()
+            .len(huge_len)
+            .huge(Some(21))
+            .populate()
+            .map_anon()
+        {
+            Ok(m) => (m, true, huge_len),
+            Err(e) => {
+                tracing::warn!(
+                    bytes = len,
+                    error = %e,
+                    "no 2 MiB huge pages available, using 4 KiB pages for DMA memory \
+                     (reserve some with `echo 512 > /proc/sys/vm/nr_hugepages`)"
+                );
+                let len = len.div_ceil(PAGE) * PAGE;
+                let m = MmapOptions::new()
+                    .len(len)
+                    .populate()
+                    .map_anon()
+                    .map_err(|e| Error::DmaAlloc {
+                        bytes: len,
+                        reason: e.to_string(),
+                    })?;
+                (m, false, len)
+            }
+        };
+        let ptr = NonNull::new(map.as_mut_ptr()).expect("mmap returned null");
+        // SAFETY: `ptr..ptr+len` is the fresh page-aligned anonymous mapping owned by `map`, which
+        // lives in the returned DmaMemory until after `Drop` has called `unmap`.
+        let iova = unsafe { mapper.map(ptr.as_ptr(), len)? };
+        tracing::debug!(len, huge, iova = format_args!("{iova:#x}"), mapper = %mapper.describe(), "DMA memory mapped");
+        Ok(DmaMemory {
+            ptr,
+            len,
+            iova,
+            huge,
+            mapper,
+            _map: map,
+        })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never empty; present for clippy's `len_without_is_empty`.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bus address of the first byte.
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+
+    /// Whether the memory is backed by huge pages.
+    pub fn is_huge(&self) -> bool {
+        self.huge
+    }
+
+    /// Virtual address of the first byte. Never turn it into a reference while a device may
+    /// write the memory.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The mapper this memory is mapped through.
+    pub fn mapper(&self) -> &Arc<dyn DmaMapper> {
+        &self.mapper
+    }
+
+    #[inline(always)]
+    fn word<T>(&self, offset: usize) -> *mut T {
+        let size = std::mem::size_of::<T>();
+        assert!(
+            offset % size == 0 && offset + size <= self.len,
+            "DMA word access at {offset:#x} outside {} bytes",
+            self.len
+        );
+        // SAFETY: the offset is inside the allocation (checked above).
+        unsafe { self.ptr.as_ptr().add(offset).cast() }
+    }
+
+    /// Atomically loads the aligned 64-bit word at `offset`.
+    #[inline(always)]
+    pub fn load_u64(&self, offset: usize, order: Ordering) -> u64 {
+        let p = self.word::<u64>(offset);
+        // SAFETY: `p` is aligned and inside the live mapping (checked by `word`); memory shared
+        // with a device or another thread is only ever accessed through atomics or volatile ops.
+        unsafe { AtomicU64::from_ptr(p) }.load(order)
+    }
+
+    /// Atomically stores the aligned 64-bit word at `offset`.
+    #[inline(always)]
+    pub fn store_u64(&self, offset: usize, value: u64, order: Ordering) {
+        let p = self.word::<u64>(offset);
+        // SAFETY: as in `load_u64`.
+        unsafe { AtomicU64::from_ptr(p) }.store(value, order)
+    }
+
+    /// Atomically loads the aligned 32-bit word at `offset`.
+    #[inline(always)]
+    pub fn load_u32(&self, offset: usize, order: Ordering) -> u32 {
+        let p = self.word::<u32>(offset);
+        // SAFETY: as in `load_u64`.
+        unsafe { AtomicU32::from_ptr(p) }.load(order)
+    }
+
+    /// Atomically stores the aligned 32-bit word at `offset`.
+    #[inline(always)]
+    pub fn store_u32(&self, offset: usize, value: u32, order: Ordering) {
+        let p = self.word::<u32>(offset);
+        // SAFETY: as in `load_u64`.
+        unsafe { AtomicU32::from_ptr(p) }.store(value, order)
+    }
+
+    /// Copies `src` into the memory at `offset`.
+    ///
+    /// The caller must own those bytes at the moment (the device is not reading or writing them);
+    /// publishing them to the device is the job of a later release store or doorbell.
+    pub fn write_bytes(&self, offset: usize, src: &[u8]) {
+        assert!(
+            offset + src.len() <= self.len,
+            "DMA write outside the allocation"
+        );
+        // SAFETY: the range is inside the allocation (checked above) and `src` is ordinary memory,
+        // so the two cannot overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
+        }
+    }
+
+    /// Copies bytes at `offset` out into `dst`. Same ownership rule as [`DmaMemory::write_bytes`].
+    pub fn read_bytes(&self, offset: usize, dst: &mut [u8]) {
+        assert!(
+            offset + dst.len() <= self.len,
+            "DMA read outside the allocation"
+        );
+        // SAFETY: as in `write_bytes`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(offset),
+                dst.as_mut_ptr(),
+                dst.len(),
+            )
+        }
+    }
+
+    /// Whether `iova..iova+len` lies inside this memory; returns the byte offset if so.
+    pub fn offset_of_iova(&self, iova: u64, len: usize) -> Option<usize> {
+        let off = iova.checked_sub(self.iova)?;
+        (off.checked_add(len as u64)? <= self.len as u64).then_some(off as usize)
+    }
+}
+
+impl Drop for DmaMemory {
+    fn drop(&mut self) {
+        // Unmap first: after this the device cannot reach the pages, then `_map` returns them.
+        self.mapper.unmap(self.iova, self.len);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[derive(Debug, Default)]
+    struct Spy(Mutex<Vec<String>>);
+    impl DmaMapper for Spy {
+        unsafe fn map(&self, _vaddr: *mut u8, len: usize) -> Result<u64> {
+            self.0.lock().unwrap().push(format!("map {len}"));
+            Ok(0x10_0000)
+        }
+        fn unmap(&self, iova: u64, len: usize) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("unmap {iova:#x} {len}"));
+        }
+        fn describe(&self) -> String {
+            "spy".into()
+        }
+    }
+
+    #[test]
+    fn allocate_maps_and_drop_unmaps() {
+        let spy = Arc::new(Spy::default());
+        let m = DmaMemory::allocate(10_000, spy.clone()).unwrap();
+        assert!(m.len() >= 10_000);
+        assert_eq!(m.len() % PAGE, 0);
+        assert_eq!(m.iova(), 0x10_0000);
+        assert_eq!(m.offset_of_iova(0x10_0010, 16), Some(16));
+        assert_eq!(m.offset_of_iova(0xf_0000, 16), None);
+        let len = m.len();
+        drop(m);
+        let log = spy.0.lock().unwrap().clone();
+        assert_eq!(
+            log,
+            vec![format!("map {len}"), format!("unmap 0x100000 {len}")]
+        );
+    }
+
+    #[test]
+    fn memory_is_zeroed_and_words_round_trip() {
+        let m = DmaMemory::allocate(4096, Arc::new(IdentityMapper)).unwrap();
+        assert_eq!(m.iova(), m.as_ptr() as u64);
+        assert_eq!(m.load_u64(8, Ordering::Relaxed), 0);
+        m.store_u64(8, 0x1122_3344_5566_7788, Ordering::Release);
+        assert_eq!(m.load_u32(8, Ordering::Acquire), 0x5566_7788);
+        m.write_bytes(100, b"hello");
+        let mut out = [0u8; 5];
+        m.read_bytes(100, &mut out);
+        assert_eq!(&out, b"hello");
+    }
+
+    #[test]
+    #[should_panic(expected = "outside")]
+    fn word_access_is_bounds_checked() {
+        let m = DmaMemory::allocate(4096, Arc::new(IdentityMapper)).unwrap();
+        m.load_u64(m.len(), Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,12 @@
+//! Device-visible memory: allocation, IOVA management and the packet buffer pool.
+//!
+//! This module and its children are, with `vfio` and `mmio`, the only places allowed to use
+//! `unsafe`: everything above them works with owned packets and word accessors.
+
+pub mod iova;
+mod memory;
+pub mod pool;
+
+pub use iova::IovaAllocator;
+pub use memory::{DmaMapper, DmaMemory, IdentityMapper, HUGE_PAGE};
+pub use pool::{Meta, Packet, Pool, PoolConfig, PoolStats};

@@ -1,0 +1,155 @@
+//! One error type for the whole crate.
+//!
+//! A driver error is read by someone at a console who has to act on it, so every message says what
+//! went wrong *and* what to do next ("bound to igb; bind it to vfio-pci with ..."). Variants carry
+//! the data a program needs to react (the PCI address, the register name) so that callers can
+//! match instead of parsing text.
+
+use std::path::PathBuf;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while opening, programming or running a port.
+///
+/// Variant fields are not documented one by one: each variant's message says what they hold.
+#[allow(missing_docs)]
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A port name that is neither a PCI address nor an in-memory device name.
+    #[error(
+        "'{input}' is not a port name: {reason}; use a PCI address such as 0000:01:00.0 (or 01:00.0 for domain 0), or an in-memory port such as null:0 or sim:0"
+    )]
+    BadPortName { input: String, reason: String },
+
+    /// No such PCI device in sysfs.
+    #[error("{addr}: no such PCI device (no {path}); list NICs with `lspci -D -d 8086:` or `vfio-nic list`")]
+    NoSuchDevice { addr: String, path: PathBuf },
+
+    /// The device is bound to a kernel driver other than vfio-pci (or to none).
+    #[error(
+        "{addr} is {bound}; bind it to vfio-pci with: echo vfio-pci > /sys/bus/pci/devices/{addr}/driver_override && {unbind}echo {addr} > /sys/bus/pci/drivers_probe"
+    )]
+    NotBoundToVfio {
+        addr: String,
+        /// "bound to igb" or "not bound to any driver".
+        bound: String,
+        /// The unbind command with its trailing "&& ", or empty when no driver is bound.
+        unbind: String,
+    },
+
+    /// The device has no IOMMU group: the IOMMU is off or absent.
+    #[error(
+        "{addr} has no IOMMU group ({path} is missing): enable the IOMMU (intel_iommu=on or amd_iommu=on on the kernel command line, VT-d/AMD-Vi in the firmware) and reboot"
+    )]
+    NoIommuGroup { addr: String, path: PathBuf },
+
+    /// The IOMMU group holds devices that are not bound to vfio-pci (or unbound).
+    #[error(
+        "IOMMU group {group} of {addr} is not viable: every device in it must be bound to vfio-pci or to no driver, but {others}; bind them to vfio-pci too (echo vfio-pci > /sys/bus/pci/devices/<addr>/driver_override, then unbind and reprobe)"
+    )]
+    GroupNotViable {
+        addr: String,
+        group: u32,
+        others: String,
+    },
+
+    /// `/dev/vfio/vfio` is missing.
+    #[error("{path} does not exist: load the VFIO modules with `modprobe vfio-pci` (and enable the IOMMU)")]
+    NoVfio { path: PathBuf },
+
+    /// Opening a VFIO node was refused.
+    #[error("permission denied opening {path}: run as root, or give your user access with `chown $USER {path}` (and raise `ulimit -l` for DMA memory)")]
+    PermissionDenied { path: PathBuf },
+
+    /// The IOMMU group is open elsewhere (VFIO lets only one process open a group).
+    #[error(
+        "IOMMU group {group} ({path}) is already in use, probably by another process (a VM or another vfio-nic); stop that process (find it with `fuser -v {path}`) and retry"
+    )]
+    GroupBusy {
+        /// The group number.
+        group: u32,
+        /// The group node, `/dev/vfio/<group>`.
+        path: PathBuf,
+    },
+
+    /// The device is already open in this process.
+    #[error(
+        "{addr} is already open in this process; drop the first handle before opening it again"
+    )]
+    AlreadyOpen { addr: String },
+
+    /// A VFIO ioctl or mmap failed.
+    #[error("{what} failed for {target}: {source}")]
+    Vfio {
+        what: &'static str,
+        target: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Any other I/O error, with the path or object it concerns.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// DMA memory could not be allocated or mapped.
+    #[error("cannot allocate {bytes} bytes of DMA memory: {reason}")]
+    DmaAlloc { bytes: usize, reason: String },
+
+    /// The IOVA space is exhausted.
+    #[error("IOVA space exhausted: no free range of {bytes} bytes aligned to {align}; free DMA memory or use fewer/smaller pools")]
+    IovaExhausted { bytes: u64, align: u64 },
+
+    /// A register poll did not see the expected value in time.
+    #[error("{device}: timed out after {timeout_ms} ms waiting for {register} {expect}; last value {last:#010x}")]
+    RegisterTimeout {
+        device: String,
+        register: &'static str,
+        expect: String,
+        timeout_ms: u64,
+        last: u32,
+    },
+
+    /// The device stopped answering (all-ones reads, as after surprise removal).
+    #[error("{device}: device is not answering (register reads return 0xffffffff); it was removed or reset behind our back; reopen it")]
+    DeviceGone { device: String },
+
+    /// A device with an id this crate does not drive.
+    #[error("{addr}: PCI id {vendor:04x}:{device:04x} is not supported by vfio-nic; supported: {supported}")]
+    UnsupportedDevice {
+        addr: String,
+        vendor: u16,
+        device: u16,
+        supported: String,
+    },
+
+    /// A configuration the device cannot do.
+    #[error("{device}: {what} is not supported: {why}")]
+    NotSupported {
+        device: String,
+        what: String,
+        why: String,
+    },
+
+    /// A burst failed.
+    #[error(transparent)]
+    Queue(#[from] crate::device::QueueError),
+
+    /// A configuration value out of range.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+}
+
+impl Error {
+    /// An [`Error::Io`] with context.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! vfio-nic: user-space drivers for PCI network cards through VFIO.
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+pub mod device;
+pub mod dma;
+pub mod error;
+pub mod ids;
+pub mod mmio;
+pub mod null;
+pub mod pci;
+pub mod port;
+pub mod regs;
+pub mod ring;
+pub mod vfio;
+
+pub use error::{Error, Result};

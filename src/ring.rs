@@ -1,0 +1,496 @@
+//! Intel advanced descriptor rings, shared by the 82576 (igb) and 82599 (ixgbe) drivers.
+//!
+//! Both chips use the same 16-byte "advanced" descriptors and the same head/tail protocol, so the
+//! per-packet code lives here once; a driver supplies only the tail register's offset and the
+//! chip's error bits. The discipline (after Hubris' drivers):
+//! - descriptors are read and written only as atomic words in [`DmaMemory`], never through a
+//!   Rust reference;
+//! - ownership moves to the driver when an *acquire* load sees the DD bit, so the frame bytes and
+//!   the rest of the write-back are read after the device wrote them;
+//! - every burst ends with at most one doorbell, written by [`Mmio::doorbell`], which puts a
+//!   release fence in front of it so the device sees descriptors before the new tail;
+//! - receive refills in bulk (one pool round trip per burst) and every received slot is re-armed
+//!   in place, so the ring never has holes; a short allocation receives fewer packets;
+//! - transmit asks for a write-back (RS) only every `RS_INTERVAL` descriptors and reclaims whole
+//!   groups of buffers at once.
+//!
+//! A ring does not own its queue's enable bit: the driver's queue type disables the queue in its
+//! `Drop` before the ring (and its memory) is dropped.
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::Arc;
+
+use crate::device::{QueueError, QueueStats};
+use crate::dma::{DmaMemory, Meta, Packet, Pool};
+use crate::error::{Error, Result};
+use crate::mmio::Mmio;
+
+/// Descriptor size in bytes (both directions, both chips).
+pub const DESC_SIZE: usize = 16;
+/// Transmit descriptors between two write-back requests.
+pub const RS_INTERVAL: usize = 32;
+
+/// Receive write-back status bits (dword 2).
+pub mod rx {
+    /// Descriptor done.
+    pub const DD: u32 = 1 << 0;
+    /// End of packet.
+    pub const EOP: u32 = 1 << 1;
+    /// VLAN packet (igb: stripped; 82599: a tag matching VET was seen).
+    pub const VP: u32 = 1 << 3;
+    /// L4 (UDP) checksum computed.
+    pub const UDPCS: u32 = 1 << 4;
+    /// L4 (TCP/UDP) checksum computed.
+    pub const L4CS: u32 = 1 << 5;
+    /// IPv4 header checksum computed.
+    pub const IPCS: u32 = 1 << 6;
+}
+
+/// Transmit descriptor bits.
+pub mod tx {
+    /// cmd_type_len: end of packet.
+    pub const EOP: u32 = 1 << 24;
+    /// cmd_type_len: insert FCS.
+    pub const IFCS: u32 = 1 << 25;
+    /// cmd_type_len: report status (write DD back).
+    pub const RS: u32 = 1 << 27;
+    /// cmd_type_len: advanced descriptor.
+    pub const DEXT: u32 = 1 << 29;
+    /// cmd_type_len: insert the VLAN tag of the referenced context.
+    pub const VLE: u32 = 1 << 30;
+    /// cmd_type_len: data descriptor type (0011 in bits 23:20).
+    pub const DTYP_DATA: u32 = 0x3 << 20;
+    /// cmd_type_len: context descriptor type (0010 in bits 23:20).
+    pub const DTYP_CTXT: u32 = 0x2 << 20;
+    /// Context type_tucmd_mlhl: L4 type "reserved" (no checksum offload).
+    pub const L4T_RSV: u32 = 0x3 << 11;
+    /// olinfo_status / write-back: descriptor done.
+    pub const DD: u32 = 1 << 0;
+    /// olinfo_status: PAYLEN shift.
+    pub const PAYLEN_SHIFT: u32 = 14;
+    /// Context: MACLEN shift (in vlan_macip_lens).
+    pub const MACLEN_SHIFT: u32 = 9;
+}
+
+/// What differs between chips for the ring code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChipRx {
+    /// Write-back error bits that mean "drop this frame" (82576 RXE b31, 82599 RXE b29).
+    pub frame_error: u32,
+    /// IPv4 checksum error bit.
+    pub ip_error: u32,
+    /// L4 checksum error bit.
+    pub l4_error: u32,
+}
+
+/// Checks a ring size: a power of two, multiple of 8 (128-byte DMA length granularity), <= 32768.
+pub fn check_ring_size(n: usize) -> Result<()> {
+    if !n.is_power_of_two() || !(RS_INTERVAL..=32768).contains(&n) {
+        return Err(Error::InvalidConfig(format!(
+            "ring size {n} must be a power of two between {RS_INTERVAL} and 32768"
+        )));
+    }
+    Ok(())
+}
+
+/// A receive ring.
+pub struct RxRing<M: Mmio> {
+    mmio: Arc<M>,
+    tail: usize,
+    head: usize,
+    desc: DmaMemory,
+    bufs: Box<[Option<Packet>]>,
+    mask: usize,
+    next: usize,
+    spare: Vec<Packet>,
+    pool: Pool,
+    chip: ChipRx,
+    /// Hardware strips tags on this queue: VP means "stripped, TCI in the descriptor".
+    pub hw_strip: bool,
+    /// Inside a frame that spans descriptors: drop until its EOP.
+    in_fragment: bool,
+    idle_polls: u32,
+    stats: QueueStats,
+}
+
+/// Empty polls between two liveness checks of the device (an MMIO read of the head register).
+const IDLE_CHECK: u32 = 1024;
+
+impl<M: Mmio> RxRing<M> {
+    /// Allocates descriptors and buffers for `size` slots. The caller programs base, length,
+    /// head and enable, then calls [`RxRing::start`].
+    pub fn new(
+        mmio: Arc<M>,
+        tail: usize,
+        head: usize,
+        size: usize,
+        pool: Pool,
+        chip: ChipRx,
+    ) -> Result<Self> {
+        check_ring_size(size)?;
+        let desc = DmaMemory::allocate(size * DESC_SIZE, pool.memory().mapper().clone())?;
+        let mut spare = Vec::with_capacity(size);
+        if pool.alloc_bulk(size, &mut spare) < size {
+            return Err(Error::InvalidConfig(format!(
+                "the receive pool has fewer free buffers than the ring's {size} slots; give it more buffers"
+            )));
+        }
+        let mut bufs: Vec<Option<Packet>> = Vec::with_capacity(size);
+        for (i, mut p) in spare.drain(..).enumerate() {
+            let addr = p.reset_for_rx();
+            desc.store_u64(i * DESC_SIZE, addr, Relaxed);
+            desc.store_u64(i * DESC_SIZE + 8, 0, Relaxed);
+            bufs.push(Some(p));
+        }
+        Ok(RxRing {
+            mmio,
+            tail,
+            head,
+            desc,
+            bufs: bufs.into_boxed_slice(),
+            mask: size - 1,
+            next: 0,
+            spare,
+            pool,
+            chip,
+            hw_strip: false,
+            in_fragment: false,
+            idle_polls: 0,
+            stats: QueueStats::default(),
+        })
+    }
+
+    /// Bus address of the descriptor ring (for RDBAL/RDBAH).
+    pub fn desc_iova(&self) -> u64 {
+        self.desc.iova()
+    }
+
+    /// Descriptor ring length in bytes (for RDLEN).
+    pub fn desc_len(&self) -> u32 {
+        (self.bufs.len() * DESC_SIZE) as u32
+    }
+
+    /// Number of slots.
+    pub fn size(&self) -> usize {
+        self.bufs.len()
+    }
+
+    /// Hands every slot but one to the device (RDT = size - 1).
+    pub fn start(&mut self) {
+        self.next = 0;
+        self.mmio.doorbell(self.tail, self.mask as u32);
+    }
+
+    /// The pool buffers come from.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Software counters.
+    pub fn stats(&self) -> QueueStats {
+        self.stats
+    }
+
+    /// Receives up to `max` frames into `batch`.
+    #[inline]
+    pub fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
+        // Count the finished descriptors first, so exactly that many buffers are allocated.
+        let mut ready = 0;
+        let max = max.min(self.mask);
+        while ready < max {
+            let off = ((self.next + ready) & self.mask) * DESC_SIZE + 8;
+            if self.desc.load_u32(off, Acquire) & rx::DD == 0 {
+                break;
+            }
+            ready += 1;
+        }
+        if ready == 0 {
+            return self.idle();
+        }
+        self.idle_polls = 0;
+        let got = self.pool.alloc_bulk(ready, &mut self.spare);
+        if got < ready {
+            self.stats.no_room += 1;
+        }
+        let before = batch.len();
+        let mut bytes = 0u64;
+        for _ in 0..got {
+            let i = self.next;
+            let wb = self.desc.load_u64(i * DESC_SIZE + 8, Acquire);
+            let status = wb as u32;
+            let len = (wb >> 32) as u16;
+            let vlan = (wb >> 48) as u16;
+            let mut fresh = self.spare.pop().expect("allocated above");
+            let addr = fresh.reset_for_rx();
+            let mut p = self.bufs[i]
+                .replace(fresh)
+                .expect("every slot holds a buffer");
+            self.desc.store_u64(i * DESC_SIZE, addr, Relaxed);
+            self.desc.store_u64(i * DESC_SIZE + 8, 0, Relaxed);
+            self.next = (i + 1) & self.mask;
+
+            let eop = status & rx::EOP != 0;
+            if self.in_fragment || !eop || status & self.chip.frame_error != 0 || !p.set_rx_len(len)
+            {
+                // Frames spanning descriptors (larger than a buffer) and frames with MAC errors
+                // are dropped whole; the buffer goes back to the pool with `p`.
+                self.in_fragment = !eop;
+                self.stats.dropped += u64::from(eop);
+                continue;
+            }
+            let mut flags = 0;
+            if status & rx::VP != 0 {
+                if self.hw_strip {
+                    p.meta.vlan_tci = vlan;
+                    flags |= Meta::VLAN_STRIPPED;
+                } else {
+                    flags |= Meta::RX_VLAN_SEEN;
+                }
+            }
+            if status & rx::IPCS != 0 {
+                flags |= if status & self.chip.ip_error != 0 {
+                    Meta::RX_IP_CSUM_BAD
+                } else {
+                    Meta::RX_IP_CSUM_OK
+                };
+            }
+            if status & rx::L4CS != 0 {
+                flags |= if status & self.chip.l4_error != 0 {
+                    Meta::RX_L4_CSUM_BAD
+                } else {
+                    Meta::RX_L4_CSUM_OK
+                };
+            }
+            p.meta.flags = flags;
+            bytes += len as u64;
+            batch.push(p);
+        }
+        // Hand the re-armed slots back: the device owns everything up to the slot before `next`.
+        self.mmio
+            .doorbell(self.tail, (self.next.wrapping_sub(1) & self.mask) as u32);
+        let n = batch.len() - before;
+        self.stats.packets += n as u64;
+        self.stats.bytes += bytes;
+        Ok(n)
+    }
+
+    #[cold]
+    fn idle(&mut self) -> Result<usize, QueueError> {
+        self.idle_polls += 1;
+        if self.idle_polls >= IDLE_CHECK {
+            self.idle_polls = 0;
+            if self.mmio.read32(self.head) == u32::MAX {
+                return Err(QueueError::DeviceGone);
+            }
+        }
+        Ok(0)
+    }
+}
+
+/// A transmit ring.
+pub struct TxRing<M: Mmio> {
+    mmio: Arc<M>,
+    tail: usize,
+    head: usize,
+    desc: DmaMemory,
+    bufs: Box<[Option<Packet>]>,
+    mask: usize,
+    /// Next slot to fill.
+    next: usize,
+    /// Oldest slot not yet reclaimed.
+    clean: usize,
+    /// TCI programmed in context slot 0, if any.
+    ctx_tci: Option<u16>,
+    /// Data descriptors written since the last one that asked for a write-back.
+    since_rs: usize,
+    /// Slots of descriptors with RS set, oldest first: each one, when done, completes every
+    /// slot before it.
+    rs_marks: std::collections::VecDeque<usize>,
+    reclaim: Vec<Packet>,
+    stats: QueueStats,
+}
+
+impl<M: Mmio> TxRing<M> {
+    /// Allocates `size` descriptors through `mapper`-backed memory of `pool_for_mapper`.
+    pub fn new(
+        mmio: Arc<M>,
+        tail: usize,
+        head: usize,
+        size: usize,
+        mapper: Arc<dyn crate::dma::DmaMapper>,
+    ) -> Result<Self> {
+        check_ring_size(size)?;
+        let desc = DmaMemory::allocate(size * DESC_SIZE, mapper)?;
+        Ok(TxRing {
+            mmio,
+            tail,
+            head,
+            desc,
+            bufs: (0..size).map(|_| None).collect(),
+            mask: size - 1,
+            next: 0,
+            clean: 0,
+            ctx_tci: None,
+            since_rs: 0,
+            rs_marks: std::collections::VecDeque::with_capacity(size / RS_INTERVAL + 1),
+            reclaim: Vec::with_capacity(RS_INTERVAL),
+            stats: QueueStats::default(),
+        })
+    }
+
+    /// Bus address of the descriptor ring (for TDBAL/TDBAH).
+    pub fn desc_iova(&self) -> u64 {
+        self.desc.iova()
+    }
+
+    /// Descriptor ring length in bytes (for TDLEN).
+    pub fn desc_len(&self) -> u32 {
+        (self.bufs.len() * DESC_SIZE) as u32
+    }
+
+    /// Software counters.
+    pub fn stats(&self) -> QueueStats {
+        self.stats
+    }
+
+    /// Descriptors in flight (not yet reclaimed).
+    pub fn in_flight(&self) -> usize {
+        self.next.wrapping_sub(self.clean) & self.mask
+    }
+
+    /// Reclaims the buffers of every finished group of descriptors.
+    #[inline]
+    fn reclaim(&mut self) {
+        while let Some(&mark) = self.rs_marks.front() {
+            if self.desc.load_u32(mark * DESC_SIZE + 12, Acquire) & tx::DD == 0 {
+                break;
+            }
+            self.rs_marks.pop_front();
+            let end = (mark + 1) & self.mask;
+            while self.clean != end {
+                if let Some(p) = self.bufs[self.clean].take() {
+                    self.reclaim.push(p);
+                }
+                self.clean = (self.clean + 1) & self.mask;
+            }
+            Pool::free_bulk(self.reclaim.drain(..));
+        }
+    }
+
+    /// Writes one descriptor. Data descriptors ask for a write-back every `RS_INTERVAL`
+    /// descriptors (context descriptors never do: not every chip writes them back).
+    #[inline(always)]
+    fn put(&mut self, qword0: u64, mut cmd: u32, olinfo: u32, data: bool) {
+        let i = self.next;
+        self.since_rs += 1;
+        if data && self.since_rs >= RS_INTERVAL {
+            cmd |= tx::RS;
+            self.since_rs = 0;
+            self.rs_marks.push_back(i);
+        }
+        self.desc.store_u64(i * DESC_SIZE, qword0, Relaxed);
+        self.desc.store_u64(
+            i * DESC_SIZE + 8,
+            u64::from(cmd) | (u64::from(olinfo) << 32),
+            Relaxed,
+        );
+        self.next = (i + 1) & self.mask;
+    }
+
+    /// Queues packets from the front of `batch`; leaves the rest there.
+    #[inline]
+    pub fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
+        self.reclaim();
+        // One slot stays empty so that tail == head means "empty", never "full".
+        let mut room = self.mask - self.in_flight();
+        // How many packets fit, counting the context descriptors that a change of tag needs.
+        let mut n = 0;
+        let mut ctx = self.ctx_tci;
+        for p in batch.iter() {
+            let mut need = 1;
+            if p.meta.has(Meta::TX_VLAN) && ctx != Some(p.meta.vlan_tci) {
+                need = 2;
+                ctx = Some(p.meta.vlan_tci);
+            }
+            if room < need {
+                break;
+            }
+            room -= need;
+            n += 1;
+        }
+        if n < batch.len() {
+            self.stats.no_room += (batch.len() - n) as u64;
+            if n == 0 {
+                if !batch.is_empty() && self.mmio.read32(self.head) == u32::MAX {
+                    return Err(QueueError::DeviceGone);
+                }
+                return Ok(0);
+            }
+        }
+        let mut bytes = 0u64;
+        for p in batch.drain(..n) {
+            let len = p.len() as u32;
+            let mut cmd = tx::DTYP_DATA | tx::DEXT | tx::IFCS | tx::EOP | len;
+            if p.meta.has(Meta::TX_VLAN) {
+                let tci = p.meta.vlan_tci;
+                if self.ctx_tci != Some(tci) {
+                    // A context descriptor carrying the tag; it stays valid for later packets.
+                    self.put(
+                        u64::from(tci) << 16 | 14 << tx::MACLEN_SHIFT,
+                        tx::DTYP_CTXT | tx::DEXT | tx::L4T_RSV,
+                        0,
+                        false,
+                    );
+                    self.ctx_tci = Some(tci);
+                }
+                cmd |= tx::VLE;
+            }
+            let slot = self.next;
+            self.put(p.data_iova(), cmd, len << tx::PAYLEN_SHIFT, true);
+            bytes += u64::from(len);
+            self.bufs[slot] = Some(p);
+        }
+        self.mmio.doorbell(self.tail, self.next as u32);
+        self.stats.packets += n as u64;
+        self.stats.bytes += bytes;
+        Ok(n)
+    }
+
+    /// Reclaims everything the device has finished, according to its head register (an MMIO
+    /// read; for idle queues and shutdown, not for the fast path). Returns the descriptors still
+    /// in flight.
+    pub fn reclaim_by_head(&mut self) -> Result<usize, QueueError> {
+        let head = self.mmio.read32(self.head);
+        if head == u32::MAX {
+            return Err(QueueError::DeviceGone);
+        }
+        let head = head as usize & self.mask;
+        while self.clean != head {
+            if let Some(p) = self.bufs[self.clean].take() {
+                self.reclaim.push(p);
+            }
+            self.clean = (self.clean + 1) & self.mask;
+        }
+        while let Some(&m) = self.rs_marks.front() {
+            // Marks behind the head are done.
+            if (m.wrapping_sub(self.clean) & self.mask) < self.in_flight() {
+                break;
+            }
+            self.rs_marks.pop_front();
+        }
+        Pool::free_bulk(self.reclaim.drain(..));
+        Ok(self.in_flight())
+    }
+
+    /// Forgets the cached context (after a reset the device lost it).
+    pub fn reset_context(&mut self) {
+        self.ctx_tci = None;
+    }
+}
+
+impl<M: Mmio> Drop for TxRing<M> {
+    fn drop(&mut self) {
+        // The driver stopped the queue before dropping the ring; return what is still queued.
+        Pool::free_bulk(self.bufs.iter_mut().filter_map(Option::take));
+    }
+}

@@ -1,0 +1,229 @@
+//! The VFIO ioctls, declared once and wrapped in functions that take file descriptors and plain
+//! values.
+//!
+//! Every VFIO ioctl number is `_IO(';', 100 + n)`: the UAPI encodes neither direction nor size in
+//! the number, so nix's `*_bad!` macros are the right tool and the kernel learns how much of a
+//! struct it may read or write from its `argsz` field, which every wrapper here sets. Keeping the
+//! `unsafe` calls in this one file means the rest of the module only has to reason about lifetimes
+//! (which fd outlives which), not about pointers.
+
+use std::ffi::CStr;
+use std::fs::File;
+use std::mem::size_of;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd};
+
+use nix::errno::Errno;
+use nix::libc::{c_char, c_int};
+use vfio_bindings::bindings::vfio::{
+    vfio_device_info, vfio_group_status, vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap,
+    vfio_region_info, VFIO_BASE, VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE, VFIO_TYPE,
+};
+
+mod raw {
+    use super::*;
+    use nix::request_code_none;
+
+    nix::ioctl_none_bad!(get_api_version, request_code_none!(VFIO_TYPE, VFIO_BASE));
+    nix::ioctl_write_int_bad!(
+        check_extension,
+        request_code_none!(VFIO_TYPE, VFIO_BASE + 1)
+    );
+    nix::ioctl_write_int_bad!(set_iommu, request_code_none!(VFIO_TYPE, VFIO_BASE + 2));
+    nix::ioctl_readwrite_bad!(
+        group_get_status,
+        request_code_none!(VFIO_TYPE, VFIO_BASE + 3),
+        vfio_group_status
+    );
+    nix::ioctl_write_ptr_bad!(
+        group_set_container,
+        request_code_none!(VFIO_TYPE, VFIO_BASE + 4),
+        c_int
+    );
+    nix::ioctl_write_ptr_bad!(
+        group_get_device_fd,
+        request_code_none!(VFIO_TYPE, VFIO_BASE + 6),
+        c_char
+    );
+    nix::ioctl_readwrite_bad!(
+        device_get_info,
+        request_code_none!(VFIO_TYPE, VFIO_BASE + 7),
+        vfio_device_info
+    );
+    nix::ioctl_readwrite_bad!(
+        device_get_region_info,
+        request_code_none!(VFIO_TYPE, VFIO_BASE + 8),
+        vfio_region_info
+    );
+    nix::ioctl_none_bad!(device_reset, request_code_none!(VFIO_TYPE, VFIO_BASE + 11));
+    nix::ioctl_write_ptr_bad!(
+        iommu_map_dma,
+        request_code_none!(VFIO_TYPE, VFIO_BASE + 13),
+        vfio_iommu_type1_dma_map
+    );
+    nix::ioctl_readwrite_bad!(
+        iommu_unmap_dma,
+        request_code_none!(VFIO_TYPE, VFIO_BASE + 14),
+        vfio_iommu_type1_dma_unmap
+    );
+}
+
+/// `argsz` of a fixed-size VFIO struct.
+fn argsz<T>() -> u32 {
+    size_of::<T>() as u32
+}
+
+/// `VFIO_GET_API_VERSION` on a container.
+pub fn get_api_version(container: BorrowedFd<'_>) -> nix::Result<i32> {
+    // SAFETY: the ioctl takes no argument and only returns a number; the fd is borrowed, so open.
+    unsafe { raw::get_api_version(container.as_raw_fd()) }
+}
+
+/// `VFIO_CHECK_EXTENSION` on a container: whether IOMMU model `ext` is supported.
+pub fn check_extension(container: BorrowedFd<'_>, ext: u32) -> nix::Result<bool> {
+    // SAFETY: the argument is passed by value (an integer), so no memory is shared with the kernel.
+    let r = unsafe { raw::check_extension(container.as_raw_fd(), ext as c_int) }?;
+    Ok(r > 0)
+}
+
+/// `VFIO_SET_IOMMU` on a container; valid only once a group is attached.
+pub fn set_iommu(container: BorrowedFd<'_>, iommu_type: u32) -> nix::Result<()> {
+    // SAFETY: the argument is passed by value (an integer), so no memory is shared with the kernel.
+    unsafe { raw::set_iommu(container.as_raw_fd(), iommu_type as c_int) }.map(drop)
+}
+
+/// `VFIO_GROUP_GET_STATUS`: the group's `VFIO_GROUP_FLAGS_*`.
+pub fn group_get_status(group: BorrowedFd<'_>) -> nix::Result<u32> {
+    let mut status = vfio_group_status {
+        argsz: argsz::<vfio_group_status>(),
+        flags: 0,
+    };
+    // SAFETY: `status` is a live, correctly sized struct whose `argsz` tells the kernel its size;
+    // the kernel writes only within it during the call.
+    unsafe { raw::group_get_status(group.as_raw_fd(), &mut status) }?;
+    Ok(status.flags)
+}
+
+/// `VFIO_GROUP_SET_CONTAINER`: attaches the group to the container.
+pub fn group_set_container(group: BorrowedFd<'_>, container: BorrowedFd<'_>) -> nix::Result<()> {
+    let fd: c_int = container.as_raw_fd();
+    // SAFETY: the kernel reads one int (the container fd) through the pointer, which points to a
+    // local that outlives the call.
+    unsafe { raw::group_set_container(group.as_raw_fd(), &fd) }.map(drop)
+}
+
+/// `VFIO_GROUP_GET_DEVICE_FD`: opens the device called `name` (its PCI address) in the group.
+pub fn group_get_device_fd(group: BorrowedFd<'_>, name: &CStr) -> nix::Result<File> {
+    // SAFETY: `name` is a NUL-terminated string that outlives the call; the kernel only reads it.
+    let fd = unsafe { raw::group_get_device_fd(group.as_raw_fd(), name.as_ptr()) }?;
+    if fd < 0 {
+        return Err(Errno::EBADF);
+    }
+    // SAFETY: on success the ioctl returns a new file descriptor that nothing else owns, so the
+    // File may take ownership and close it on drop.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// `VFIO_DEVICE_GET_INFO`.
+pub fn device_get_info(device: BorrowedFd<'_>) -> nix::Result<vfio_device_info> {
+    let mut info = vfio_device_info {
+        argsz: argsz::<vfio_device_info>(),
+        ..Default::default()
+    };
+    // SAFETY: `info` is a live struct of the size given in `argsz`; the kernel writes within it.
+    unsafe { raw::device_get_info(device.as_raw_fd(), &mut info) }?;
+    Ok(info)
+}
+
+/// `VFIO_DEVICE_GET_REGION_INFO` for region `index`.
+pub fn device_get_region_info(device: BorrowedFd<'_>, index: u32) -> nix::Result<vfio_region_info> {
+    let mut info = vfio_region_info {
+        argsz: argsz::<vfio_region_info>(),
+        index,
+        ..Default::default()
+    };
+    // SAFETY: `info` is a live struct of the size given in `argsz`. If the region has capabilities
+    // the kernel only raises `argsz` to say how much it would need; it never writes past our size.
+    unsafe { raw::device_get_region_info(device.as_raw_fd(), &mut info) }?;
+    Ok(info)
+}
+
+/// `VFIO_DEVICE_RESET`.
+pub fn device_reset(device: BorrowedFd<'_>) -> nix::Result<()> {
+    // SAFETY: the ioctl takes no argument.
+    unsafe { raw::device_reset(device.as_raw_fd()) }.map(drop)
+}
+
+/// `VFIO_IOMMU_MAP_DMA` (type1): maps `size` bytes at `vaddr` to `iova`, readable and writable by
+/// the devices of the container.
+///
+/// # Safety
+/// `vaddr..vaddr+size` must stay allocated, and not be used for anything the device must not see,
+/// until it is unmapped with [`iommu_unmap_dma`]: after this call the device can write it at any time.
+pub unsafe fn iommu_map_dma(
+    container: BorrowedFd<'_>,
+    vaddr: u64,
+    iova: u64,
+    size: u64,
+) -> nix::Result<()> {
+    let map = vfio_iommu_type1_dma_map {
+        argsz: argsz::<vfio_iommu_type1_dma_map>(),
+        flags: VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE,
+        vaddr,
+        iova,
+        size,
+    };
+    // SAFETY: the kernel reads the local `map` (size in `argsz`) during the call; the memory it
+    // describes stays valid per this function's contract.
+    unsafe { raw::iommu_map_dma(container.as_raw_fd(), &map) }.map(drop)
+}
+
+/// `VFIO_IOMMU_UNMAP_DMA` (type1): returns the number of bytes the kernel actually unmapped.
+pub fn iommu_unmap_dma(container: BorrowedFd<'_>, iova: u64, size: u64) -> nix::Result<u64> {
+    let mut unmap = vfio_iommu_type1_dma_unmap {
+        argsz: argsz::<vfio_iommu_type1_dma_unmap>(),
+        flags: 0,
+        iova,
+        size,
+        ..Default::default()
+    };
+    // SAFETY: `unmap` is a live struct of the size in `argsz` (no dirty-bitmap flag, so the kernel
+    // reads nothing past it) and the kernel writes back only its `size` field.
+    unsafe { raw::iommu_unmap_dma(container.as_raw_fd(), &mut unmap) }?;
+    Ok(unmap.size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The request numbers must match `_IO(';', 100 + n)` from `<linux/vfio.h>`.
+    #[test]
+    fn request_codes_match_the_uapi() {
+        let io = |n: u32| (b';' as u32) << 8 | (100 + n);
+        assert_eq!(nix::request_code_none!(VFIO_TYPE, VFIO_BASE) as u32, io(0));
+        assert_eq!(
+            nix::request_code_none!(VFIO_TYPE, VFIO_BASE + 13) as u32,
+            io(13)
+        );
+        assert_eq!(io(0), 0x3b64);
+        assert_eq!(io(13), 0x3b71);
+    }
+
+    #[test]
+    fn argsz_covers_the_fixed_part() {
+        assert_eq!(argsz::<vfio_group_status>(), 8);
+        assert_eq!(argsz::<vfio_device_info>(), 24);
+        assert_eq!(argsz::<vfio_region_info>(), 32);
+        assert_eq!(argsz::<vfio_iommu_type1_dma_map>(), 32);
+        assert_eq!(argsz::<vfio_iommu_type1_dma_unmap>(), 24);
+    }
+
+    #[test]
+    fn ioctls_on_a_non_vfio_fd_fail_cleanly() {
+        let f = tempfile::tempfile().unwrap();
+        use std::os::fd::AsFd;
+        assert!(get_api_version(f.as_fd()).is_err());
+        assert!(group_get_status(f.as_fd()).is_err());
+        assert!(device_get_region_info(f.as_fd(), 7).is_err());
+    }
+}

@@ -1,0 +1,31 @@
+//! VFIO: safe, user-space ownership of a PCI device behind the IOMMU.
+//!
+//! Why VFIO and not `/sys/.../resource0` plus `/proc/self/pagemap`: with VFIO the IOMMU confines
+//! the device's DMA to memory we mapped for it, the kernel resets the device when we exit, and no
+//! physical addresses are needed. The price is three kernel objects with a strict order:
+//!
+//! - the [`Container`] (`/dev/vfio/vfio`): one IOMMU address space, shared by every device of the
+//!   process so that one DMA buffer has one IOVA for all ports;
+//! - the group (`/dev/vfio/<n>`): the unit of isolation, opened once and shared by its devices;
+//! - the device fd, from which config space, BARs and reset are reached ([`VfioDevice`]).
+//!
+//! Handles are `Arc`-linked downwards (device -> group -> container; BAR mappings and DMA memory
+//! hold the device or group), so they are torn down in the order the kernel needs whatever order
+//! the user drops them in. Only the type1 IOMMU backend exists today; it sits behind a small
+//! internal seam so an iommufd/cdev backend can be added later.
+//!
+//! This module is, with `dma` and `mmio`, where the crate's `unsafe` lives (ioctls in `ioctl.rs`,
+//! the BAR mapping in `device.rs`).
+
+mod backend;
+mod container;
+mod device;
+mod group;
+mod ioctl;
+mod registry;
+
+pub use container::{iova_alignment, Container, CONTAINER_PATH, GROUP_DIR};
+pub use device::{
+    command_with_bus_master, Device as VfioDevice, RegionInfo, PCI_COMMAND, PCI_COMMAND_MASTER,
+    PCI_COMMAND_MEMORY,
+};
