@@ -2,6 +2,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+pub mod bus;
 pub mod device;
 pub mod dma;
 pub mod error;

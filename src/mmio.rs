@@ -13,7 +13,9 @@ use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use crate::error::{Error, Result};
 use crate::regs::Reg;
 
 /// 32-bit register access to one device BAR.
@@ -68,6 +70,46 @@ impl<M: Mmio + ?Sized> Mmio for Arc<M> {
     }
     fn len(&self) -> usize {
         (**self).len()
+    }
+}
+
+/// Polls `reg` until `value & mask == want`, for at most `timeout`.
+///
+/// Every wait on a device goes through here, so none can hang: on timeout the error names the
+/// device, the register (`what`, e.g. "RDRXCTL.DMAIDONE") and the last value read. An all-ones
+/// read ends the wait at once with [`Error::DeviceGone`]: a removed device never answers.
+pub fn wait_for<M: Mmio + ?Sized>(
+    m: &M,
+    device: &str,
+    reg: Reg,
+    what: &'static str,
+    mask: u32,
+    want: u32,
+    timeout: Duration,
+) -> Result<u32> {
+    let start = Instant::now();
+    let mut pause = Duration::from_micros(1);
+    loop {
+        let v = m.read(reg);
+        if v & mask == want {
+            return Ok(v);
+        }
+        if v == u32::MAX && want != mask {
+            return Err(Error::DeviceGone {
+                device: device.to_string(),
+            });
+        }
+        if start.elapsed() >= timeout {
+            return Err(Error::RegisterTimeout {
+                device: device.to_string(),
+                register: what,
+                expect: format!("& {mask:#x} == {want:#x}"),
+                timeout_ms: timeout.as_millis() as u64,
+                last: v,
+            });
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(1));
     }
 }
 
@@ -305,6 +347,35 @@ mod tests {
         m.write32(0, 1 << 26 | 1);
         assert_eq!(m.read32(0), 1);
         assert_eq!(m.peek(0), 1 << 26 | 1);
+    }
+
+    #[test]
+    fn wait_for_succeeds_times_out_and_detects_removal() {
+        let m = RecordingMmio::new(0x100);
+        m.preset(8, 0b10);
+        assert_eq!(
+            wait_for(
+                &m,
+                "t",
+                Reg(8),
+                "X.B1",
+                0b10,
+                0b10,
+                Duration::from_millis(5)
+            )
+            .unwrap(),
+            0b10
+        );
+        let e = wait_for(&m, "t", Reg(8), "X.B0", 0b1, 0b1, Duration::from_millis(5)).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("X.B0") && text.contains("timed out"),
+            "{text}"
+        );
+        m.preset(8, u32::MAX - 1);
+        m.preset(12, u32::MAX);
+        let e = wait_for(&m, "t", Reg(12), "X.B0", 0b1, 0, Duration::from_secs(5)).unwrap_err();
+        assert!(matches!(e, Error::DeviceGone { .. }), "{e}");
     }
 
     #[test]

@@ -6,7 +6,9 @@
 pub mod iova;
 mod memory;
 pub mod pool;
+mod soft_iommu;
 
 pub use iova::IovaAllocator;
 pub use memory::{DmaMapper, DmaMemory, IdentityMapper, HUGE_PAGE};
 pub use pool::{Meta, Packet, Pool, PoolConfig, PoolStats};
+pub use soft_iommu::{DmaFault, SoftIommu};
