@@ -215,31 +215,26 @@ fn config_space_bus_master(ctx: &Ctx) -> Outcome {
         Ok(x) => x,
         Err(e) => return Outcome::Fail(e),
     };
-    let check = || -> vfio_nic::Result<String> {
-        let vendor = dev.config_read_u16(0)?;
-        dev.enable_bus_master()?;
-        let cmd = dev.config_read_u16(4)?;
+    verdict(|| {
+        let vendor = dev.config_read_u16(0).map_err(text)?;
+        dev.enable_bus_master().map_err(text)?;
+        let cmd = dev.config_read_u16(4).map_err(text)?;
         if cmd & 0b110 != 0b110 {
-            return Ok(format!(
-                "FAIL COMMAND {cmd:#06x} lacks memory-space or bus-master after enabling"
+            return Err(format!(
+                "COMMAND {cmd:#06x} lacks memory-space or bus-master after enabling"
             ));
         }
-        dev.disable_bus_master()?;
-        let off = dev.config_read_u16(4)?;
+        dev.disable_bus_master().map_err(text)?;
+        let off = dev.config_read_u16(4).map_err(text)?;
         if off & 0b100 != 0 {
-            return Ok(format!(
-                "FAIL COMMAND {off:#06x} still has bus-master after disabling"
+            return Err(format!(
+                "COMMAND {off:#06x} still has bus-master after disabling"
             ));
         }
         Ok(format!(
             "vendor {vendor:#06x}, COMMAND {cmd:#06x} -> {off:#06x}"
         ))
-    };
-    match check() {
-        Ok(s) if s.starts_with("FAIL ") => Outcome::Fail(s[5..].to_string()),
-        Ok(s) => Outcome::Pass(s),
-        Err(e) => Outcome::Fail(e.to_string()),
-    }
+    })
 }
 
 fn register_test(ctx: &Ctx) -> Outcome {
@@ -271,17 +266,18 @@ fn dma_map_through_iommu(ctx: &Ctx) -> Outcome {
         Ok(x) => x,
         Err(e) => return Outcome::Fail(e),
     };
-    let run = || -> vfio_nic::Result<String> {
+    verdict(|| {
         let mapper = dev.dma_mapper();
-        let a = DmaMemory::allocate(64 * 1024, mapper.clone())?;
-        let b = DmaMemory::allocate(3 * 4096, mapper.clone())?;
+        let a = DmaMemory::allocate(64 * 1024, mapper.clone()).map_err(text)?;
+        let b = DmaMemory::allocate(3 * 4096, mapper.clone()).map_err(text)?;
         let pool = Pool::new(
             PoolConfig {
                 buffers: 512,
                 ..PoolConfig::default()
             },
             mapper.clone(),
-        )?;
+        )
+        .map_err(text)?;
         let ranges = [
             (a.iova(), a.len() as u64),
             (b.iova(), b.len() as u64),
@@ -289,12 +285,12 @@ fn dma_map_through_iommu(ctx: &Ctx) -> Outcome {
         ];
         for (i, &(s, l)) in ranges.iter().enumerate() {
             if s == 0 {
-                return Ok("FAIL an IOVA of 0 was handed out".into());
+                return Err("an IOVA of 0 was handed out".into());
             }
             for &(s2, l2) in &ranges[i + 1..] {
                 if s < s2 + l2 && s2 < s + l {
-                    return Ok(format!(
-                        "FAIL IOVA ranges overlap: {s:#x}+{l:#x} and {s2:#x}+{l2:#x}"
+                    return Err(format!(
+                        "IOVA ranges overlap: {s:#x}+{l:#x} and {s2:#x}+{l2:#x}"
                     ));
                 }
             }
@@ -307,12 +303,19 @@ fn dma_map_through_iommu(ctx: &Ctx) -> Outcome {
             ranges[2].0,
             a.is_huge()
         ))
-    };
-    match run() {
-        Ok(s) if s.starts_with("FAIL ") => Outcome::Fail(s[5..].to_string()),
-        Ok(s) => Outcome::Pass(s),
-        Err(e) => Outcome::Fail(e.to_string()),
+    })
+}
+
+/// Turns a check's result into an outcome.
+fn verdict(check: impl FnOnce() -> Result<String, String>) -> Outcome {
+    match check() {
+        Ok(detail) => Outcome::Pass(detail),
+        Err(why) => Outcome::Fail(why),
     }
+}
+
+fn text(e: Error) -> String {
+    e.to_string()
 }
 
 fn open_twice_fails(ctx: &Ctx) -> Outcome {

@@ -1,0 +1,248 @@
+//! `list`, `regs` and `reg`: looking at a card without a driver running.
+
+use serde_json::{json, Value};
+use vfio_nic::bus::{Bus, PciBus};
+use vfio_nic::ids;
+use vfio_nic::mmio::Mmio;
+use vfio_nic::pci::{PciAddress, Sysfs};
+use vfio_nic::port::PortName;
+use vfio_nic::regs::{self, Access, RegisterInfo, RegisterMap};
+use vfio_nic::{Error, Result};
+
+/// `vfio-nic list`.
+pub fn list(json: bool) -> Result<()> {
+    let sys = Sysfs::default();
+    let mut rows = Vec::new();
+    for addr in sys.list_network_devices()? {
+        let (vendor, device) = sys.vendor_device(addr)?;
+        let known = ids::lookup(vendor, device);
+        let driver = sys.driver(addr);
+        let group = sys.iommu_group(addr).ok();
+        let (ready, why) = match (known, sys.check_vfio_ready(addr)) {
+            (None, _) => (
+                false,
+                format!("not supported by vfio-nic ({vendor:04x}:{device:04x})"),
+            ),
+            (Some(_), Ok(_)) => (true, String::new()),
+            (Some(_), Err(e)) => (false, e.to_string()),
+        };
+        rows.push(json!({
+            "address": addr.to_string(),
+            "id": format!("{vendor:04x}:{device:04x}"),
+            "family": known.map(|(f, _)| f.name()),
+            "model": known.map(|(_, m)| m),
+            "driver": driver,
+            "iommu_group": group,
+            "can_open": ready,
+            "why_not": if ready { None } else { Some(why) },
+        }));
+    }
+    if json {
+        println!("{}", Value::Array(rows));
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!("no network devices on the PCI bus");
+    }
+    for r in &rows {
+        println!(
+            "{}  {}  {:<6} {:<50} driver {:<10} group {:<4} {}",
+            r["address"].as_str().unwrap_or(""),
+            r["id"].as_str().unwrap_or(""),
+            r["family"].as_str().unwrap_or("-"),
+            r["model"].as_str().unwrap_or("(unsupported)"),
+            r["driver"].as_str().unwrap_or("none"),
+            r["iommu_group"]
+                .as_u64()
+                .map_or("-".to_string(), |g| g.to_string()),
+            if r["can_open"].as_bool() == Some(true) {
+                "ready".to_string()
+            } else {
+                format!("cannot open: {}", r["why_not"].as_str().unwrap_or(""))
+            }
+        );
+    }
+    Ok(())
+}
+
+/// Opens a PCI port's registers and finds its register map.
+fn open(port: &str) -> Result<(PciBus, &'static RegisterMap)> {
+    let addr: PciAddress = match port.parse::<PortName>()? {
+        PortName::Pci(a) => a,
+        other => {
+            return Err(Error::NotSupported {
+                device: other.to_string(),
+                what: "register access".into(),
+                why: "in-memory ports have no register map; give a PCI address".into(),
+            })
+        }
+    };
+    let bus = PciBus::open(addr)?;
+    let (v, d) = bus.pci_id();
+    let (family, _) = ids::lookup(v, d).ok_or_else(|| Error::UnsupportedDevice {
+        addr: addr.to_string(),
+        vendor: v,
+        device: d,
+        supported: ids::supported_list(),
+    })?;
+    let map = regs::family(family.name()).expect("every family has a register map");
+    Ok((bus, map))
+}
+
+fn register_json(info: &RegisterInfo, n: u32, value: Option<u32>, decode: bool) -> Value {
+    let offset = info.instance_offset(n).unwrap_or(info.offset);
+    let mut v = json!({
+        "name": info.instance_name(n),
+        "offset": format!("{offset:#07x}"),
+        "access": info.access.short_name(),
+        "value": value.map(|x| format!("{x:#010x}")),
+    });
+    if decode {
+        if let Some(value) = value {
+            v["fields"] = info
+                .decode(value)
+                .iter()
+                .map(|f| {
+                    json!({
+                        "name": f.name,
+                        "bits": if f.lo == f.hi { f.lo.to_string() } else { format!("{}:{}", f.hi, f.lo) },
+                        "value": f.value,
+                        "meaning": f.meaning,
+                        "description": f.description,
+                    })
+                })
+                .collect();
+        }
+    }
+    v
+}
+
+fn print_register(v: &Value) {
+    println!(
+        "{:<14} {}  {}  {}",
+        v["name"].as_str().unwrap_or(""),
+        v["offset"].as_str().unwrap_or(""),
+        v["value"]
+            .as_str()
+            .unwrap_or("(not read: reading clears it)"),
+        v["access"].as_str().unwrap_or("")
+    );
+    if let Some(fields) = v["fields"].as_array() {
+        for f in fields {
+            println!(
+                "    {:<16} [{:>5}] = {:#x}{}   {}",
+                f["name"].as_str().unwrap_or(""),
+                f["bits"].as_str().unwrap_or(""),
+                f["value"].as_u64().unwrap_or(0),
+                f["meaning"]
+                    .as_str()
+                    .map(|m| format!(" ({m})"))
+                    .unwrap_or_default(),
+                f["description"].as_str().unwrap_or("")
+            );
+        }
+    }
+}
+
+/// `vfio-nic regs PORT [NAME...] [--decode]`.
+pub fn dump(port: &str, names: &[String], decode: bool, json: bool) -> Result<()> {
+    let (bus, map) = open(port)?;
+    let regs = bus.regs();
+    let mut wanted: Vec<(&RegisterInfo, u32, bool)> = Vec::new();
+    if names.is_empty() {
+        // Whole map; read-to-clear and write-only registers are listed but not read, so a dump
+        // does not disturb the counters.
+        for info in map.registers {
+            for n in 0..info.count {
+                wanted.push((info, n, false));
+            }
+        }
+    } else {
+        for name in names {
+            let (info, n) = map.lookup(name).ok_or_else(|| {
+                Error::InvalidConfig(format!(
+                    "{} has no register '{name}'; `vfio-nic regs {port}` lists them all",
+                    map.family
+                ))
+            })?;
+            wanted.push((info, n, true));
+        }
+    }
+    let mut out = Vec::new();
+    for (info, n, asked) in wanted {
+        let offset = info.instance_offset(n).unwrap_or(info.offset);
+        let readable = match info.access {
+            Access::WriteOnly => false,
+            a if a.read_has_side_effect() => asked,
+            _ => true,
+        };
+        let value = readable.then(|| regs.read32(offset as usize));
+        out.push(register_json(info, n, value, decode));
+    }
+    if json {
+        println!(
+            "{}",
+            json!({ "port": port, "family": map.family, "registers": out })
+        );
+    } else {
+        println!("{port} ({}), {} registers", map.family, out.len());
+        out.iter().for_each(print_register);
+    }
+    Ok(())
+}
+
+fn parse_u32(s: &str) -> Result<u32> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|_| Error::InvalidConfig(format!("'{s}' is not a 32-bit number (write 123 or 0x7b)")))
+}
+
+/// `vfio-nic reg PORT NAME|OFFSET [VALUE]`.
+pub fn one(port: &str, register: &str, value: Option<&str>, json: bool) -> Result<()> {
+    let (bus, map) = open(port)?;
+    let regs = bus.regs();
+    let (info, n, offset) = match map.lookup(register) {
+        Some((info, n)) => (
+            Some(info),
+            n,
+            info.instance_offset(n).unwrap_or(info.offset),
+        ),
+        None if register.starts_with("0x") || register.chars().all(|c| c.is_ascii_digit()) => {
+            let off = parse_u32(register)?;
+            if off % 4 != 0 || off as usize + 4 > regs.len() {
+                return Err(Error::InvalidConfig(format!(
+                    "offset {off:#x} is not a 4-byte aligned register inside the {:#x}-byte BAR",
+                    regs.len()
+                )));
+            }
+            match map.by_offset(off) {
+                Some((info, n)) => (Some(info), n, off),
+                None => (None, 0, off),
+            }
+        }
+        None => {
+            return Err(Error::InvalidConfig(format!(
+                "{} has no register '{register}'; `vfio-nic regs {port}` lists them all",
+                map.family
+            )))
+        }
+    };
+    if let Some(v) = value {
+        regs.write32(offset as usize, parse_u32(v)?);
+    }
+    let read = regs.read32(offset as usize);
+    let v = match info {
+        Some(info) => register_json(info, n, Some(read), true),
+        None => {
+            json!({ "name": format!("{offset:#07x}"), "offset": format!("{offset:#07x}"), "value": format!("{read:#010x}"), "access": "?" })
+        }
+    };
+    if json {
+        println!("{v}");
+    } else {
+        print_register(&v);
+    }
+    Ok(())
+}
