@@ -73,6 +73,7 @@ bind_port() { # bdf driver
 }
 
 # 1. VFIO: load, then bind every VFIO port before any NIC driver is loaded (so igb cannot grab it).
+# shellcheck disable=SC2086 # word lists on purpose
 load_modules $HWT_VFIO_MODULES
 for bdf in $HWT_VFIO_PORTS; do
     bind_port "$bdf" vfio-pci
@@ -84,10 +85,11 @@ done
 
 # 2. Linux peer (kernel-peer layout): igb binds the remaining port by itself; make it explicit anyway.
 if [ -n "${HWT_PEER_PORT:-}" ]; then
+    # shellcheck disable=SC2086
     load_modules $HWT_PEER_MODULES
     bind_port "$HWT_PEER_PORT" igb
     ifname=
-    for i in 1 2 3 4 5 6 7 8 9 10; do
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
         ifname=$(ls "/sys/bus/pci/devices/$HWT_PEER_PORT/net" 2>/dev/null | head -n 1)
         [ -n "$ifname" ] && break
         sleep 1
@@ -102,7 +104,7 @@ ip link set lo up 2>/dev/null || true
 echo "hwtests: env: $(env | grep '^VFIO_NIC_' | sort | tr '\n' ' ')"
 for n in ${HWT_EXTRA_ENV_NAMES:-}; do eval "echo \"hwtests: env (--env): $n=\$$n\""; done
 echo "@@HWT suite-begin"
-cd /tmp
+cd /tmp || true
 /bin/vfio-nic-hwtests "$@"
 status=$?
 echo  # in case the suite's last line had no newline: markers must start a line
