@@ -6,6 +6,7 @@ pub mod bus;
 pub mod device;
 pub mod dma;
 pub mod error;
+pub mod forward;
 pub mod ids;
 pub mod mmio;
 pub mod null;

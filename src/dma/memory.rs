@@ -110,12 +110,18 @@ impl DmaMemory {
         {
             Ok(m) => (m, true, huge_len),
             Err(e) => {
-                tracing::warn!(
+                static WARNED: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if WARNED.swap(true, Ordering::Relaxed) {
+                    tracing::debug!(bytes = len, "DMA memory from 4 KiB pages");
+                } else {
+                    tracing::warn!(
                     bytes = len,
                     error = %e,
                     "no 2 MiB huge pages available, using 4 KiB pages for DMA memory \
                      (reserve some with `echo 512 > /proc/sys/vm/nr_hugepages`)"
-                );
+                    );
+                }
                 let len = len.div_ceil(PAGE) * PAGE;
                 let m = MmapOptions::new()
                     .len(len)

@@ -4,9 +4,12 @@
 //! a one-line cause and fix. Register dumps come from the same `regs/` tables the drivers are
 //! generated from, so what the tool decodes is what the driver programs.
 
+mod fwd;
 mod regs;
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
@@ -50,6 +53,8 @@ enum Command {
         /// Value to write (decimal or 0x-hex).
         value: Option<String>,
     },
+    /// Forward between two ports (or back out of one), like testpmd's io mode.
+    Fwd(fwd::FwdArgs),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +67,14 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    // Ctrl-C asks long-running commands to stop and print their summary.
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        if let Err(e) = ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed)) {
+            tracing::warn!("cannot install the Ctrl-C handler: {e}");
+        }
+    }
     let result = match &cli.command {
         Command::List => regs::list(cli.json),
         Command::Regs {
@@ -74,6 +87,7 @@ fn main() -> ExitCode {
             register,
             value,
         } => regs::one(port, register, value.as_deref(), cli.json),
+        Command::Fwd(args) => fwd::run(args, cli.json, stop),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
