@@ -14,6 +14,7 @@ pub mod pci;
 pub mod port;
 pub mod regs;
 pub mod ring;
+pub mod sim;
 pub mod vfio;
 
 pub use error::{Error, Result};
