@@ -139,6 +139,10 @@ pub enum Error {
     #[error(transparent)]
     Queue(#[from] crate::device::QueueError),
 
+    /// A VLAN ID of 4095 where a usable VID is needed (filter entry, transmit tag).
+    #[error("VLAN ID 4095 cannot be used {what}: IEEE 802.1Q reserves it; use a VID from 1 to 4094 (or 0 for a priority tag only)")]
+    ReservedVlanId { what: &'static str },
+
     /// A configuration value out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),

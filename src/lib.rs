@@ -8,6 +8,7 @@ pub mod dma;
 pub mod error;
 pub mod forward;
 pub mod ids;
+pub mod ixgbe;
 pub mod mmio;
 pub mod null;
 pub mod pci;
@@ -16,5 +17,6 @@ pub mod regs;
 pub mod ring;
 pub mod sim;
 pub mod vfio;
+pub mod vlan;
 
 pub use error::{Error, Result};

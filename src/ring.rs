@@ -16,6 +16,12 @@
 //!
 //! A ring does not own its queue's enable bit: the driver's queue type disables the queue in its
 //! `Drop` before the ring (and its memory) is dropped.
+//!
+//! Changing how the device writes descriptors back (for example whether it strips VLAN tags, which
+//! [`RxRing::hw_strip`] mirrors) is the driver's job too, and it must not race with descriptors
+//! already written under the old setting: stop the queue, harvest every finished descriptor
+//! ([`RxRing::done_pending`] tells when none is left), change the setting and `hw_strip`, program
+//! the head at [`RxRing::restart_slot`], re-enable, then [`RxRing::rearm_all`].
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
@@ -106,6 +112,7 @@ pub struct RxRing<M: Mmio> {
     pool: Pool,
     chip: ChipRx,
     /// Hardware strips tags on this queue: VP means "stripped, TCI in the descriptor".
+    /// Change it only while the queue is stopped and drained (see the module doc).
     pub hw_strip: bool,
     /// Inside a frame that spans descriptors: drop until its EOP.
     in_fragment: bool,
@@ -179,6 +186,32 @@ impl<M: Mmio> RxRing<M> {
     pub fn start(&mut self) {
         self.next = 0;
         self.mmio.doorbell(self.tail, self.mask as u32);
+    }
+
+    /// Whether the next slot holds a finished descriptor not yet harvested (an acquire load of
+    /// its DD bit; no register access).
+    pub fn done_pending(&self) -> bool {
+        self.desc.load_u32(self.next * DESC_SIZE + 8, Acquire) & rx::DD != 0
+    }
+
+    /// For a restart of a stopped and drained queue: the slot the device must resume at
+    /// (program it as the head before re-enabling). Every slot is armed at that point: harvested
+    /// slots were re-armed in place, the others were never written back. A frame whose first
+    /// descriptors were harvested but whose EOP never came is abandoned and counted as dropped.
+    pub fn restart_slot(&mut self) -> usize {
+        if self.in_fragment {
+            self.in_fragment = false;
+            self.stats.dropped += 1;
+        }
+        self.next
+    }
+
+    /// After a restart at [`RxRing::restart_slot`]: hands every slot but one back to the device
+    /// (tail = the slot before the head).
+    pub fn rearm_all(&mut self) {
+        self.idle_polls = 0;
+        self.mmio
+            .doorbell(self.tail, (self.next.wrapping_sub(1) & self.mask) as u32);
     }
 
     /// The pool buffers come from.
@@ -303,6 +336,9 @@ pub struct TxRing<M: Mmio> {
     ctx_tci: Option<u16>,
     /// Data descriptors written since the last one that asked for a write-back.
     since_rs: usize,
+    /// Descriptors between two write-back requests: `RS_INTERVAL`, or half the ring for rings
+    /// so small that a full ring might otherwise hold no descriptor with RS (and never drain).
+    rs_interval: usize,
     /// Slots of descriptors with RS set, oldest first: each one, when done, completes every
     /// slot before it.
     rs_marks: std::collections::VecDeque<usize>,
@@ -332,6 +368,7 @@ impl<M: Mmio> TxRing<M> {
             clean: 0,
             ctx_tci: None,
             since_rs: 0,
+            rs_interval: RS_INTERVAL.min(size / 2),
             rs_marks: std::collections::VecDeque::with_capacity(size / RS_INTERVAL + 1),
             reclaim: Vec::with_capacity(RS_INTERVAL),
             stats: QueueStats::default(),
@@ -351,6 +388,12 @@ impl<M: Mmio> TxRing<M> {
     /// Software counters.
     pub fn stats(&self) -> QueueStats {
         self.stats
+    }
+
+    /// The tail value last written (the slot the next descriptor goes to), for a driver that
+    /// waits for the head to catch up before disabling the queue.
+    pub fn tail_slot(&self) -> usize {
+        self.next
     }
 
     /// Descriptors in flight (not yet reclaimed).
@@ -377,13 +420,13 @@ impl<M: Mmio> TxRing<M> {
         }
     }
 
-    /// Writes one descriptor. Data descriptors ask for a write-back every `RS_INTERVAL`
+    /// Writes one descriptor. Data descriptors ask for a write-back every `rs_interval`
     /// descriptors (context descriptors never do: not every chip writes them back).
     #[inline(always)]
     fn put(&mut self, qword0: u64, mut cmd: u32, olinfo: u32, data: bool) {
         let i = self.next;
         self.since_rs += 1;
-        if data && self.since_rs >= RS_INTERVAL {
+        if data && self.since_rs >= self.rs_interval {
             cmd |= tx::RS;
             self.since_rs = 0;
             self.rs_marks.push_back(i);
@@ -492,5 +535,54 @@ impl<M: Mmio> Drop for TxRing<M> {
     fn drop(&mut self) {
         // The driver stopped the queue before dropping the ring; return what is still queued.
         Pool::free_bulk(self.bufs.iter_mut().filter_map(Option::take));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dma::{IdentityMapper, PoolConfig};
+    use crate::mmio::RecordingMmio;
+
+    /// Plays the device: marks every descriptor with RS done, as a write-back would.
+    fn complete_rs(ring: &TxRing<RecordingMmio>) -> usize {
+        let mut done = 0;
+        for i in 0..ring.bufs.len() {
+            let cmd = ring.desc.load_u32(i * DESC_SIZE + 8, Relaxed);
+            if cmd & tx::RS != 0 {
+                ring.desc.store_u32(i * DESC_SIZE + 12, tx::DD, Relaxed);
+                done += 1;
+            }
+        }
+        done
+    }
+
+    #[test]
+    fn smallest_transmit_ring_asks_for_write_backs_and_drains() {
+        let mmio = Arc::new(RecordingMmio::new(0x100));
+        let mapper: Arc<dyn crate::dma::DmaMapper> = Arc::new(IdentityMapper);
+        let pool = Pool::new(
+            PoolConfig {
+                buffers: 128,
+                ..PoolConfig::default()
+            },
+            mapper.clone(),
+        )
+        .unwrap();
+        let mut ring = TxRing::new(mmio, 0x18, 0x10, RS_INTERVAL, mapper).unwrap();
+        let mut batch = Vec::new();
+        pool.alloc_bulk_len(64, 60, &mut batch);
+        assert_eq!(ring.tx_burst(&mut batch).unwrap(), RS_INTERVAL - 1);
+        assert!(
+            complete_rs(&ring) > 0,
+            "a full ring holds a descriptor with RS"
+        );
+        assert!(
+            ring.tx_burst(&mut batch).unwrap() > 0,
+            "and drains once it is done"
+        );
+        drop(batch);
+        drop(ring);
+        assert_eq!(pool.stats().in_use, 0);
     }
 }

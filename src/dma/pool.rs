@@ -352,6 +352,14 @@ impl Meta {
     pub const RX_RSS_HASH: u16 = 1 << 6;
     /// The device set its "VLAN packet" bit (informational: on the 82599 it does not mean stripped).
     pub const RX_VLAN_SEEN: u16 = 1 << 7;
+    /// The receive-side VLAN work on this packet is done and found no tag to remove: the VLAN
+    /// layer (or a driver that knows it from the descriptor) saw an untagged or
+    /// [`Meta::VLAN_MALFORMED`] frame, or the application replaced the receive tag by a transmit
+    /// tag. Asking for the tag again answers "none" without reading the frame.
+    pub const VLAN_HANDLED: u16 = 1 << 8;
+    /// The frame's ethertype says "tagged" but it is too short to hold the tag and an ethertype;
+    /// it is delivered as is and reported untagged (set with [`Meta::VLAN_HANDLED`]).
+    pub const VLAN_MALFORMED: u16 = 1 << 9;
 
     /// Whether all bits of `flag` are set.
     #[inline(always)]

@@ -1,0 +1,337 @@
+//! Bringing an 82599 up, in the datasheet's order (section 4.6.3 "Initialization sequence", as
+//! summarised step by step in `intel-nic-notes.md` 1.4, which follows ixy's `reset_and_init`).
+//!
+//! Why this order: the reset wipes everything, so interrupts are masked before and after it; the
+//! EEPROM auto-read (EEC.ARD) and the receive DMA init (RDRXCTL.DMAIDONE) must finish before any
+//! receive register is touched; every ring is programmed while receive and the queue are off;
+//! a queue's tail is written only after its enable bit reads back, because the device samples
+//! the descriptors between head and tail as soon as it sees the tail move.
+//!
+//! Every poll goes through [`wait_for`], so a device that never answers gives an error naming
+//! the register instead of a hang.
+
+use std::time::Duration;
+
+use crate::bus::Bus;
+use crate::device::{LinkStatus, MacAddr};
+use crate::error::{Error, Result};
+use crate::mmio::{wait_for, Mmio};
+use crate::regs::ixgbe::{self as r};
+
+use super::queue::{IxgbeRx, IxgbeTx};
+use super::IxgbePort;
+
+/// Receive packet buffer 0 gets all 128 KB when DCB is off (notes 1.3, ixy).
+const RXPB_SIZE: u32 = 0x2_0000;
+/// Transmit packet buffer 0 gets 40 KB (notes 1.3, ixy).
+const TXPB_SIZE: u32 = 0xA000;
+/// Settling time after the reset bits clear (datasheet 4.6.3.2: at least 10 ms).
+const RESET_SETTLE: Duration = Duration::from_millis(10);
+/// Interrupt mask clear: bits 30:0 (bit 31 is reserved in EIMC), as ixy writes it.
+const EIMC_ALL: u32 = 0x7FFF_FFFF;
+
+/// The RSS key: the 16-bit pattern 0x6d5a repeated. With a key whose bytes repeat every 16
+/// bits the Toeplitz hash is symmetric (Woo & Park, "Scalable TCP Session Monitoring with
+/// Symmetric Receive-side Scaling"), so both directions of a flow land on the same queue, which
+/// is what a forwarder wants. It is fixed so that a flow's queue is reproducible across runs.
+pub(crate) const RSS_KEY: [u8; 40] = {
+    let mut k = [0u8; 40];
+    let mut i = 0;
+    while i < 40 {
+        k[i] = if i % 2 == 0 { 0x6d } else { 0x5a };
+        i += 1;
+    }
+    k
+};
+
+/// Decodes LINKS (notes 1.3: UP b30, speed b29:28 = 01 100M, 10 1G, 11 10G).
+pub(crate) fn decode_links(v: u32) -> LinkStatus {
+    let up = r::links::UP.is_set(v);
+    let speed_mbps = match (up, r::links::LINK_SPEED.get(v)) {
+        (false, _) => 0,
+        (true, 1) => 100,
+        (true, 2) => 1_000,
+        (true, 3) => 10_000,
+        (true, _) => 0,
+    };
+    LinkStatus {
+        up,
+        speed_mbps,
+        full_duplex: up,
+    }
+}
+
+impl<B: Bus> IxgbePort<B> {
+    /// The whole bring-up. Called once by `open`, on a port whose `Drop` already cleans up.
+    pub(super) fn init(&mut self) -> Result<()> {
+        let regs = self.regs.clone();
+        let m = &*regs;
+        let name = self.name.clone();
+        let t = self.cfg.reg_timeout;
+
+        // Notes 1.4 step 1: bus master on (nothing is received without it), mask interrupts.
+        self.bus.enable_bus_master()?;
+        m.write(r::EIMC, EIMC_ALL);
+        m.read(r::EICR);
+
+        // Step 2 (datasheet 4.6.3.2 "Global reset"): RST|LNK_RST, wait until both clear, settle.
+        let rst = r::ctrl::RST.bit() | r::ctrl::LNK_RST.bit();
+        m.modify(r::CTRL, 0, rst);
+        wait_for(m, &name, r::CTRL, "CTRL.RST|LNK_RST", rst, 0, t)?;
+        std::thread::sleep(RESET_SETTLE);
+
+        // Step 3: the reset unmasked nothing, but mask and clear again as the datasheet says;
+        // then EEPROM auto-read done, then receive DMA init done.
+        m.write(r::EIMC, EIMC_ALL);
+        m.read(r::EICR);
+        let ard = r::eec::ARD.bit();
+        wait_for(m, &name, r::EEC, "EEC.ARD", ard, ard, t)?;
+        let dmaidone = r::rdrxctl::DMAIDONE.bit();
+        wait_for(
+            m,
+            &name,
+            r::RDRXCTL,
+            "RDRXCTL.DMAIDONE",
+            dmaidone,
+            dmaidone,
+            t,
+        )?;
+
+        // The MAC address the EEPROM loaded into receive address 0.
+        self.mac = read_mac(m, &name);
+
+        // Step 4 (datasheet 4.6.4 "Link setup"), or step 11 for MAC loopback.
+        setup_link(m, self.cfg.loopback);
+
+        // Step 5: clear the read-to-clear statistics; totals start at zero.
+        self.stats.accumulate(m, self.cfg.rx_queues);
+        self.stats.clear();
+
+        // Step 6 (datasheet 4.6.7 "Receive initialization"): global part with receive off.
+        self.init_rx_global();
+        self.rx = (0..self.cfg.rx_queues)
+            .map(|q| {
+                IxgbeRx::setup(
+                    regs.clone(),
+                    name.clone(),
+                    q.into(),
+                    &self.cfg,
+                    self.bus.dma_mapper(),
+                    self.strip[usize::from(q)].clone(),
+                )
+            })
+            .collect::<Result<_>>()?;
+        // No snoop off (DMA stays cache coherent), then the DCA bit ixy and the datasheet clear.
+        m.modify(r::CTRL_EXT, 0, r::ctrl_ext::NS_DIS.bit());
+        for q in 0..u32::from(self.cfg.rx_queues) {
+            m.modify(r::DCA_RXCTRL.at(q), r::dca_rxctrl::RSVD12.bit(), 0);
+        }
+        if self.cfg.rx_queues > 1 {
+            setup_rss(m, self.cfg.rx_queues);
+        }
+        m.modify(r::RXCTRL, 0, r::rxctrl::RXEN.bit());
+
+        // Step 7 (datasheet 4.6.8 "Transmit initialization").
+        self.init_tx_global();
+        self.tx = (0..self.cfg.tx_queues)
+            .map(|q| {
+                IxgbeTx::setup(
+                    regs.clone(),
+                    name.clone(),
+                    q.into(),
+                    &self.cfg,
+                    self.bus.dma_mapper(),
+                )
+            })
+            .collect::<Result<_>>()?;
+        m.modify(r::DMATXCTL, 0, r::dmatxctl::TE.bit());
+
+        // Step 8: enable each queue, wait for the enable bit, and only then write the tail.
+        for q in &mut self.rx {
+            q.start()?;
+        }
+        for q in &mut self.tx {
+            q.start()?;
+        }
+
+        // Step 9: wait for the link. Down after the timeout is not an error.
+        let up = r::links::UP.bit();
+        match wait_for(
+            m,
+            &name,
+            r::LINKS,
+            "LINKS.UP",
+            up,
+            up,
+            self.cfg.link_timeout,
+        ) {
+            Ok(v) => {
+                let l = decode_links(v);
+                tracing::info!(port = %name, mac = %self.mac, speed_mbps = l.speed_mbps, "link up");
+            }
+            Err(Error::RegisterTimeout { .. }) => tracing::warn!(
+                port = %name,
+                timeout_ms = self.cfg.link_timeout.as_millis() as u64,
+                "link is still down; check the cable and the link partner (link() reports it)"
+            ),
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    /// Notes 1.4 steps 6 and 10: everything global about receive, with RXCTRL.RXEN off.
+    fn init_rx_global(&mut self) {
+        let m = &*self.regs;
+        m.modify(r::RXCTRL, r::rxctrl::RXEN.bit(), 0);
+        // Packet buffers: all of it to traffic class 0 (no DCB).
+        m.write(r::RXPBSIZE.at(0), RXPB_SIZE);
+        for i in 1..r::RXPBSIZE.count() {
+            m.write(r::RXPBSIZE.at(i), 0);
+        }
+        // CRC strip must be set in both places (datasheet 8.2.3.8.8: RDRXCTL.CRCSTRIP must
+        // match HLREG0.RXCRCSTRP), jumbo and loopback live in HLREG0 too.
+        let mut set = r::hlreg0::RXCRCSTRP.bit();
+        let mut clear = r::hlreg0::JUMBOEN.bit() | r::hlreg0::LPBK.bit();
+        if self.cfg.mtu > 1500 {
+            set |= r::hlreg0::JUMBOEN.bit();
+            clear &= !r::hlreg0::JUMBOEN.bit();
+        }
+        if self.cfg.loopback {
+            set |= r::hlreg0::LPBK.bit();
+            clear &= !r::hlreg0::LPBK.bit();
+        }
+        m.modify(r::HLREG0, clear, set);
+        m.modify(r::RDRXCTL, 0, r::rdrxctl::CRCSTRIP.bit());
+        if self.cfg.mtu > 1500 {
+            // MFS counts header and CRC but not VLAN tags (Linux: mtu + ETH_HLEN + ETH_FCS_LEN).
+            let mfs = u32::from(self.cfg.mtu) + 14 + 4;
+            m.modify(r::MAXFRS, r::maxfrs::MFS.mask(), r::maxfrs::MFS.val(mfs));
+        }
+        // Filters: broadcast always, unicast/multicast promiscuous on request.
+        let mut fctrl = r::fctrl::BAM.bit();
+        if self.cfg.promiscuous {
+            fctrl |= r::fctrl::UPE.bit() | r::fctrl::MPE.bit();
+        }
+        m.modify(r::FCTRL, r::fctrl::UPE.bit() | r::fctrl::MPE.bit(), fctrl);
+        // VLAN: the filter table is not cleared by reset (notes 1.4 step 10), so clear it and
+        // write the shadow back; then TPID and filter enable.
+        self.vlan.restore(m);
+    }
+
+    /// Notes 1.4 step 7: everything global about transmit.
+    fn init_tx_global(&mut self) {
+        let m = &*self.regs;
+        m.modify(
+            r::HLREG0,
+            0,
+            r::hlreg0::TXCRCEN.bit() | r::hlreg0::TXPADEN.bit(),
+        );
+        m.write(r::TXPBSIZE.at(0), TXPB_SIZE);
+        for i in 1..r::TXPBSIZE.count() {
+            m.write(r::TXPBSIZE.at(i), 0);
+        }
+        // Without DCB: no per-request limit, and the DCB arbiter must run (ARBDIS = 0).
+        m.write(r::DTXMXSZRQ, 0xFFFF);
+        m.modify(r::RTTDCS, r::rttdcs::ARBDIS.bit(), 0);
+    }
+}
+
+/// RAL0/RAH0 (notes 1.4: the EEPROM loads the port's address there with AV set).
+fn read_mac<M: Mmio + ?Sized>(m: &M, name: &str) -> MacAddr {
+    let lo = m.read(r::RAL.at(0)).to_le_bytes();
+    let hi = m.read(r::RAH.at(0));
+    let h = (r::rah::RAH.get(hi) as u16).to_le_bytes();
+    let mac = MacAddr([lo[0], lo[1], lo[2], lo[3], h[0], h[1]]);
+    if !r::rah::AV.is_set(hi) || mac == MacAddr::default() {
+        tracing::warn!(port = %name, %mac, "receive address 0 is not valid after reset; is the EEPROM blank?");
+    }
+    mac
+}
+
+/// Link mode (notes 1.4 step 4; datasheet 4.6.4): 10G serial, XAUI PMA/PMD, restart AN. In
+/// MAC loopback (step 11, DPDK's setup_loopback_link_82599): 10G without AN, force link up,
+/// and the AN restart resets the pipeline.
+fn setup_link<M: Mmio + ?Sized>(m: &M, loopback: bool) {
+    let a = r::autoc::LMS.mask() | r::autoc::_10G_PMA_PMD.mask() | r::autoc::FLU.bit();
+    let v = if loopback {
+        r::autoc::LMS.val(1) | r::autoc::FLU.bit()
+    } else {
+        r::autoc::LMS.val(3) | r::autoc::_10G_PMA_PMD.val(0)
+    };
+    m.modify(r::AUTOC, a, v);
+    m.modify(r::AUTOC, 0, r::autoc::AN_RESTART.bit());
+}
+
+/// RSS over `queues` queues (datasheet 7.1.2.8): key, redirection table, hash fields, and the
+/// RSS hash in the descriptor instead of the fragment checksum (RXCSUM.PCSD).
+pub(crate) fn setup_rss<M: Mmio + ?Sized>(m: &M, queues: u16) {
+    for (i, w) in RSS_KEY.chunks_exact(4).enumerate() {
+        m.write(
+            r::RSSRK.at(i as u32),
+            u32::from_le_bytes([w[0], w[1], w[2], w[3]]),
+        );
+    }
+    // 128 one-byte entries, four per register, entry 4n in the low byte: round robin.
+    for i in 0..r::RETA.count() {
+        let mut v = 0u32;
+        for b in 0..4 {
+            let entry = (i * 4 + b) % u32::from(queues);
+            v |= entry << (8 * b);
+        }
+        m.write(r::RETA.at(i), v);
+    }
+    m.modify(r::RXCSUM, 0, r::rxcsum::PCSD.bit());
+    use r::mrqc::*;
+    m.write(
+        r::MRQC,
+        MRQE.val(1)
+            | RSS_FIELD_IPV4.bit()
+            | RSS_FIELD_IPV4_TCP.bit()
+            | RSS_FIELD_IPV4_UDP.bit()
+            | RSS_FIELD_IPV6.bit()
+            | RSS_FIELD_IPV6_TCP.bit()
+            | RSS_FIELD_IPV6_UDP.bit(),
+    );
+}
+
+/// Stops every queue and resets the device (datasheet 4.6.7.1 / 4.6.8.1 queue disable, then
+/// 4.6.3.2 global reset). Never fails: problems are logged, because it runs in `Drop`.
+pub(crate) fn shutdown<M: Mmio + ?Sized>(
+    m: &M,
+    name: &str,
+    rx_queues: u16,
+    tx_queues: u16,
+    t: Duration,
+) {
+    if m.read(r::STATUS) == u32::MAX {
+        tracing::warn!(port = %name, "device is gone; nothing to stop");
+        return;
+    }
+    let en = r::rxdctl::ENABLE.bit();
+    for q in 0..u32::from(rx_queues) {
+        m.modify(r::RXDCTL.at(q), en, 0);
+    }
+    for q in 0..u32::from(tx_queues) {
+        m.modify(r::TXDCTL.at(q), r::txdctl::ENABLE.bit(), 0);
+    }
+    for q in 0..u32::from(rx_queues) {
+        if let Err(e) = wait_for(m, name, r::RXDCTL.at(q), "RXDCTL.ENABLE", en, 0, t) {
+            tracing::warn!(port = %name, queue = q, error = %e, "receive queue did not stop");
+        }
+    }
+    let ten = r::txdctl::ENABLE.bit();
+    for q in 0..u32::from(tx_queues) {
+        if let Err(e) = wait_for(m, name, r::TXDCTL.at(q), "TXDCTL.ENABLE", ten, 0, t) {
+            tracing::warn!(port = %name, queue = q, error = %e, "transmit queue did not stop");
+        }
+    }
+    m.modify(r::RXCTRL, r::rxctrl::RXEN.bit(), 0);
+    m.write(r::EIMC, EIMC_ALL);
+    let rst = r::ctrl::RST.bit() | r::ctrl::LNK_RST.bit();
+    m.modify(r::CTRL, 0, rst);
+    if let Err(e) = wait_for(m, name, r::CTRL, "CTRL.RST|LNK_RST", rst, 0, t) {
+        tracing::warn!(port = %name, error = %e, "device reset did not complete");
+    }
+    std::thread::sleep(RESET_SETTLE);
+    tracing::debug!(port = %name, "device stopped and reset");
+}

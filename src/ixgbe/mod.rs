@@ -1,0 +1,355 @@
+//! The Intel 82599 (ixgbe) driver, written once against [`Bus`].
+//!
+//! The same code drives a real card through VFIO ([`crate::bus::PciBus`]) and the software 82599
+//! used by the host tests. It is deliberately small and follows the datasheet's order (via the
+//! summary in `intel-nic-notes.md` 1.4, which is ixy's minimal sequence):
+//!
+//! | file | what |
+//! |---|---|
+//! | `init.rs` | reset, link, receive/transmit global setup, RSS, in datasheet order |
+//! | `queue.rs` | [`IxgbeRx`] / [`IxgbeTx`]: ring registers, enable/disable, the VLAN strip switch |
+//! | `vlan.rs` | VLAN filter table shadow, TPID, extended (double) VLAN |
+//! | `stats.rs` | read-to-clear counters accumulated to 64 bits |
+//!
+//! Shutdown is part of the design, not an afterthought: every queue disables its own hardware
+//! queue in `Drop` (a bounded poll of RXDCTL/TXDCTL.ENABLE) before its ring and buffers are freed,
+//! and the port's `Drop` disables every queue, resets the device and turns bus mastering off.
+//! `Drop` also runs while a panic unwinds, so a crashed program never leaves a device writing
+//! into freed memory.
+
+mod init;
+mod queue;
+mod stats;
+mod vlan;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::bus::Bus;
+use crate::device::{LinkStatus, MacAddr, Port, PortInfo, PortStats, QueueSet};
+use crate::dma::PoolConfig;
+use crate::error::{Error, Result};
+use crate::ids::{self, Family};
+use crate::mmio::Mmio;
+use crate::regs::ixgbe::{self as r};
+
+pub use queue::{IxgbeRx, IxgbeTx};
+pub use vlan::VlanFilter;
+
+use queue::StripCtl;
+use stats::HwStats;
+
+/// Largest ring the driver accepts (Linux `IXGBE_MAX_RXD`/`IXGBE_MAX_TXD`).
+pub const MAX_RING: usize = 8192;
+/// Receive queues usable with RSS (the redirection table holds 4-bit queue numbers).
+pub const MAX_RX_QUEUES: u16 = 16;
+/// Transmit queues usable without DCB or virtualisation.
+pub const MAX_TX_QUEUES: u16 = 64;
+/// Largest MTU: the 82599's jumbo limit as Linux uses it (9728-byte frames, less header and CRC).
+pub const MAX_MTU: u16 = 9710;
+
+/// How to open an 82599 port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IxgbeConfig {
+    /// Receive queues (1..=16). More than one turns RSS on.
+    pub rx_queues: u16,
+    /// Transmit queues (1..=64).
+    pub tx_queues: u16,
+    /// Descriptors per receive ring (power of two, 32..=8192).
+    pub rx_ring: usize,
+    /// Descriptors per transmit ring (power of two, 32..=8192).
+    pub tx_ring: usize,
+    /// Layout of each receive queue's pool (one pool per queue). The receive buffer size
+    /// programmed into the device is the buffer room (`buf_size - headroom`) in whole KB.
+    pub pool: PoolConfig,
+    /// Accept every unicast and multicast frame (FCTRL.UPE|MPE).
+    pub promiscuous: bool,
+    /// Largest IP packet; above 1500 jumbo frames are enabled (HLREG0.JUMBOEN, MAXFRS).
+    pub mtu: u16,
+    /// MAC loopback: transmitted frames come back on the same port, no cable needed.
+    pub loopback: bool,
+    /// How long `open` waits for the link; a link still down after it is a warning, not an
+    /// error (a cable may be unplugged), and [`Port::link`] reports it.
+    pub link_timeout: Duration,
+    /// How long any other register poll (reset done, queue enable, ...) may take.
+    pub reg_timeout: Duration,
+    /// Strip VLAN tags on every receive queue from the start (RXDCTL.VME).
+    pub rx_strip: bool,
+    /// VLAN filtering on from the start (VLNCTRL.VFE); the table is [`IxgbeConfig::vlans`].
+    pub vlan_filter: bool,
+    /// VLAN ids in the filter table from the start (VID 0 is always in it).
+    pub vlans: Vec<u16>,
+    /// The TPID recognised on receive and inserted on transmit.
+    pub tpid: u16,
+}
+
+impl Default for IxgbeConfig {
+    /// One queue pair, 512-descriptor rings, the default pool, promiscuous, MTU 1500.
+    fn default() -> Self {
+        IxgbeConfig {
+            rx_queues: 1,
+            tx_queues: 1,
+            rx_ring: 512,
+            tx_ring: 512,
+            pool: PoolConfig::default(),
+            promiscuous: true,
+            mtu: 1500,
+            loopback: false,
+            link_timeout: Duration::from_secs(10),
+            reg_timeout: Duration::from_secs(1),
+            rx_strip: false,
+            vlan_filter: false,
+            vlans: Vec::new(),
+            tpid: 0x8100,
+        }
+    }
+}
+
+impl IxgbeConfig {
+    /// The receive buffer size in KB for SRRCTL.BSIZEPKT: the pool's buffer room rounded down
+    /// (the device must never write past a buffer), at most 16 KB.
+    pub fn rx_buffer_kb(&self) -> Result<u32> {
+        let room = self.pool.buf_size.saturating_sub(self.pool.headroom);
+        let kb = (room / 1024).min(16) as u32;
+        if kb == 0 {
+            return Err(Error::InvalidConfig(format!(
+                "the 82599 receives into whole KB: the pool's buffer room ({} - {} = {room} bytes) must be at least 1024; raise pool.buf_size",
+                self.pool.buf_size, self.pool.headroom
+            )));
+        }
+        Ok(kb)
+    }
+
+    fn check(&self) -> Result<()> {
+        if !(1..=MAX_RX_QUEUES).contains(&self.rx_queues) {
+            return Err(Error::InvalidConfig(format!(
+                "ixgbe: rx_queues {} must be between 1 and {MAX_RX_QUEUES}",
+                self.rx_queues
+            )));
+        }
+        if !(1..=MAX_TX_QUEUES).contains(&self.tx_queues) {
+            return Err(Error::InvalidConfig(format!(
+                "ixgbe: tx_queues {} must be between 1 and {MAX_TX_QUEUES}",
+                self.tx_queues
+            )));
+        }
+        for (what, n) in [("rx_ring", self.rx_ring), ("tx_ring", self.tx_ring)] {
+            crate::ring::check_ring_size(n)?;
+            if n > MAX_RING {
+                return Err(Error::InvalidConfig(format!(
+                    "ixgbe: {what} {n} is larger than the 82599's {MAX_RING} descriptors"
+                )));
+            }
+        }
+        if self.pool.buffers < self.rx_ring {
+            return Err(Error::InvalidConfig(format!(
+                "ixgbe: each receive pool needs at least rx_ring = {} buffers, not {}; raise pool.buffers",
+                self.rx_ring, self.pool.buffers
+            )));
+        }
+        if !(68..=MAX_MTU).contains(&self.mtu) {
+            return Err(Error::InvalidConfig(format!(
+                "ixgbe: MTU {} must be between 68 and {MAX_MTU}",
+                self.mtu
+            )));
+        }
+        // A frame larger than one buffer spans descriptors and the ring drops it, so the buffer
+        // must hold the largest frame: header, two VLAN tags, MTU (the CRC is stripped).
+        let kb = self.rx_buffer_kb()?;
+        let frame = usize::from(self.mtu) + 14 + 8;
+        if frame > kb as usize * 1024 {
+            return Err(Error::InvalidConfig(format!(
+                "ixgbe: MTU {} needs receive buffers of {frame} bytes but the pool gives {kb} KB; set pool.buf_size to at least {}",
+                self.mtu,
+                frame.div_ceil(1024) * 1024 + self.pool.headroom
+            )));
+        }
+        for &vid in &self.vlans {
+            vlan::check_vid(vid)?;
+        }
+        Ok(())
+    }
+}
+
+/// An open 82599 port.
+pub struct IxgbePort<B: Bus> {
+    bus: B,
+    regs: Arc<B::Mmio>,
+    name: Arc<str>,
+    model: &'static str,
+    cfg: IxgbeConfig,
+    mac: MacAddr,
+    vlan: VlanFilter,
+    /// One per receive queue, shared with the queue after `take_queues`.
+    strip: Vec<Arc<StripCtl>>,
+    /// The queues until `take_queues` hands them out.
+    rx: Vec<IxgbeRx<B>>,
+    tx: Vec<IxgbeTx<B>>,
+    taken: bool,
+    stats: HwStats,
+}
+
+impl<B: Bus> IxgbePort<B> {
+    /// Opens the 82599 behind `bus`: resets it and brings it up as `cfg` says.
+    ///
+    /// Refuses devices that are not 82599s ([`Error::UnsupportedDevice`]). A link that stays
+    /// down for `cfg.link_timeout` is logged and reported by [`Port::link`], not an error.
+    pub fn open(bus: B, cfg: IxgbeConfig) -> Result<Self> {
+        let (vendor, device) = bus.pci_id();
+        let model = match ids::lookup(vendor, device) {
+            Some((Family::Ixgbe, model)) => model,
+            _ => {
+                return Err(Error::UnsupportedDevice {
+                    addr: bus.name().to_string(),
+                    vendor,
+                    device,
+                    supported: ids::KNOWN
+                        .iter()
+                        .filter(|k| k.2 == Family::Ixgbe)
+                        .map(|k| format!("{:04x}:{:04x}", k.0, k.1))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                        + " (the ixgbe driver)",
+                });
+            }
+        };
+        cfg.check()?;
+        let regs = bus.regs().clone();
+        let name: Arc<str> = bus.name().into();
+        let mut vlan = VlanFilter::new(cfg.tpid);
+        for &vid in &cfg.vlans {
+            vlan.insert(vid)?;
+        }
+        vlan.enabled = cfg.vlan_filter;
+        let strip = (0..cfg.rx_queues)
+            .map(|_| Arc::new(StripCtl::new(cfg.rx_strip)))
+            .collect();
+        // From here on the port exists, so an error or a panic below runs its `Drop`: queues
+        // disabled, device reset, bus mastering off, before any ring memory is freed.
+        let mut port = IxgbePort {
+            bus,
+            regs,
+            name,
+            model,
+            cfg,
+            mac: MacAddr::default(),
+            vlan,
+            strip,
+            rx: Vec::new(),
+            tx: Vec::new(),
+            taken: false,
+            stats: HwStats::default(),
+        };
+        port.init()?;
+        Ok(port)
+    }
+
+    /// The port's MAC address (RAL0/RAH0 as loaded from the EEPROM).
+    pub fn mac(&self) -> MacAddr {
+        self.mac
+    }
+
+    /// The configuration the port was opened with.
+    pub fn config(&self) -> &IxgbeConfig {
+        &self.cfg
+    }
+
+    /// The bus the port sits on.
+    pub fn bus(&self) -> &B {
+        &self.bus
+    }
+
+    /// Unicast and multicast promiscuous mode (FCTRL.UPE|MPE); broadcast is always accepted.
+    pub fn set_promiscuous(&mut self, on: bool) -> Result<()> {
+        let bits = r::fctrl::UPE.bit() | r::fctrl::MPE.bit();
+        if on {
+            self.regs.modify(r::FCTRL, 0, bits);
+        } else {
+            self.regs.modify(r::FCTRL, bits, 0);
+        }
+        self.cfg.promiscuous = on;
+        self.alive()
+    }
+
+    /// `Err(DeviceGone)` if the device answers all-ones (surprise removal).
+    fn alive(&self) -> Result<()> {
+        if self.regs.read(r::STATUS) == u32::MAX {
+            return Err(Error::DeviceGone {
+                device: self.name.to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl<B: Bus> Port for IxgbePort<B> {
+    type Rx = IxgbeRx<B>;
+    type Tx = IxgbeTx<B>;
+
+    fn info(&self) -> PortInfo {
+        PortInfo {
+            name: self.name.to_string(),
+            driver: "ixgbe",
+            model: self.model.to_string(),
+            pci_id: Some(self.bus.pci_id()),
+            mac: self.mac,
+            rx_queues: self.cfg.rx_queues,
+            tx_queues: self.cfg.tx_queues,
+            rx_ring: self.cfg.rx_ring as u16,
+            tx_ring: self.cfg.tx_ring as u16,
+        }
+    }
+
+    /// LINKS.UP and LINKS.LINK_SPEED (datasheet 8.2.3.22.20 via notes 1.3).
+    fn link(&self) -> Result<LinkStatus> {
+        let v = self.regs.read(r::LINKS);
+        if v == u32::MAX {
+            return Err(Error::DeviceGone {
+                device: self.name.to_string(),
+            });
+        }
+        Ok(init::decode_links(v))
+    }
+
+    fn stats(&mut self) -> Result<PortStats> {
+        self.stats.accumulate(&*self.regs, self.cfg.rx_queues);
+        self.alive()?;
+        Ok(PortStats {
+            hw: self.stats.totals(self.cfg.rx_queues),
+        })
+    }
+
+    fn take_queues(&mut self) -> Result<QueueSet<IxgbeRx<B>, IxgbeTx<B>>> {
+        if self.taken {
+            return Err(Error::InvalidConfig(format!(
+                "{}: queues were already taken",
+                self.name
+            )));
+        }
+        self.taken = true;
+        Ok((std::mem::take(&mut self.rx), std::mem::take(&mut self.tx)))
+    }
+}
+
+impl<B: Bus> Drop for IxgbePort<B> {
+    /// Stops all DMA before anything is unmapped: queues still held here drop first (each
+    /// disables its hardware queue), every queue's enable bit is cleared (also those handed
+    /// out), receive is turned off, the device is reset and bus mastering is disabled.
+    fn drop(&mut self) {
+        self.rx.clear();
+        self.tx.clear();
+        init::shutdown(
+            &*self.regs,
+            &self.name,
+            self.cfg.rx_queues,
+            self.cfg.tx_queues,
+            self.cfg.reg_timeout,
+        );
+        if let Err(e) = self.bus.disable_bus_master() {
+            tracing::warn!(port = %self.name, error = %e, "could not disable bus mastering");
+        }
+    }
+}

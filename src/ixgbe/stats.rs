@@ -1,0 +1,112 @@
+//! The 82599's statistics registers, accumulated to 64 bits.
+//!
+//! The counters clear on read and are 32 bits wide (octet counters 36 bits, split into L and H
+//! halves that must be read L first), so they are read often enough and added to software
+//! totals. Only the port reads them: register reads are fine from any thread, and the queues,
+//! which may run elsewhere, keep their own software counters.
+//!
+//! Per-queue drop counters (QPRDC) count per *statistics index*, and queues map to indices
+//! through RQSMR. The register map has no RQSMR yet, so every queue keeps the reset mapping to
+//! index 0: QPRDC0 holds the drops of all queues.
+
+use crate::mmio::Mmio;
+use crate::regs::ixgbe::{self as r};
+use crate::regs::{Reg, RegArray};
+
+/// Where one total comes from.
+#[derive(Clone, Copy)]
+enum Src {
+    /// A 32-bit counter.
+    One(Reg),
+    /// Low then high half of a wide counter.
+    Wide(Reg, Reg),
+    /// The sum of every instance (per traffic class).
+    Sum(RegArray),
+}
+
+/// The totals reported, by datasheet name, in this order.
+const COUNTERS: &[(&str, Src)] = &[
+    ("GPRC", Src::One(r::GPRC)),
+    ("GPTC", Src::One(r::GPTC)),
+    ("GORC", Src::Wide(r::GORCL, r::GORCH)),
+    ("GOTC", Src::Wide(r::GOTCL, r::GOTCH)),
+    ("TPR", Src::One(r::TPR)),
+    ("TPT", Src::One(r::TPT)),
+    ("TOR", Src::Wide(r::TORL, r::TORH)),
+    ("BPRC", Src::One(r::BPRC)),
+    ("MPRC", Src::One(r::MPRC)),
+    ("BPTC", Src::One(r::BPTC)),
+    ("MPTC", Src::One(r::MPTC)),
+    ("MPC", Src::Sum(r::MPC)),
+    ("RNBC", Src::Sum(r::RNBC)),
+    ("CRCERRS", Src::One(r::CRCERRS)),
+    ("ILLERRC", Src::One(r::ILLERRC)),
+    ("ERRBC", Src::One(r::ERRBC)),
+    ("RLEC", Src::One(r::RLEC)),
+    ("RUC", Src::One(r::RUC)),
+    ("RFC", Src::One(r::RFC)),
+    ("ROC", Src::One(r::ROC)),
+    ("RJC", Src::One(r::RJC)),
+    ("MLFC", Src::One(r::MLFC)),
+    ("MRFC", Src::One(r::MRFC)),
+    ("RXDGPC", Src::One(r::RXDGPC)),
+    ("TXDGPC", Src::One(r::TXDGPC)),
+];
+
+/// Names of the per-queue drop counters.
+const QPRDC_NAMES: [&str; 16] = [
+    "QPRDC0", "QPRDC1", "QPRDC2", "QPRDC3", "QPRDC4", "QPRDC5", "QPRDC6", "QPRDC7", "QPRDC8",
+    "QPRDC9", "QPRDC10", "QPRDC11", "QPRDC12", "QPRDC13", "QPRDC14", "QPRDC15",
+];
+
+/// Software totals of the device counters.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HwStats {
+    totals: [u64; COUNTERS.len()],
+    qprdc: [u64; 16],
+}
+
+impl HwStats {
+    /// Reads every counter once (clearing it) and adds it to the totals. A removed device
+    /// reads all-ones; those reads are not added.
+    pub(crate) fn accumulate<M: Mmio + ?Sized>(&mut self, m: &M, rx_queues: u16) {
+        let read = |reg: Reg| match m.read(reg) {
+            u32::MAX => 0,
+            v => u64::from(v),
+        };
+        for (total, (_, src)) in self.totals.iter_mut().zip(COUNTERS) {
+            *total += match *src {
+                Src::One(reg) => read(reg),
+                Src::Wide(lo, hi) => {
+                    let l = read(lo);
+                    l | read(hi) << 32
+                }
+                Src::Sum(a) => (0..a.count()).map(|i| read(a.at(i))).sum(),
+            };
+        }
+        for q in 0..u32::from(rx_queues.min(16)) {
+            self.qprdc[q as usize] += read(r::QPRDC.at(q));
+        }
+    }
+
+    /// Forgets the totals.
+    pub(crate) fn clear(&mut self) {
+        *self = HwStats::default();
+    }
+
+    /// The totals by datasheet name.
+    pub(crate) fn totals(&self, rx_queues: u16) -> Vec<(&'static str, u64)> {
+        COUNTERS
+            .iter()
+            .zip(self.totals)
+            .map(|((n, _), v)| (*n, v))
+            .chain(
+                QPRDC_NAMES
+                    .iter()
+                    .zip(self.qprdc)
+                    .take(usize::from(rx_queues.min(16)))
+                    .map(|(n, v)| (*n, v)),
+            )
+            .collect()
+    }
+}

@@ -1,0 +1,527 @@
+//! The port's VLAN configuration, what the device can do, and the handle that changes both while
+//! traffic flows.
+//!
+//! # One word per burst
+//! Everything a burst needs (receive mode, transmit mode, TPIDs, extended mode, whether to filter
+//! in software) is packed into one `AtomicU64`. A queue wrapper loads it once per burst with
+//! `Acquire` and works from that snapshot: no per-packet atomics, no lock, and never a torn view
+//! (a TPID from before a change with an extended flag from after it). The filter table is 128
+//! `AtomicU32` read with one relaxed load per tagged frame, and only when filtering in software.
+//!
+//! # Why a mode switch under traffic is safe
+//! The guarantee does not rest on timing. It rests on three per-packet facts:
+//! 1. the driver sets [`Meta::VLAN_STRIPPED`](crate::dma::Meta::VLAN_STRIPPED) exactly when the
+//!    device removed the tag (it knows from the descriptor and its queue's strip bit);
+//! 2. software strips a packet only when neither `VLAN_STRIPPED` nor `VLAN_HANDLED` is set, and
+//!    sets one of them when it does (or finds nothing to strip);
+//! 3. `VLAN_HANDLED` is set only by code that read the frame (or by a driver whose descriptor
+//!    says "no tag"), never assumed from the mode.
+//!
+//! So a packet is stripped at most once (by the device, or by the first software path that sees
+//! it unflagged) and never reported untagged while it holds a tag. A burst in Software mode that
+//! meets packets the device stripped before a Hardware -> Software switch skips them; a packet the
+//! device did not strip after a Software -> Hardware switch reaches the application unflagged,
+//! and [`take_vlan`](super::PacketVlan::take_vlan) strips it. In Hardware mode the wrapper does
+//! not even loop over the burst: it cannot know, without reading the frame, that an unstripped
+//! packet is untagged (it may have been received just before the device's strip took effect),
+//! so it leaves the packet unflagged rather than mark it wrongly. The cost is `take_vlan` reading
+//! 2 bytes at offset 12 of untagged frames, on the header line the application is reading anyway.
+//!
+//! The control handle still orders the device writes so that the window of mixed handling is
+//! short: entering Hardware mode turns the strip on in every queue first, then publishes the mode;
+//! leaving it publishes the new mode first, then turns the strip off in *every* queue (the
+//! FreeBSD bug in vlan-behaviour.md was a per-queue strip bit left on).
+//!
+//! # Where the filter runs
+//! In the device whenever the device can filter on the configured TPID and extended setting,
+//! whatever the receive mode: a frame the device drops costs no PCIe transfer, no descriptor and
+//! no buffer, and the filter's verdict does not depend on who strips the tag. Otherwise (the null
+//! device; a device without a filter; extended mode or a TPID it cannot filter on) the receive
+//! wrapper filters in the burst. Honest cost in Deferred mode: the software filter must read each
+//! frame's tag to drop non-members, so the burst touches the first payload line of every packet,
+//! which is the very cost Deferred mode exists to avoid; only a device filter keeps Deferred at
+//! zero per-packet work in the burst. The frame is still left tagged; `take_vlan` strips it later.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::filter::{check_filter_vid, AtomicFilter, VlanFilter};
+use super::frame::VlanRxCtx;
+use super::tag::{RxMode, Tpid, TxMode, Vid};
+use crate::error::{Error, Result};
+
+/// What a device's VLAN hardware can do.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VlanCaps {
+    /// The device's name, for error messages ("0000:01:00.0", "null:0").
+    pub device: String,
+    /// Strips receive tags and reports the TCI per packet.
+    pub rx_strip: bool,
+    /// Inserts transmit tags.
+    pub tx_insert: bool,
+    /// Has a VID filter table.
+    pub filter: bool,
+    /// Supports extended (double, QinQ) VLAN mode with a separate outer TPID.
+    pub extended: bool,
+    /// Accepts a TPID other than 0x8100.
+    pub any_tpid: bool,
+    /// Receive queues whose strip bit `set_rx_strip` controls (0..rx_queues).
+    pub rx_queues: u16,
+}
+
+impl VlanCaps {
+    /// No VLAN hardware at all.
+    pub fn none(device: impl Into<String>) -> VlanCaps {
+        VlanCaps {
+            device: device.into(),
+            ..VlanCaps::default()
+        }
+    }
+}
+
+/// The VLAN hardware of a device, implemented by drivers. The control handle calls these only
+/// for what [`vlan_caps`](VlanHardware::vlan_caps) reports, and only on the configuration path.
+///
+/// Contract for receive: with the strip bit on, every packet whose tag the device removed must
+/// carry [`Meta::VLAN_STRIPPED`](crate::dma::Meta::VLAN_STRIPPED) and the TCI; no packet that
+/// still holds its tag may carry it. A driver may also set
+/// [`Meta::VLAN_HANDLED`](crate::dma::Meta::VLAN_HANDLED) when its descriptor proves the frame
+/// had no tag (82599: VP clear, non-extended mode), which spares `take_vlan` a frame read.
+/// Contract for transmit: a packet with [`Meta::TX_VLAN`](crate::dma::Meta::TX_VLAN) goes out
+/// byte-identical to [`tx_wire_frame`](super::tx_wire_frame) with the TPID
+/// [`VlanRxCtx::push_tpid`] of the current setting.
+pub trait VlanHardware {
+    /// What the device can do.
+    fn vlan_caps(&self) -> VlanCaps;
+    /// Turns tag stripping on or off for one receive queue.
+    fn set_rx_strip(&mut self, queue: u16, on: bool) -> Result<()>;
+    /// Turns the VID filter on or off (the table is kept with `add_vlan`/`remove_vlan`).
+    fn set_vlan_filter(&mut self, on: bool) -> Result<()>;
+    /// Adds a VID to the device's filter table.
+    fn add_vlan(&mut self, vid: Vid) -> Result<()>;
+    /// Removes a VID from the device's filter table.
+    fn remove_vlan(&mut self, vid: Vid) -> Result<()>;
+    /// Sets the TPID that marks the tag that counts (and, outside extended mode, the inserted one).
+    fn set_tpid(&mut self, tpid: Tpid) -> Result<()>;
+    /// Turns extended (QinQ) mode on or off; `outer_tpid` marks the outer tag (and is the TPID of
+    /// inserted tags in extended mode).
+    fn set_extended_vlan(&mut self, on: bool, outer_tpid: Tpid) -> Result<()>;
+}
+
+/// A port's VLAN configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VlanConfig {
+    /// Where receive tags are removed.
+    pub rx_mode: RxMode,
+    /// Where transmit tags are inserted.
+    pub tx_mode: TxMode,
+    /// The TPID of the tag that counts (default 0x8100).
+    pub tpid: Tpid,
+    /// Extended (QinQ) mode: frames carry an outer tag with `outer_tpid`, and the inner tag is
+    /// the one reported, filtered and stripped.
+    pub extended: bool,
+    /// The outer TPID in extended mode (default 0x88a8).
+    pub outer_tpid: Tpid,
+    /// Drop tagged frames whose VID is not in `table` (untagged and VID 0 always pass).
+    pub filter: bool,
+    /// The filter table, kept (and written to the device) even while the filter is off.
+    pub table: VlanFilter,
+}
+
+impl Default for VlanConfig {
+    fn default() -> Self {
+        VlanConfig {
+            rx_mode: RxMode::Software,
+            tx_mode: TxMode::Software,
+            tpid: Tpid::C_TAG,
+            extended: false,
+            outer_tpid: Tpid::S_TAG,
+            filter: false,
+            table: VlanFilter::new(),
+        }
+    }
+}
+
+impl VlanConfig {
+    /// The receive context this configuration gives.
+    pub fn rx_ctx(&self) -> VlanRxCtx {
+        if self.extended {
+            VlanRxCtx::extended(self.tpid, self.outer_tpid)
+        } else {
+            VlanRxCtx::new(self.tpid)
+        }
+    }
+}
+
+// Layout of the state word.
+const TPID_SHIFT: u32 = 0;
+const OUTER_SHIFT: u32 = 16;
+const RX_MODE_SHIFT: u32 = 32;
+const TX_HW: u64 = 1 << 34;
+const EXTENDED: u64 = 1 << 35;
+const SW_FILTER: u64 = 1 << 36;
+
+/// A decoded snapshot of the state word: what one burst works with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Snapshot(u64);
+
+impl Snapshot {
+    #[inline(always)]
+    pub(crate) fn rx_mode(self) -> RxMode {
+        RxMode::from_bits(self.0 >> RX_MODE_SHIFT)
+    }
+    #[inline(always)]
+    pub(crate) fn tx_mode(self) -> TxMode {
+        if self.0 & TX_HW != 0 {
+            TxMode::Hardware
+        } else {
+            TxMode::Software
+        }
+    }
+    #[inline(always)]
+    pub(crate) fn sw_filter(self) -> bool {
+        self.0 & SW_FILTER != 0
+    }
+    #[inline(always)]
+    pub(crate) fn rx_ctx(self) -> VlanRxCtx {
+        let tpid = Tpid::from_raw_unchecked((self.0 >> TPID_SHIFT) as u16);
+        if self.0 & EXTENDED != 0 {
+            VlanRxCtx::extended(
+                tpid,
+                Tpid::from_raw_unchecked((self.0 >> OUTER_SHIFT) as u16),
+            )
+        } else {
+            VlanRxCtx::new(tpid)
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) state: AtomicU64,
+    pub(crate) filter: AtomicFilter,
+    caps: VlanCaps,
+    /// The configuration as last applied; the lock serializes configuration changes only.
+    config: Mutex<VlanConfig>,
+}
+
+/// The handle through which a port's VLAN modes and settings change while traffic flows.
+/// `Clone + Send + Sync`: give a clone to every thread that may reconfigure. Methods that touch
+/// the device take it as `&mut dyn VlanHardware` (the port, kept by the controlling thread after
+/// its queues went to the workers).
+#[derive(Clone)]
+pub struct VlanControl {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for VlanControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VlanControl")
+            .field("caps", &self.shared.caps)
+            .field("config", &self.config())
+            .finish()
+    }
+}
+
+fn hw_can_parse(caps: &VlanCaps, c: &VlanConfig) -> bool {
+    (!c.extended || caps.extended) && (caps.any_tpid || (c.tpid == Tpid::C_TAG && !c.extended))
+}
+
+fn hw_filter(caps: &VlanCaps, c: &VlanConfig) -> bool {
+    c.filter && caps.filter && hw_can_parse(caps, c)
+}
+
+fn word(caps: &VlanCaps, c: &VlanConfig) -> u64 {
+    let mut w = (c.tpid.get() as u64) << TPID_SHIFT
+        | (c.outer_tpid.get() as u64) << OUTER_SHIFT
+        | c.rx_mode.to_bits() << RX_MODE_SHIFT;
+    if c.tx_mode == TxMode::Hardware {
+        w |= TX_HW;
+    }
+    if c.extended {
+        w |= EXTENDED;
+    }
+    if c.filter && !hw_filter(caps, c) {
+        w |= SW_FILTER;
+    }
+    w
+}
+
+/// Refuses what the device cannot do, naming the device and the mode.
+fn check(caps: &VlanCaps, c: &VlanConfig) -> Result<()> {
+    let dev = || caps.device.clone();
+    if c.rx_mode == RxMode::Hardware && !caps.rx_strip {
+        return Err(Error::NotSupported {
+            device: dev(),
+            what: "VLAN receive mode hw (tag stripping by the device)".into(),
+            why: "the device cannot strip VLAN tags; use receive mode sw or deferred".into(),
+        });
+    }
+    if c.tx_mode == TxMode::Hardware && !caps.tx_insert {
+        return Err(Error::NotSupported {
+            device: dev(),
+            what: "VLAN transmit mode hw (tag insertion by the device)".into(),
+            why: "the device cannot insert VLAN tags; use transmit mode sw".into(),
+        });
+    }
+    let hw_tagging = c.rx_mode == RxMode::Hardware || c.tx_mode == TxMode::Hardware;
+    if hw_tagging && !hw_can_parse(caps, c) {
+        let what = if c.extended && !caps.extended {
+            "extended (QinQ) VLAN mode".to_string()
+        } else {
+            format!("VLAN TPID {} (outer {})", c.tpid, c.outer_tpid)
+        };
+        return Err(Error::NotSupported {
+            device: dev(),
+            what: format!(
+                "{what} with hardware tagging (receive mode {}, transmit mode {})",
+                c.rx_mode, c.tx_mode
+            ),
+            why: "the device's VLAN offloads cannot be set up for it; use sw (or deferred) modes"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
+fn strip_all(hw: &mut dyn VlanHardware, caps: &VlanCaps, on: bool) -> Result<()> {
+    let mut first_err = None;
+    // Every queue, even after a failure: a strip bit left on is the FreeBSD bug.
+    for q in 0..caps.rx_queues {
+        if let Err(e) = hw.set_rx_strip(q, on) {
+            tracing::warn!(device = %caps.device, queue = q, on, error = %e, "setting VLAN strip failed");
+            first_err.get_or_insert(e);
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}
+
+/// Brings the device from `old` (`None`: unknown, e.g. after a reset) to `new`, publishing the
+/// software state at the safe point.
+fn apply(
+    hw: &mut dyn VlanHardware,
+    shared_state: &AtomicU64,
+    filter: &AtomicFilter,
+    caps: &VlanCaps,
+    old: Option<&VlanConfig>,
+    new: &VlanConfig,
+    published: &mut bool,
+) -> Result<()> {
+    check(caps, new)?;
+    let changed = |f: &dyn Fn(&VlanConfig) -> bool| old.is_none_or(|o| f(o) != f(new));
+    // 1. What the device needs to recognise tags.
+    if caps.any_tpid && old.is_none_or(|o| o.tpid != new.tpid) {
+        hw.set_tpid(new.tpid)?;
+    }
+    if caps.extended
+        && old.is_none_or(|o| (o.extended, o.outer_tpid) != (new.extended, new.outer_tpid))
+    {
+        hw.set_extended_vlan(new.extended, new.outer_tpid)?;
+    }
+    // 2. The device's table mirrors the shadow (additions now, removals after publishing).
+    if caps.filter {
+        for v in new.table.iter() {
+            if old.is_none_or(|o| !o.table.contains(v)) {
+                hw.add_vlan(Vid::new(v)?)?;
+            }
+        }
+    }
+    let hw_f_new = hw_filter(caps, new);
+    let hw_f_old = old.is_none_or(|o| hw_filter(caps, o));
+    if caps.filter && hw_f_new && (old.is_none() || !hw_f_old) {
+        hw.set_vlan_filter(true)?;
+    }
+    // 3. Strip on before publishing Hardware mode.
+    let hw_rx = |c: &VlanConfig| c.rx_mode == RxMode::Hardware;
+    if caps.rx_strip && hw_rx(new) && changed(&hw_rx) {
+        if let Err(e) = strip_all(hw, caps, true) {
+            let _ = strip_all(hw, caps, old.is_some_and(hw_rx));
+            return Err(e);
+        }
+    }
+    // 4. Publish: the next burst of every queue uses the new settings.
+    filter.store(&new.table);
+    shared_state.store(word(caps, new), Ordering::Release);
+    *published = true;
+    tracing::debug!(device = %caps.device, rx = %new.rx_mode, tx = %new.tx_mode, tpid = %new.tpid,
+        extended = new.extended, filter = new.filter, hw_filter = hw_f_new, "VLAN settings applied");
+    // 5. Undo what the device no longer needs to do, in every place it does it.
+    let mut result = Ok(());
+    if caps.rx_strip && !hw_rx(new) && changed(&hw_rx) {
+        result = result.and(strip_all(hw, caps, false));
+    }
+    if caps.filter && !hw_f_new && (old.is_none() || hw_f_old) {
+        result = result.and(hw.set_vlan_filter(false));
+    }
+    if caps.filter {
+        if let Some(o) = old {
+            for v in o.table.iter().filter(|&v| !new.table.contains(v)) {
+                result = result.and(hw.remove_vlan(Vid::new(v)?));
+            }
+        }
+    }
+    result
+}
+
+impl VlanControl {
+    /// Applies `config` to the device (every queue's strip bit, filter, table, TPIDs) and
+    /// returns the handle. Refuses, naming the device and the mode, what the device cannot do.
+    pub fn new(hw: &mut dyn VlanHardware, config: &VlanConfig) -> Result<VlanControl> {
+        let caps = hw.vlan_caps();
+        let shared = Shared {
+            state: AtomicU64::new(word(&caps, &VlanConfig::default())),
+            filter: AtomicFilter::new(&VlanFilter::new()),
+            caps,
+            config: Mutex::new(config.clone()),
+        };
+        apply(
+            hw,
+            &shared.state,
+            &shared.filter,
+            &shared.caps,
+            None,
+            config,
+            &mut false,
+        )?;
+        Ok(VlanControl {
+            shared: Arc::new(shared),
+        })
+    }
+
+    /// What the device can do.
+    pub fn caps(&self) -> &VlanCaps {
+        &self.shared.caps
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> VlanConfig {
+        self.lock().clone()
+    }
+
+    /// The receive mode in force.
+    pub fn rx_mode(&self) -> RxMode {
+        self.snapshot().rx_mode()
+    }
+
+    /// The transmit mode in force.
+    pub fn tx_mode(&self) -> TxMode {
+        self.snapshot().tx_mode()
+    }
+
+    /// The receive context in force (for packets received from now on).
+    pub fn rx_ctx(&self) -> VlanRxCtx {
+        self.snapshot().rx_ctx()
+    }
+
+    /// Whether the filter runs in software (the device cannot do it for this configuration).
+    pub fn filter_in_software(&self) -> bool {
+        self.snapshot().sw_filter()
+    }
+
+    /// A copy of the filter table: what a driver writes to its VFTA after a reset.
+    pub fn filter_table(&self) -> VlanFilter {
+        self.shared.filter.snapshot()
+    }
+
+    #[inline(always)]
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        Snapshot(self.shared.state.load(Ordering::Acquire))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VlanConfig> {
+        self.shared.config.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn change(&self, hw: &mut dyn VlanHardware, f: impl FnOnce(&mut VlanConfig)) -> Result<()> {
+        let mut cur = self.lock();
+        let mut new = cur.clone();
+        f(&mut new);
+        if new == *cur {
+            return Ok(());
+        }
+        let mut published = false;
+        let r = apply(
+            hw,
+            &self.shared.state,
+            &self.shared.filter,
+            &self.shared.caps,
+            Some(&cur),
+            &new,
+            &mut published,
+        );
+        // Once published, the new configuration is in force even if an undo step failed; before
+        // that, nothing changed in software.
+        if published {
+            *cur = new;
+        }
+        r
+    }
+
+    /// Switches the receive mode while traffic flows (see the module docs for why no frame is
+    /// stripped twice or loses its tag). Hardware on a device that cannot strip is an error.
+    pub fn set_rx_mode(&self, hw: &mut dyn VlanHardware, mode: RxMode) -> Result<()> {
+        self.change(hw, |c| c.rx_mode = mode)
+    }
+
+    /// Switches the transmit mode. A packet's tag is inserted exactly once: software insertion
+    /// clears [`Meta::TX_VLAN`](crate::dma::Meta::TX_VLAN), so a packet left in a batch and
+    /// retried after a switch is not tagged again.
+    pub fn set_tx_mode(&self, hw: &mut dyn VlanHardware, mode: TxMode) -> Result<()> {
+        self.change(hw, |c| c.tx_mode = mode)
+    }
+
+    /// Changes the TPID of the tag that counts (not hitless: frames in flight may be judged by
+    /// either TPID).
+    pub fn set_tpid(&self, hw: &mut dyn VlanHardware, tpid: Tpid) -> Result<()> {
+        self.change(hw, |c| c.tpid = tpid)
+    }
+
+    /// Turns extended (QinQ) mode on with `outer_tpid`, or off.
+    pub fn set_extended(
+        &self,
+        hw: &mut dyn VlanHardware,
+        on: bool,
+        outer_tpid: Tpid,
+    ) -> Result<()> {
+        self.change(hw, |c| {
+            c.extended = on;
+            c.outer_tpid = outer_tpid;
+        })
+    }
+
+    /// Turns the VID filter on or off.
+    pub fn set_filter(&self, hw: &mut dyn VlanHardware, on: bool) -> Result<()> {
+        self.change(hw, |c| c.filter = on)
+    }
+
+    /// Adds a VID to the filter table (refuses 4095, saying why). Its frames arrive from the next
+    /// burst on.
+    pub fn add_vlan(&self, hw: &mut dyn VlanHardware, vid: u16) -> Result<()> {
+        let vid = check_filter_vid(vid)?.get();
+        self.change(hw, |c| {
+            let _ = c.table.add(vid);
+        })
+    }
+
+    /// Removes a VID from the filter table (VID 0 stays: priority tags always pass).
+    pub fn remove_vlan(&self, hw: &mut dyn VlanHardware, vid: u16) -> Result<()> {
+        let vid = check_filter_vid(vid)?.get();
+        self.change(hw, |c| {
+            let _ = c.table.remove(vid);
+        })
+    }
+
+    /// Writes the whole configuration to the device again: what a driver's reset or restart
+    /// path calls, so that strip bits, TPIDs and the filter table survive.
+    pub fn reapply(&self, hw: &mut dyn VlanHardware) -> Result<()> {
+        let cur = self.lock();
+        apply(
+            hw,
+            &self.shared.state,
+            &self.shared.filter,
+            &self.shared.caps,
+            None,
+            &cur,
+            &mut false,
+        )
+    }
+}
