@@ -10,12 +10,23 @@
 //! - `VFIO_NIC_EXPECT_MACS=52:54:00:12:34:56,...`: the MAC each port must report (QEMU's `mac=`).
 //! - `VFIO_NIC_OTHER_DRIVER_PORT=0000:02:00.0`: a port bound to a kernel driver, to check that
 //!   opening it fails with the documented error.
+//! - `VFIO_NIC_PEER_IF=eth0`: the Linux netdev of the port wired to ours (kernel-peer layout);
+//!   the peer test configures a VLAN interface on it and pings our port.
+//!
+//! Files: `regtest.rs` (register self-test), `drv.rs` (helpers for driver-level tests),
+//! `traffic.rs` (link, counters, 10,000-frame transfer, loopback, drop and reopen),
+//! `vlan_tests.rs` (VLAN modes, filter, TPID), `peer.rs` (ARP/ICMP responder for the kernel peer).
 //!
 //! Output: one line per test (`ok`, `FAIL`, `skip` and the test name), then a final
 //! `N passed, M failed, K skipped` line; the exit status is non-zero when anything failed. Tests
 //! that need two ports wired together are skipped, never passed, when given one port.
 
-mod regtest;
+mod drv;
+mod peer;
+mod traffic;
+mod vlan_tests;
+
+use vfio_nic::selftest::regtest;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -35,6 +46,8 @@ struct Ctx {
     ports: Vec<PciAddress>,
     expect_macs: Option<Vec<MacAddr>>,
     other_driver_port: Option<PciAddress>,
+    /// The Linux netdev wired to our first port (kernel-peer layout).
+    peer_if: Option<String>,
 }
 
 enum Outcome {
@@ -54,6 +67,20 @@ const TESTS: &[(&str, TestFn)] = &[
     ("open_twice_fails", open_twice_fails),
     ("two_ports_share_container", two_ports_share_container),
     ("other_driver_refused", other_driver_refused),
+    (
+        "driver_open_link_mac_counters",
+        traffic::driver_open_link_mac_counters,
+    ),
+    ("traffic_10k_mixed_sizes", traffic::traffic_10k_mixed_sizes),
+    ("mac_loopback", traffic::mac_loopback),
+    (
+        "drop_mid_traffic_and_reopen",
+        traffic::drop_mid_traffic_and_reopen,
+    ),
+    ("vlan_modes_matrix", vlan_tests::vlan_modes_matrix),
+    ("vlan_filter_table", vlan_tests::vlan_filter_table),
+    ("vlan_tpid_88a8", vlan_tests::vlan_tpid_88a8),
+    ("kernel_peer_vlan_ping", peer::kernel_peer_vlan_ping),
 ];
 
 fn main() -> ExitCode {
@@ -143,10 +170,14 @@ fn context(list: &str) -> Result<Ctx, String> {
         ),
         _ => None,
     };
+    let peer_if = std::env::var("VFIO_NIC_PEER_IF")
+        .ok()
+        .filter(|s| !s.is_empty());
     Ok(Ctx {
         ports,
         expect_macs,
         other_driver_port,
+        peer_if,
     })
 }
 

@@ -15,6 +15,7 @@ use crate::device::{
 use crate::dma::{Packet, Pool};
 use crate::error::{Error, Result};
 use crate::ids::{self, Family};
+use crate::igb::{IgbConfig, IgbPort, IgbRx, IgbTx};
 use crate::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx, IxgbeTx};
 use crate::null::{NullConfig, NullPort, NullRx, NullTx};
 use crate::pci::PciAddress;
@@ -69,6 +70,8 @@ impl fmt::Display for PortName {
 pub struct PortConfig {
     /// Settings of null ports.
     pub null: NullConfig,
+    /// Settings of 82576 (igb) ports.
+    pub igb: IgbConfig,
     /// Settings of 82599 (ixgbe) ports, real or software.
     pub ixgbe: IxgbeConfig,
     /// Settings of the software 82599 behind `sim:N` ports.
@@ -79,6 +82,8 @@ pub struct PortConfig {
 pub enum AnyPort {
     /// A null port.
     Null(NullPort),
+    /// An Intel 82576 driven through VFIO (boxed: the port is large and rarely touched).
+    Igb(Box<IgbPort<PciBus>>),
     /// An Intel 82599 driven through VFIO (boxed: the port is large and rarely touched).
     Ixgbe(Box<IxgbePort<PciBus>>),
     /// The ixgbe driver on a software 82599 (`sim:N`).
@@ -106,12 +111,10 @@ fn open_pci(addr: PciAddress, config: &PortConfig) -> Result<AnyPort> {
             bus,
             config.ixgbe.clone(),
         )?))),
-        Some((Family::Igb, model)) => Err(Error::NotSupported {
-            device: addr.to_string(),
-            what: format!("{model} ({vendor:04x}:{device:04x})"),
-            why: "the igb (82576) driver is not in this build yet; use an 82599 port or null:N"
-                .into(),
-        }),
+        Some((Family::Igb, _)) => Ok(AnyPort::Igb(Box::new(IgbPort::open(
+            bus,
+            config.igb.clone(),
+        )?))),
         None => Err(Error::UnsupportedDevice {
             addr: addr.to_string(),
             vendor,
@@ -128,6 +131,8 @@ fn open_pci(addr: PciAddress, config: &PortConfig) -> Result<AnyPort> {
 pub enum AnyRx {
     /// Of a null port.
     Null(NullRx),
+    /// Of an 82576 port.
+    Igb(IgbRx<PciBus>),
     /// Of an 82599 port.
     Ixgbe(IxgbeRx<PciBus>),
     /// Of a software 82599 port.
@@ -139,6 +144,8 @@ pub enum AnyRx {
 pub enum AnyTx {
     /// Of a null port.
     Null(NullTx),
+    /// Of an 82576 port.
+    Igb(IgbTx<PciBus>),
     /// Of an 82599 port.
     Ixgbe(IxgbeTx<PciBus>),
     /// Of a software 82599 port.
@@ -152,6 +159,7 @@ impl Port for AnyPort {
     fn info(&self) -> PortInfo {
         match self {
             AnyPort::Null(p) => p.info(),
+            AnyPort::Igb(p) => p.info(),
             AnyPort::Ixgbe(p) => p.info(),
             AnyPort::IxgbeSim(p) => p.info(),
         }
@@ -160,6 +168,7 @@ impl Port for AnyPort {
     fn link(&self) -> Result<LinkStatus> {
         match self {
             AnyPort::Null(p) => p.link(),
+            AnyPort::Igb(p) => p.link(),
             AnyPort::Ixgbe(p) => p.link(),
             AnyPort::IxgbeSim(p) => p.link(),
         }
@@ -168,6 +177,7 @@ impl Port for AnyPort {
     fn stats(&mut self) -> Result<PortStats> {
         match self {
             AnyPort::Null(p) => p.stats(),
+            AnyPort::Igb(p) => p.stats(),
             AnyPort::Ixgbe(p) => p.stats(),
             AnyPort::IxgbeSim(p) => p.stats(),
         }
@@ -180,6 +190,13 @@ impl Port for AnyPort {
                 Ok((
                     rx.into_iter().map(AnyRx::Null).collect(),
                     tx.into_iter().map(AnyTx::Null).collect(),
+                ))
+            }
+            AnyPort::Igb(p) => {
+                let (rx, tx) = p.take_queues()?;
+                Ok((
+                    rx.into_iter().map(AnyRx::Igb).collect(),
+                    tx.into_iter().map(AnyTx::Igb).collect(),
                 ))
             }
             AnyPort::Ixgbe(p) => {
@@ -205,6 +222,7 @@ impl RxQueue for AnyRx {
     fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
         match self {
             AnyRx::Null(q) => q.rx_burst(batch, max),
+            AnyRx::Igb(q) => q.rx_burst(batch, max),
             AnyRx::Ixgbe(q) => q.rx_burst(batch, max),
             AnyRx::IxgbeSim(q) => q.rx_burst(batch, max),
         }
@@ -212,6 +230,7 @@ impl RxQueue for AnyRx {
     fn stats(&self) -> QueueStats {
         match self {
             AnyRx::Null(q) => q.stats(),
+            AnyRx::Igb(q) => q.stats(),
             AnyRx::Ixgbe(q) => q.stats(),
             AnyRx::IxgbeSim(q) => q.stats(),
         }
@@ -219,6 +238,7 @@ impl RxQueue for AnyRx {
     fn pool(&self) -> &Pool {
         match self {
             AnyRx::Null(q) => q.pool(),
+            AnyRx::Igb(q) => q.pool(),
             AnyRx::Ixgbe(q) => q.pool(),
             AnyRx::IxgbeSim(q) => q.pool(),
         }
@@ -230,6 +250,7 @@ impl TxQueue for AnyTx {
     fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
         match self {
             AnyTx::Null(q) => q.tx_burst(batch),
+            AnyTx::Igb(q) => q.tx_burst(batch),
             AnyTx::Ixgbe(q) => q.tx_burst(batch),
             AnyTx::IxgbeSim(q) => q.tx_burst(batch),
         }
@@ -237,6 +258,7 @@ impl TxQueue for AnyTx {
     fn stats(&self) -> QueueStats {
         match self {
             AnyTx::Null(q) => q.stats(),
+            AnyTx::Igb(q) => q.stats(),
             AnyTx::Ixgbe(q) => q.stats(),
             AnyTx::IxgbeSim(q) => q.stats(),
         }

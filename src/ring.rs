@@ -87,6 +87,11 @@ pub struct ChipRx {
     pub ip_error: u32,
     /// L4 checksum error bit.
     pub l4_error: u32,
+    /// The device sets VP only when it stripped the tag (82576, and QEMU's model of it; DPDK's
+    /// igb reads VP the same way), so every descriptor says by itself whether its frame was
+    /// stripped and [`RxRing::hw_strip`] is not consulted. False on the 82599, where VP means
+    /// only "a tag matching VET was seen" and stripping must come from the queue's setting.
+    pub vp_means_stripped: bool,
 }
 
 /// Checks a ring size: a power of two, multiple of 8 (128-byte DMA length granularity), <= 32768.
@@ -273,7 +278,7 @@ impl<M: Mmio> RxRing<M> {
             }
             let mut flags = 0;
             if status & rx::VP != 0 {
-                if self.hw_strip {
+                if self.hw_strip || self.chip.vp_means_stripped {
                     p.meta.vlan_tci = vlan;
                     flags |= Meta::VLAN_STRIPPED;
                 } else {

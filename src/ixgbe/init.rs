@@ -13,12 +13,14 @@
 use std::time::Duration;
 
 use crate::bus::Bus;
-use crate::device::{LinkStatus, MacAddr};
+use crate::device::LinkStatus;
 use crate::error::{Error, Result};
 use crate::mmio::{wait_for, Mmio};
 use crate::regs::ixgbe::{self as r};
 
-use super::queue::{IxgbeRx, IxgbeTx};
+use crate::intel::{queue, rss};
+
+use super::queue::{rx_ctl, tx_ctl, IxgbeRx, IxgbeTx};
 use super::IxgbePort;
 
 /// Receive packet buffer 0 gets all 128 KB when DCB is off (notes 1.3, ixy).
@@ -29,20 +31,6 @@ const TXPB_SIZE: u32 = 0xA000;
 const RESET_SETTLE: Duration = Duration::from_millis(10);
 /// Interrupt mask clear: bits 30:0 (bit 31 is reserved in EIMC), as ixy writes it.
 const EIMC_ALL: u32 = 0x7FFF_FFFF;
-
-/// The RSS key: the 16-bit pattern 0x6d5a repeated. With a key whose bytes repeat every 16
-/// bits the Toeplitz hash is symmetric (Woo & Park, "Scalable TCP Session Monitoring with
-/// Symmetric Receive-side Scaling"), so both directions of a flow land on the same queue, which
-/// is what a forwarder wants. It is fixed so that a flow's queue is reproducible across runs.
-pub(crate) const RSS_KEY: [u8; 40] = {
-    let mut k = [0u8; 40];
-    let mut i = 0;
-    while i < 40 {
-        k[i] = if i % 2 == 0 { 0x6d } else { 0x5a };
-        i += 1;
-    }
-    k
-};
 
 /// Decodes LINKS (notes 1.3: UP b30, speed b29:28 = 01 100M, 10 1G, 11 10G).
 pub(crate) fn decode_links(v: u32) -> LinkStatus {
@@ -98,7 +86,13 @@ impl<B: Bus> IxgbePort<B> {
         )?;
 
         // The MAC address the EEPROM loaded into receive address 0.
-        self.mac = read_mac(m, &name);
+        self.mac = crate::intel::read_mac(
+            m,
+            &name,
+            r::RAL.at(0),
+            r::RAH.at(0),
+            r::rah::AV.bit(),
+        );
 
         // Step 4 (datasheet 4.6.4 "Link setup"), or step 11 for MAC loopback.
         setup_link(m, self.cfg.loopback);
@@ -215,7 +209,7 @@ impl<B: Bus> IxgbePort<B> {
         m.modify(r::FCTRL, r::fctrl::UPE.bit() | r::fctrl::MPE.bit(), fctrl);
         // VLAN: the filter table is not cleared by reset (notes 1.4 step 10), so clear it and
         // write the shadow back; then TPID and filter enable.
-        self.vlan.restore(m);
+        super::vlan::restore(&self.vlan, m);
     }
 
     /// Notes 1.4 step 7: everything global about transmit.
@@ -236,18 +230,6 @@ impl<B: Bus> IxgbePort<B> {
     }
 }
 
-/// RAL0/RAH0 (notes 1.4: the EEPROM loads the port's address there with AV set).
-fn read_mac<M: Mmio + ?Sized>(m: &M, name: &str) -> MacAddr {
-    let lo = m.read(r::RAL.at(0)).to_le_bytes();
-    let hi = m.read(r::RAH.at(0));
-    let h = (r::rah::RAH.get(hi) as u16).to_le_bytes();
-    let mac = MacAddr([lo[0], lo[1], lo[2], lo[3], h[0], h[1]]);
-    if !r::rah::AV.is_set(hi) || mac == MacAddr::default() {
-        tracing::warn!(port = %name, %mac, "receive address 0 is not valid after reset; is the EEPROM blank?");
-    }
-    mac
-}
-
 /// Link mode (notes 1.4 step 4; datasheet 4.6.4): 10G serial, XAUI PMA/PMD, restart AN. In
 /// MAC loopback (step 11, DPDK's setup_loopback_link_82599): 10G without AN, force link up,
 /// and the AN restart resets the pipeline.
@@ -265,20 +247,12 @@ fn setup_link<M: Mmio + ?Sized>(m: &M, loopback: bool) {
 /// RSS over `queues` queues (datasheet 7.1.2.8): key, redirection table, hash fields, and the
 /// RSS hash in the descriptor instead of the fragment checksum (RXCSUM.PCSD).
 pub(crate) fn setup_rss<M: Mmio + ?Sized>(m: &M, queues: u16) {
-    for (i, w) in RSS_KEY.chunks_exact(4).enumerate() {
-        m.write(
-            r::RSSRK.at(i as u32),
-            u32::from_le_bytes([w[0], w[1], w[2], w[3]]),
-        );
+    for (i, w) in rss::key_words().enumerate() {
+        m.write(r::RSSRK.at(i as u32), w);
     }
     // 128 one-byte entries, four per register, entry 4n in the low byte: round robin.
     for i in 0..r::RETA.count() {
-        let mut v = 0u32;
-        for b in 0..4 {
-            let entry = (i * 4 + b) % u32::from(queues);
-            v |= entry << (8 * b);
-        }
-        m.write(r::RETA.at(i), v);
+        m.write(r::RETA.at(i), rss::reta_word(i, queues));
     }
     m.modify(r::RXCSUM, 0, r::rxcsum::PCSD.bit());
     use r::mrqc::*;
@@ -307,24 +281,9 @@ pub(crate) fn shutdown<M: Mmio + ?Sized>(
         tracing::warn!(port = %name, "device is gone; nothing to stop");
         return;
     }
-    let en = r::rxdctl::ENABLE.bit();
-    for q in 0..u32::from(rx_queues) {
-        m.modify(r::RXDCTL.at(q), en, 0);
-    }
-    for q in 0..u32::from(tx_queues) {
-        m.modify(r::TXDCTL.at(q), r::txdctl::ENABLE.bit(), 0);
-    }
-    for q in 0..u32::from(rx_queues) {
-        if let Err(e) = wait_for(m, name, r::RXDCTL.at(q), "RXDCTL.ENABLE", en, 0, t) {
-            tracing::warn!(port = %name, queue = q, error = %e, "receive queue did not stop");
-        }
-    }
-    let ten = r::txdctl::ENABLE.bit();
-    for q in 0..u32::from(tx_queues) {
-        if let Err(e) = wait_for(m, name, r::TXDCTL.at(q), "TXDCTL.ENABLE", ten, 0, t) {
-            tracing::warn!(port = %name, queue = q, error = %e, "transmit queue did not stop");
-        }
-    }
+    let rx = (0..u32::from(rx_queues)).map(|q| (q, rx_ctl(q)));
+    let tx = (0..u32::from(tx_queues)).map(|q| (q, tx_ctl(q)));
+    queue::stop_all(m, name, rx.chain(tx), t);
     m.modify(r::RXCTRL, r::rxctrl::RXEN.bit(), 0);
     m.write(r::EIMC, EIMC_ALL);
     let rst = r::ctrl::RST.bit() | r::ctrl::LNK_RST.bit();

@@ -33,11 +33,12 @@ use crate::device::{LinkStatus, MacAddr, Port, PortInfo, PortStats, QueueSet};
 use crate::dma::PoolConfig;
 use crate::error::{Error, Result};
 use crate::ids::{self, Family};
+use crate::intel::config::{self as common, Limits};
 use crate::mmio::Mmio;
 use crate::regs::ixgbe::{self as r};
 
 pub use queue::{IxgbeRx, IxgbeTx};
-pub use vlan::VlanFilter;
+pub use crate::intel::VlanFilter;
 
 use queue::StripCtl;
 use stats::HwStats;
@@ -112,67 +113,27 @@ impl IxgbeConfig {
     /// The receive buffer size in KB for SRRCTL.BSIZEPKT: the pool's buffer room rounded down
     /// (the device must never write past a buffer), at most 16 KB.
     pub fn rx_buffer_kb(&self) -> Result<u32> {
-        let room = self.pool.buf_size.saturating_sub(self.pool.headroom);
-        let kb = (room / 1024).min(16) as u32;
-        if kb == 0 {
-            return Err(Error::InvalidConfig(format!(
-                "the 82599 receives into whole KB: the pool's buffer room ({} - {} = {room} bytes) must be at least 1024; raise pool.buf_size",
-                self.pool.buf_size, self.pool.headroom
-            )));
-        }
-        Ok(kb)
+        common::rx_buffer_kb(&LIMITS, &self.pool)
     }
 
     fn check(&self) -> Result<()> {
-        if !(1..=MAX_RX_QUEUES).contains(&self.rx_queues) {
-            return Err(Error::InvalidConfig(format!(
-                "ixgbe: rx_queues {} must be between 1 and {MAX_RX_QUEUES}",
-                self.rx_queues
-            )));
-        }
-        if !(1..=MAX_TX_QUEUES).contains(&self.tx_queues) {
-            return Err(Error::InvalidConfig(format!(
-                "ixgbe: tx_queues {} must be between 1 and {MAX_TX_QUEUES}",
-                self.tx_queues
-            )));
-        }
-        for (what, n) in [("rx_ring", self.rx_ring), ("tx_ring", self.tx_ring)] {
-            crate::ring::check_ring_size(n)?;
-            if n > MAX_RING {
-                return Err(Error::InvalidConfig(format!(
-                    "ixgbe: {what} {n} is larger than the 82599's {MAX_RING} descriptors"
-                )));
-            }
-        }
-        if self.pool.buffers < self.rx_ring {
-            return Err(Error::InvalidConfig(format!(
-                "ixgbe: each receive pool needs at least rx_ring = {} buffers, not {}; raise pool.buffers",
-                self.rx_ring, self.pool.buffers
-            )));
-        }
-        if !(68..=MAX_MTU).contains(&self.mtu) {
-            return Err(Error::InvalidConfig(format!(
-                "ixgbe: MTU {} must be between 68 and {MAX_MTU}",
-                self.mtu
-            )));
-        }
-        // A frame larger than one buffer spans descriptors and the ring drops it, so the buffer
-        // must hold the largest frame: header, two VLAN tags, MTU (the CRC is stripped).
-        let kb = self.rx_buffer_kb()?;
-        let frame = usize::from(self.mtu) + 14 + 8;
-        if frame > kb as usize * 1024 {
-            return Err(Error::InvalidConfig(format!(
-                "ixgbe: MTU {} needs receive buffers of {frame} bytes but the pool gives {kb} KB; set pool.buf_size to at least {}",
-                self.mtu,
-                frame.div_ceil(1024) * 1024 + self.pool.headroom
-            )));
-        }
+        common::check_queues(&LIMITS, "rx_queues", self.rx_queues, MAX_RX_QUEUES)?;
+        common::check_queues(&LIMITS, "tx_queues", self.tx_queues, MAX_TX_QUEUES)?;
+        common::check_rings_and_mtu(&LIMITS, self.rx_ring, self.tx_ring, &self.pool, self.mtu)?;
         for &vid in &self.vlans {
-            vlan::check_vid(vid)?;
+            crate::intel::vlan::check_vid(vid)?;
         }
         Ok(())
     }
 }
+
+/// The 82599's limits for the shared checks.
+const LIMITS: Limits = Limits {
+    family: "ixgbe",
+    chip: "82599",
+    max_ring: MAX_RING,
+    max_mtu: MAX_MTU,
+};
 
 /// An open 82599 port.
 pub struct IxgbePort<B: Bus> {
@@ -219,11 +180,7 @@ impl<B: Bus> IxgbePort<B> {
         cfg.check()?;
         let regs = bus.regs().clone();
         let name: Arc<str> = bus.name().into();
-        let mut vlan = VlanFilter::new(cfg.tpid);
-        for &vid in &cfg.vlans {
-            vlan.insert(vid)?;
-        }
-        vlan.enabled = cfg.vlan_filter;
+        let vlan = VlanFilter::from_config(cfg.tpid, &cfg.vlans, cfg.vlan_filter)?;
         let strip = (0..cfg.rx_queues)
             .map(|_| Arc::new(StripCtl::new(cfg.rx_strip)))
             .collect();

@@ -43,6 +43,7 @@ use crate::dma::{DmaMapper, Packet, Pool};
 use crate::error::{Error, Result};
 use crate::mmio::{wait_for, Mmio};
 use crate::regs::ixgbe::{self as r};
+use crate::intel::queue::QueueCtl;
 use crate::ring::{ChipRx, RxRing, TxRing};
 
 use super::IxgbeConfig;
@@ -52,6 +53,7 @@ pub(crate) const CHIP_RX: ChipRx = ChipRx {
     frame_error: 1 << 29,
     ip_error: 1 << 31,
     l4_error: 1 << 30,
+    vp_means_stripped: false,
 };
 
 /// TXDCTL thresholds: prefetch 36 and host 8 as ixy; write-back threshold 0 because the ring
@@ -61,11 +63,23 @@ const TX_PTHRESH: u32 = 36;
 const TX_HTHRESH: u32 = 8;
 const TX_WTHRESH: u32 = 0;
 
-/// How long a transmit queue's `Drop` lets queued frames leave before disabling it.
-const TX_DRAIN: Duration = Duration::from_millis(10);
-/// Time the datasheet asks for between a queue reading back disabled and its memory being
-/// released (4.6.7.1).
-const RX_QUIESCE: Duration = Duration::from_micros(100);
+/// Receive queue `q`'s control register and enable bit, for the shared start/stop helpers.
+pub(crate) fn rx_ctl(q: u32) -> QueueCtl {
+    QueueCtl {
+        reg: r::RXDCTL.at(q),
+        enable: r::rxdctl::ENABLE.bit(),
+        what: "RXDCTL.ENABLE",
+    }
+}
+
+/// Transmit queue `q`'s control register and enable bit.
+pub(crate) fn tx_ctl(q: u32) -> QueueCtl {
+    QueueCtl {
+        reg: r::TXDCTL.at(q),
+        enable: r::txdctl::ENABLE.bit(),
+        what: "TXDCTL.ENABLE",
+    }
+}
 
 /// The strip setting of one receive queue, shared between the port and the queue.
 #[derive(Debug)]
@@ -169,18 +183,7 @@ impl<B: Bus> IxgbeRx<B> {
     /// Notes 1.4 step 8: enable, wait for ENABLE to read back, then hand the buffers over
     /// (RDT = size - 1; the tail is written last).
     pub(crate) fn start(&mut self) -> Result<()> {
-        let m = &*self.regs;
-        let en = r::rxdctl::ENABLE.bit();
-        m.modify(r::RXDCTL.at(self.queue), 0, en);
-        wait_for(
-            m,
-            &self.name,
-            r::RXDCTL.at(self.queue),
-            "RXDCTL.ENABLE",
-            en,
-            en,
-            self.timeout,
-        )?;
+        rx_ctl(self.queue).enable(&*self.regs, &self.name, self.timeout)?;
         self.ring.start();
         Ok(())
     }
@@ -341,19 +344,7 @@ impl<B: Bus> Drop for IxgbeRx<B> {
     /// Datasheet 4.6.7.1: clear ENABLE, poll until it reads 0, give in-flight writes time to
     /// land; only then may the ring and its buffers be freed (which happens right after).
     fn drop(&mut self) {
-        let m = &*self.regs;
-        let reg = r::RXDCTL.at(self.queue);
-        let en = r::rxdctl::ENABLE.bit();
-        if m.read(reg) == u32::MAX {
-            return;
-        }
-        m.modify(reg, en, 0);
-        match wait_for(m, &self.name, reg, "RXDCTL.ENABLE", en, 0, self.timeout) {
-            Ok(_) => std::thread::sleep(RX_QUIESCE),
-            Err(e) => {
-                tracing::warn!(port = %self.name, queue = self.queue, error = %e, "receive queue did not stop")
-            }
-        }
+        rx_ctl(self.queue).stop_rx(&*self.regs, &self.name, self.queue, self.timeout);
     }
 }
 
@@ -410,18 +401,7 @@ impl<B: Bus> IxgbeTx<B> {
         let m = &*self.regs;
         m.write(r::TDH.at(self.queue), 0);
         m.write(r::TDT.at(self.queue), 0);
-        let en = r::txdctl::ENABLE.bit();
-        m.modify(r::TXDCTL.at(self.queue), 0, en);
-        wait_for(
-            m,
-            &self.name,
-            r::TXDCTL.at(self.queue),
-            "TXDCTL.ENABLE",
-            en,
-            en,
-            self.timeout,
-        )?;
-        Ok(())
+        tx_ctl(self.queue).enable(m, &self.name, self.timeout)
     }
 
     /// The queue's number on its port.
@@ -451,27 +431,13 @@ impl<B: Bus> Drop for IxgbeTx<B> {
     /// Datasheet 4.6.8.1: let what is queued leave (head catches up with tail, briefly), clear
     /// ENABLE and poll it; the ring frees the buffers afterwards.
     fn drop(&mut self) {
-        let m = &*self.regs;
-        let reg = r::TXDCTL.at(self.queue);
-        if m.read(reg) == u32::MAX {
-            return;
-        }
-        let tail = self.ring.tail_slot() as u32;
-        if m.read(reg) & r::txdctl::ENABLE.bit() != 0 {
-            let _ = wait_for(
-                m,
-                &self.name,
-                r::TDH.at(self.queue),
-                "TDH (transmit drain)",
-                u32::MAX,
-                tail,
-                TX_DRAIN.min(self.timeout),
-            );
-        }
-        let en = r::txdctl::ENABLE.bit();
-        m.modify(reg, en, 0);
-        if let Err(e) = wait_for(m, &self.name, reg, "TXDCTL.ENABLE", en, 0, self.timeout) {
-            tracing::warn!(port = %self.name, queue = self.queue, error = %e, "transmit queue did not stop");
-        }
+        tx_ctl(self.queue).stop_tx(
+            &*self.regs,
+            &self.name,
+            self.queue,
+            r::TDH.at(self.queue),
+            self.ring.tail_slot() as u32,
+            self.timeout,
+        );
     }
 }

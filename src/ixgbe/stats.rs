@@ -1,31 +1,19 @@
 //! The 82599's statistics registers, accumulated to 64 bits.
 //!
 //! The counters clear on read and are 32 bits wide (octet counters 36 bits, split into L and H
-//! halves that must be read L first), so they are read often enough and added to software
-//! totals. Only the port reads them: register reads are fine from any thread, and the queues,
-//! which may run elsewhere, keep their own software counters.
+//! halves that must be read L first); the accumulation is shared with the igb driver
+//! ([`crate::intel::stats`]), this file holds the 82599's table.
 //!
 //! Per-queue drop counters (QPRDC) count per *statistics index*, and queues map to indices
 //! through RQSMR. The register map has no RQSMR yet, so every queue keeps the reset mapping to
 //! index 0: QPRDC0 holds the drops of all queues.
 
+use crate::intel::stats::{read_counter, CounterTable, Counters, Src};
 use crate::mmio::Mmio;
 use crate::regs::ixgbe::{self as r};
-use crate::regs::{Reg, RegArray};
-
-/// Where one total comes from.
-#[derive(Clone, Copy)]
-enum Src {
-    /// A 32-bit counter.
-    One(Reg),
-    /// Low then high half of a wide counter.
-    Wide(Reg, Reg),
-    /// The sum of every instance (per traffic class).
-    Sum(RegArray),
-}
 
 /// The totals reported, by datasheet name, in this order.
-const COUNTERS: &[(&str, Src)] = &[
+const COUNTERS: CounterTable = &[
     ("GPRC", Src::One(r::GPRC)),
     ("GPTC", Src::One(r::GPTC)),
     ("GORC", Src::Wide(r::GORCL, r::GORCH)),
@@ -60,32 +48,27 @@ const QPRDC_NAMES: [&str; 16] = [
 ];
 
 /// Software totals of the device counters.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) struct HwStats {
-    totals: [u64; COUNTERS.len()],
+    counters: Counters,
     qprdc: [u64; 16],
 }
 
-impl HwStats {
-    /// Reads every counter once (clearing it) and adds it to the totals. A removed device
-    /// reads all-ones; those reads are not added.
-    pub(crate) fn accumulate<M: Mmio + ?Sized>(&mut self, m: &M, rx_queues: u16) {
-        let read = |reg: Reg| match m.read(reg) {
-            u32::MAX => 0,
-            v => u64::from(v),
-        };
-        for (total, (_, src)) in self.totals.iter_mut().zip(COUNTERS) {
-            *total += match *src {
-                Src::One(reg) => read(reg),
-                Src::Wide(lo, hi) => {
-                    let l = read(lo);
-                    l | read(hi) << 32
-                }
-                Src::Sum(a) => (0..a.count()).map(|i| read(a.at(i))).sum(),
-            };
+impl Default for HwStats {
+    fn default() -> Self {
+        HwStats {
+            counters: Counters::new(COUNTERS),
+            qprdc: [0; 16],
         }
+    }
+}
+
+impl HwStats {
+    /// Reads every counter once (clearing it) and adds it to the totals.
+    pub(crate) fn accumulate<M: Mmio + ?Sized>(&mut self, m: &M, rx_queues: u16) {
+        self.counters.accumulate(m);
         for q in 0..u32::from(rx_queues.min(16)) {
-            self.qprdc[q as usize] += read(r::QPRDC.at(q));
+            self.qprdc[q as usize] += read_counter(m, r::QPRDC.at(q));
         }
     }
 
@@ -96,10 +79,8 @@ impl HwStats {
 
     /// The totals by datasheet name.
     pub(crate) fn totals(&self, rx_queues: u16) -> Vec<(&'static str, u64)> {
-        COUNTERS
-            .iter()
-            .zip(self.totals)
-            .map(|((n, _), v)| (*n, v))
+        self.counters
+            .totals()
             .chain(
                 QPRDC_NAMES
                     .iter()

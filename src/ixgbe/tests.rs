@@ -9,42 +9,10 @@ use std::time::Duration;
 
 use super::*;
 use crate::device::RxQueue;
-use crate::dma::{DmaMapper, IdentityMapper};
+use crate::intel::testkit::{find, pos, TestBus};
 use crate::mmio::{Access, RecordingMmio};
 use crate::regs::ixgbe as r;
 use crate::regs::Reg;
-
-/// A bus whose registers are a [`RecordingMmio`].
-struct TestBus {
-    regs: Arc<RecordingMmio>,
-    id: (u16, u16),
-    /// "bus master on" / "bus master off" events, in order, in the same log as the registers.
-    events: Arc<Mutex<Vec<&'static str>>>,
-}
-
-impl Bus for TestBus {
-    type Mmio = RecordingMmio;
-    fn regs(&self) -> &Arc<RecordingMmio> {
-        &self.regs
-    }
-    fn dma_mapper(&self) -> Arc<dyn DmaMapper> {
-        Arc::new(IdentityMapper)
-    }
-    fn pci_id(&self) -> (u16, u16) {
-        self.id
-    }
-    fn name(&self) -> &str {
-        "test:0"
-    }
-    fn enable_bus_master(&self) -> Result<()> {
-        self.events.lock().unwrap().push("bus master on");
-        Ok(())
-    }
-    fn disable_bus_master(&self) -> Result<()> {
-        self.events.lock().unwrap().push("bus master off");
-        Ok(())
-    }
-}
 
 struct Fake {
     regs: Arc<RecordingMmio>,
@@ -72,12 +40,8 @@ fn fake() -> (TestBus, Fake) {
     });
     regs.preset(r::RAL.at(0).offset(), 0x1200_5452);
     regs.preset(r::RAH.at(0).offset(), r::rah::AV.bit() | 0x5634);
-    let events = Arc::new(Mutex::new(Vec::new()));
-    let bus = TestBus {
-        regs: regs.clone(),
-        id: (0x8086, 0x10fb),
-        events: events.clone(),
-    };
+    let bus = TestBus::new(regs.clone(), (0x8086, 0x10fb));
+    let events = bus.events.clone();
     (
         bus,
         Fake {
@@ -100,20 +64,6 @@ fn small() -> IxgbeConfig {
         reg_timeout: Duration::from_millis(50),
         ..IxgbeConfig::default()
     }
-}
-
-/// Index of the first write to `reg` (with `value & mask == want`) at or after `from`.
-fn find(w: &[(usize, u32)], from: usize, reg: Reg, mask: u32, want: u32) -> Option<usize> {
-    w.iter()
-        .enumerate()
-        .skip(from)
-        .find(|(_, &(o, v))| o == reg.offset() && v & mask == want)
-        .map(|(i, _)| i)
-}
-
-fn pos(w: &[(usize, u32)], reg: Reg, mask: u32, want: u32) -> usize {
-    find(w, 0, reg, mask, want)
-        .unwrap_or_else(|| panic!("no write to {reg} with & {mask:#x} == {want:#x}"))
 }
 
 #[test]

@@ -4,9 +4,9 @@
 //! deferred) are built on top of them elsewhere. What the 82599 offers:
 //! - per-queue strip: RXDCTL(n).VME (VLNCTRL.VME is 82598-only); see `queue.rs` for how a
 //!   running queue switches without mis-reporting a frame;
-//! - filtering: VLNCTRL.VFE and the 4096-bit VFTA. The table survives a reset only in our
-//!   software shadow, which is written back at every init (the hardware table is not cleared by
-//!   reset, so it is cleared first);
+//! - filtering: VLNCTRL.VFE and the 4096-bit VFTA. The table survives a reset only in the
+//!   software shadow shared with the igb driver ([`crate::intel::VlanFilter`]), which is written
+//!   back at every init (the hardware table is not cleared by reset, so it is cleared first);
 //! - TPID: VLNCTRL.VET for receive and DMATXCTL.VT for insertion, always changed together;
 //! - extended (double) VLAN: CTRL_EXT.EXTENDED_VLAN, DMATXCTL.GDV and the outer TPID in
 //!   EXVET.VET_EXT.
@@ -16,94 +16,19 @@
 
 use crate::bus::Bus;
 use crate::error::{Error, Result};
+use crate::intel::VlanFilter;
 use crate::mmio::Mmio;
 use crate::regs::ixgbe::{self as r};
 
 use super::IxgbePort;
 
-/// Refuses VIDs the filter cannot hold: 4095 is reserved by 802.1Q, above is not a VID.
-pub(crate) fn check_vid(vid: u16) -> Result<()> {
-    if vid == 4095 {
-        return Err(Error::ReservedVlanId {
-            what: "in the VLAN filter",
-        });
-    }
-    if vid > 4095 {
-        return Err(Error::InvalidConfig(format!(
-            "{vid} is not a VLAN id: VIDs are 12 bits; use 0..=4094"
-        )));
-    }
-    Ok(())
-}
-
-/// The VLAN filter table as software keeps it, with the TPID and filter switch.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VlanFilter {
-    words: [u32; 128],
-    /// Whether filtering is on (VLNCTRL.VFE).
-    pub enabled: bool,
-    /// The TPID (VLNCTRL.VET, DMATXCTL.VT).
-    pub tpid: u16,
-    /// Extended (double) VLAN, with the outer TPID.
-    pub extended: Option<u16>,
-}
-
-impl VlanFilter {
-    /// An empty table (but for VID 0), filtering off.
-    pub fn new(tpid: u16) -> Self {
-        let mut words = [0u32; 128];
-        words[0] = 1;
-        VlanFilter {
-            words,
-            enabled: false,
-            tpid,
-            extended: None,
-        }
-    }
-
-    /// Whether `vid` passes the filter.
-    pub fn contains(&self, vid: u16) -> bool {
-        vid < 4096 && self.words[usize::from(vid >> 5)] & (1 << (vid & 31)) != 0
-    }
-
-    /// Adds `vid`; returns the VFTA index and new word.
-    pub(crate) fn insert(&mut self, vid: u16) -> Result<(u32, u32)> {
-        check_vid(vid)?;
-        let i = usize::from(vid >> 5);
-        self.words[i] |= 1 << (vid & 31);
-        Ok((i as u32, self.words[i]))
-    }
-
-    /// Removes `vid` (VID 0 stays); returns the VFTA index and new word.
-    pub(crate) fn remove(&mut self, vid: u16) -> Result<(u32, u32)> {
-        check_vid(vid)?;
-        let i = usize::from(vid >> 5);
-        if vid != 0 {
-            self.words[i] &= !(1 << (vid & 31));
-        }
-        Ok((i as u32, self.words[i]))
-    }
-
-    /// VIDs in the table, ascending.
-    pub fn vids(&self) -> Vec<u16> {
-        (0..4095).filter(|&v| self.contains(v)).collect()
-    }
-
-    /// Writes everything to the device after a reset (notes 1.4 step 10): clear the VFTA, write
-    /// the shadow, then TPID, extended VLAN and filter enable.
-    pub(crate) fn restore<M: Mmio + ?Sized>(&self, m: &M) {
-        for i in 0..r::VFTA.count() {
-            m.write(r::VFTA.at(i), 0);
-        }
-        for (i, &w) in self.words.iter().enumerate() {
-            if w != 0 {
-                m.write(r::VFTA.at(i as u32), w);
-            }
-        }
-        write_tpid(m, self.tpid);
-        write_extended(m, self.extended);
-        write_filter(m, self.enabled);
-    }
+/// Writes everything to the device after a reset (notes 1.4 step 10): the table (cleared
+/// first, see [`VlanFilter::write_table`]), then TPID, extended VLAN and filter enable.
+pub(crate) fn restore<M: Mmio + ?Sized>(f: &VlanFilter, m: &M) {
+    f.write_table(m, r::VFTA);
+    write_tpid(m, f.tpid);
+    write_extended(m, f.extended, f.tpid);
+    write_filter(m, f.enabled);
 }
 
 fn write_tpid<M: Mmio + ?Sized>(m: &M, tpid: u16) {
@@ -119,22 +44,35 @@ fn write_tpid<M: Mmio + ?Sized>(m: &M, tpid: u16) {
     );
 }
 
-fn write_extended<M: Mmio + ?Sized>(m: &M, outer: Option<u16>) {
+/// Extended (double) VLAN on or off. In extended mode the tag the transmitter inserts is the
+/// new outermost one, so DMATXCTL.VT carries the outer TPID; outside it, the (inner) TPID. This
+/// keeps hardware insertion byte-identical to software insertion (vlan-behaviour.md: "inserting
+/// pushes a new outermost tag"). DPDK leaves VT at the inner TPID in QinQ mode; which TPID the
+/// 82599 puts on a tag inserted with GDV set is to be confirmed on a real card.
+fn write_extended<M: Mmio + ?Sized>(m: &M, outer: Option<u16>, tpid: u16) {
     let ext = r::ctrl_ext::EXTENDED_VLAN.bit();
     let gdv = r::dmatxctl::GDV.bit();
     match outer {
-        Some(tpid) => {
+        Some(outer) => {
             m.modify(
                 r::EXVET,
                 r::exvet::VET_EXT.mask(),
-                r::exvet::VET_EXT.val(tpid.into()),
+                r::exvet::VET_EXT.val(outer.into()),
             );
-            m.modify(r::DMATXCTL, 0, gdv);
+            m.modify(
+                r::DMATXCTL,
+                r::dmatxctl::VT.mask(),
+                gdv | r::dmatxctl::VT.val(outer.into()),
+            );
             m.modify(r::CTRL_EXT, 0, ext);
         }
         None => {
             m.modify(r::CTRL_EXT, ext, 0);
-            m.modify(r::DMATXCTL, gdv, 0);
+            m.modify(
+                r::DMATXCTL,
+                gdv | r::dmatxctl::VT.mask(),
+                r::dmatxctl::VT.val(tpid.into()),
+            );
         }
     }
 }
@@ -217,6 +155,8 @@ impl<B: Bus> IxgbePort<B> {
     pub fn set_tpid(&mut self, tpid: u16) -> Result<()> {
         self.vlan.tpid = tpid;
         write_tpid(&*self.regs, tpid);
+        // In extended mode the transmitter keeps inserting the outer TPID.
+        write_extended(&*self.regs, self.vlan.extended, tpid);
         self.alive()
     }
 
@@ -225,7 +165,7 @@ impl<B: Bus> IxgbePort<B> {
     /// DMATXCTL.GDV). `outer_tpid` is ignored when turning it off.
     pub fn set_extended_vlan(&mut self, on: bool, outer_tpid: u16) -> Result<()> {
         self.vlan.extended = on.then_some(outer_tpid);
-        write_extended(&*self.regs, self.vlan.extended);
+        write_extended(&*self.regs, self.vlan.extended, self.vlan.tpid);
         self.alive()
     }
 }

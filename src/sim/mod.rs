@@ -128,6 +128,7 @@ mod tests_vlan;
 
 pub use port::{Mode, SimConfig, SimPort, Source, WorkerWatch};
 pub use regs::{SimRegs, BAR_LEN};
+pub use worker::{pin_current_thread, DeviceThread};
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

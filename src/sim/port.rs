@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::regs::{lock, SimRegs, Spec};
 use super::rx::{RxEngine, SourceState, WireFrame};
+use super::worker::DeviceThread;
 use super::SimCounters;
 use crate::bus::Bus;
 use crate::device::MacAddr;
@@ -103,6 +104,9 @@ pub struct SimConfig {
     pub link_up_after_reads: u32,
     /// Keep the last this-many transmitted frames for [`SimPort::take_captured`].
     pub capture: usize,
+    /// Threaded mode: the device thread to run on (shared with the other ports given the same
+    /// one, perhaps pinned to a CPU); `None` gives the port a thread of its own.
+    pub thread: Option<DeviceThread>,
 }
 
 /// A software 82599 port: a cheap handle; every clone is the same device.
@@ -162,7 +166,8 @@ impl SimPort {
             iommu: shared_iommu(),
         }));
         if cfg.mode == Mode::Threaded {
-            if let Err(e) = super::worker::spawn(&dev, dev.worker_alive.clone()) {
+            let thread = cfg.thread.clone().unwrap_or_default();
+            if let Err(e) = super::worker::attach(&dev, dev.worker_alive.clone(), &thread) {
                 tracing::error!(port = %dev.name(), error = %e, "no device thread; running inline");
                 dev.inline.store(true, Release);
             }

@@ -40,6 +40,31 @@ pub(super) struct RxEngine {
     scratch: Vec<u8>,
     /// The frame at the head of the inbound queue already counted as waiting (RNBC).
     blocked: bool,
+    /// Counts of this service run, added to the registers once at its end.
+    tally: RxTally,
+}
+
+/// Receive counters gathered during one run of the engine and flushed once at its end (one
+/// atomic add per counter and run instead of a dozen per frame). Every run ends with a flush
+/// before the `rx` lock is released, so a reader sees whole runs, as with the real part's
+/// counters, which are also updated behind the frames.
+#[derive(Debug, Default)]
+struct RxTally {
+    /// Frames placed (GPRC, RXDGPC, the model's rx_frames).
+    frames: u32,
+    /// Their bytes on the wire, FCS included (GORC).
+    wire: u64,
+    /// Their bytes as written (the model's rx_bytes).
+    delivered: u64,
+    bucket: [u32; 6],
+    bcast: u32,
+    mcast: u32,
+    /// Per statistics counter (RQSMR map): frames and delivered bytes (QPRC, QBRC).
+    q_frames: [u32; 16],
+    q_bytes: [u64; 16],
+    /// Frames whose fate is final, and their wire bytes (TPR, TORL).
+    total: u32,
+    total_wire: u64,
 }
 
 impl RxEngine {
@@ -68,6 +93,8 @@ enum Outcome {
 
 /// Frames the source produces per service call at most.
 const SOURCE_BUDGET: usize = 4096;
+/// The same per poll of a device thread (threaded mode).
+const THREADED_SOURCE_BUDGET: usize = 64;
 
 const DD: u32 = 1;
 const EOP: u32 = 1 << 1;
@@ -100,10 +127,50 @@ impl SimRegs {
         }
     }
 
+    /// Adds a run's counts to the registers and the model's counters, and clears them.
+    fn flush_rx(&self, t: &mut RxTally) {
+        if t.total != 0 {
+            self.bump(r::TPR, t.total);
+            self.bump_wide(W_TOR, t.total_wire);
+        }
+        if t.frames != 0 {
+            self.bump(r::GPRC, t.frames);
+            self.bump(r::RXDGPC, t.frames);
+            self.bump_wide(W_GORC, t.wire);
+            for (i, &n) in t.bucket.iter().enumerate() {
+                if n != 0 {
+                    self.bump(RX_BUCKETS[i], n);
+                }
+            }
+            if t.bcast != 0 {
+                self.bump(r::BPRC, t.bcast);
+            }
+            if t.mcast != 0 {
+                self.bump(r::MPRC, t.mcast);
+            }
+            for s in 0..16 {
+                if t.q_frames[s] != 0 {
+                    self.bump(r::QPRC.at(s as u32), t.q_frames[s]);
+                    self.bump_wide(W_QBRC + s, t.q_bytes[s]);
+                }
+            }
+            self.counters.rx_frames.add(u64::from(t.frames));
+            self.counters.rx_bytes.add(t.delivered);
+        }
+        *t = RxTally::default();
+    }
+
     /// Runs the receive engine: delivers what waits in the inbound FIFO, then lets the traffic
     /// source fill free descriptors. Returns whether anything happened.
     pub(super) fn service_rx(&self) -> bool {
         let mut rx = lock(&self.rx);
+        let worked = self.service_rx_locked(&mut rx);
+        let mut tally = std::mem::take(&mut rx.tally);
+        self.flush_rx(&mut tally);
+        worked
+    }
+
+    fn service_rx_locked(&self, rx: &mut RxEngine) -> bool {
         let inline = self.inline.load(Relaxed);
         let mut worked = false;
         loop {
@@ -111,12 +178,12 @@ impl SimRegs {
                 break;
             };
             self.inbound_bytes.fetch_sub(f.data.len(), Relaxed);
-            match self.receive(&mut rx, &f.data, f.fcs_ok) {
+            match self.receive(rx, &f.data, f.fcs_ok) {
                 Outcome::NoRoom(q) => {
                     let drop_en = r::srrctl::DROP_EN.is_set(self.get_off(rxq(q) + 0x14));
                     if inline || drop_en {
                         self.count_no_room(q, drop_en);
-                        self.count_total(f.data.len());
+                        Self::count_total(&mut rx.tally, f.data.len());
                         worked = true;
                         continue;
                     }
@@ -138,15 +205,22 @@ impl SimRegs {
                 }
             }
         }
-        worked | self.run_source(&mut rx)
+        worked | self.run_source(rx, inline)
     }
 
-    fn run_source(&self, rx: &mut RxEngine) -> bool {
+    fn run_source(&self, rx: &mut RxEngine, inline: bool) -> bool {
         let Some(mut src) = rx.source.take() else {
             return false;
         };
         let mut worked = false;
-        for _ in 0..SOURCE_BUDGET {
+        // A device thread serves transmit queues (its own and other ports') between runs: a
+        // large budget would starve them while the driver keeps freeing descriptors.
+        let budget = if inline {
+            SOURCE_BUDGET
+        } else {
+            THREADED_SOURCE_BUDGET
+        };
+        for _ in 0..budget {
             if src.remaining == Some(0) || !self.rx_ready() {
                 break;
             }
@@ -227,14 +301,14 @@ impl SimRegs {
     fn receive(&self, rx: &mut RxEngine, f: &[u8], fcs_ok: bool) -> Outcome {
         let o = self.receive_inner(rx, f, fcs_ok);
         if matches!(o, Outcome::Placed | Outcome::Dropped) {
-            self.count_total(f.len());
+            Self::count_total(&mut rx.tally, f.len());
         }
         o
     }
 
-    fn count_total(&self, len: usize) {
-        self.bump(r::TPR, 1);
-        self.bump_wide(W_TOR, len as u64 + 4);
+    fn count_total(t: &mut RxTally, len: usize) {
+        t.total += 1;
+        t.total_wire += len as u64 + 4;
     }
 
     fn receive_inner(&self, rx: &mut RxEngine, f: &[u8], fcs_ok: bool) -> Outcome {
@@ -315,7 +389,8 @@ impl SimRegs {
                 self.faults.rx_errors.fetch_sub(1, Relaxed);
                 self.counters.injected_rx_errors.inc();
             }
-            self.count_rx(q, f, data.len());
+            let s = self.stat_index(RQSMR, q);
+            Self::count_rx(&mut rx.tally, s, f, data.len());
         }
         rx.scratch = data;
         o
@@ -371,11 +446,15 @@ impl SimRegs {
                 (0, DD | (staterr & RXE))
             };
             let len_vlan = part.len() as u32 | u32::from(vlan) << 16;
+            // Dwords 2 (status, with DD) and 3 (length, VLAN) in one release store: the driver
+            // sees DD only together with the length (little-endian: dword 2 is the low half).
             let ok = self
                 .iommu
                 .store_u64(d, wb_lo, Relaxed)
-                .and_then(|_| self.iommu.store_u32(d + 12, len_vlan, Relaxed))
-                .and_then(|_| self.iommu.store_u32(d + 8, st, Release));
+                .and_then(|_| {
+                    self.iommu
+                        .store_u64(d + 8, u64::from(st) | u64::from(len_vlan) << 32, Release)
+                });
             if ok.is_err() {
                 self.counters.dma_faults.inc();
                 return Outcome::Dropped;
@@ -388,22 +467,20 @@ impl SimRegs {
         Outcome::Placed
     }
 
-    fn count_rx(&self, q: usize, f: &[u8], delivered: usize) {
+    /// Counts a placed frame (statistics counter `s`) in the run's tally.
+    fn count_rx(t: &mut RxTally, s: usize, f: &[u8], delivered: usize) {
         let wire = f.len() as u64 + 4;
-        self.bump(r::GPRC, 1);
-        self.bump(r::RXDGPC, 1);
-        self.bump_wide(W_GORC, wire);
-        self.bump(size_bucket(&RX_BUCKETS, wire), 1);
+        t.frames += 1;
+        t.wire += wire;
+        t.delivered += delivered as u64;
+        t.bucket[bucket_index(wire)] += 1;
         if f[..6] == [0xff; 6] {
-            self.bump(r::BPRC, 1);
+            t.bcast += 1;
         } else if f[0] & 1 != 0 {
-            self.bump(r::MPRC, 1);
+            t.mcast += 1;
         }
-        let s = self.stat_index(RQSMR, q);
-        self.bump(r::QPRC.at(s as u32), 1);
-        self.bump_wide(W_QBRC + s, delivered as u64);
-        self.counters.rx_frames.inc();
-        self.counters.rx_bytes.add(delivered as u64);
+        t.q_frames[s] += 1;
+        t.q_bytes[s] += delivered as u64;
     }
 }
 
@@ -424,14 +501,15 @@ pub(super) const TX_BUCKETS: [crate::regs::Reg; 6] = [
     r::PTC1522,
 ];
 
-/// The size-bucket counter for a frame of `len` bytes (FCS included).
-pub(super) fn size_bucket(b: &[crate::regs::Reg; 6], len: u64) -> crate::regs::Reg {
+/// The size bucket (index into [`RX_BUCKETS`] / [`TX_BUCKETS`]) of a frame of `len` bytes (FCS
+/// included).
+pub(super) fn bucket_index(len: u64) -> usize {
     match len {
-        ..=64 => b[0],
-        65..=127 => b[1],
-        128..=255 => b[2],
-        256..=511 => b[3],
-        512..=1023 => b[4],
-        _ => b[5],
+        ..=64 => 0,
+        65..=127 => 1,
+        128..=255 => 2,
+        256..=511 => 3,
+        512..=1023 => 4,
+        _ => 5,
     }
 }

@@ -19,7 +19,9 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::layout::{txq, TQSM, W_GOTC, W_QBTC};
 use super::regs::{lock, SimRegs};
-use super::rx::{size_bucket, WireFrame, TX_BUCKETS};
+use std::sync::Arc;
+
+use super::rx::{bucket_index, WireFrame, TX_BUCKETS};
 use crate::regs::ixgbe as r;
 
 /// Largest frame the engine gathers (the 82599 limit without TSO is about 15.5 KB).
@@ -48,14 +50,38 @@ struct TxQueue {
 #[derive(Debug)]
 pub(super) struct TxEngine {
     q: Vec<TxQueue>,
+    /// Frame buffers that went nowhere (no peer), kept for the next frames: no allocation per
+    /// frame in the steady state.
+    spare: Vec<Vec<u8>>,
+    /// The list of frames of a run, kept between runs for its capacity.
+    out: Vec<Out>,
 }
+
+/// Frame buffers kept for reuse at most.
+const SPARE: usize = 256;
 
 impl Default for TxEngine {
     fn default() -> Self {
         TxEngine {
             q: (0..128).map(|_| TxQueue::default()).collect(),
+            spare: Vec::new(),
+            out: Vec::new(),
         }
     }
+}
+
+/// Transmit counters of one run, flushed once at its end (see `RxTally` in `rx.rs`).
+#[derive(Debug, Default)]
+struct TxTally {
+    /// Frames sent (GPTC, TPT, TXDGPC, the model's tx_frames) and their bytes without FCS.
+    frames: u32,
+    bytes: u64,
+    bucket: [u32; 6],
+    bcast: u32,
+    mcast: u32,
+    q_frames: [u32; 16],
+    q_bytes: [u64; 16],
+    dropped: u64,
 }
 
 impl TxEngine {
@@ -66,6 +92,7 @@ impl TxEngine {
 }
 
 /// A frame leaving a queue, with the queue for the per-queue counters.
+#[derive(Debug)]
 struct Out {
     frame: WireFrame,
     q: usize,
@@ -83,18 +110,76 @@ impl SimRegs {
     /// releasing this port's lock). Returns whether any descriptor was processed (a ring the
     /// device cannot read makes no progress, so the device thread does not spin on it).
     pub(super) fn run_tx(&self, q: usize) -> bool {
-        let mut out = Vec::new();
-        let worked = {
+        let (mut out, mut spare, worked) = {
             let mut tx = lock(&self.tx);
-            self.walk(&mut tx.q[q], q, &mut out)
+            let TxEngine {
+                q: queues,
+                spare,
+                out,
+            } = &mut *tx;
+            let worked = self.walk(&mut queues[q], q, out, spare);
+            if out.is_empty() {
+                return worked;
+            }
+            (std::mem::take(out), std::mem::take(spare), worked)
         };
-        for o in out {
-            self.to_wire(o);
+        let mut tally = TxTally::default();
+        let peer = lock(&self.peer).upgrade();
+        for o in out.drain(..) {
+            if let Some(buf) = self.to_wire(o, peer.as_ref(), &mut tally) {
+                if spare.len() < SPARE {
+                    spare.push(buf);
+                }
+            }
+        }
+        self.flush_tx(&tally);
+        let mut tx = lock(&self.tx);
+        tx.out = out;
+        if tx.spare.is_empty() {
+            tx.spare = spare;
         }
         worked
     }
 
-    fn walk(&self, st: &mut TxQueue, q: usize, out: &mut Vec<Out>) -> bool {
+    fn flush_tx(&self, t: &TxTally) {
+        if t.dropped != 0 {
+            self.counters.tx_dropped.add(t.dropped);
+        }
+        if t.frames == 0 {
+            return;
+        }
+        self.bump(r::GPTC, t.frames);
+        self.bump(r::TPT, t.frames);
+        self.bump(r::TXDGPC, t.frames);
+        self.bump_wide(W_GOTC, t.bytes + 4 * u64::from(t.frames));
+        for (i, &n) in t.bucket.iter().enumerate() {
+            if n != 0 {
+                self.bump(TX_BUCKETS[i], n);
+            }
+        }
+        if t.bcast != 0 {
+            self.bump(r::BPTC, t.bcast);
+        }
+        if t.mcast != 0 {
+            self.bump(r::MPTC, t.mcast);
+        }
+        for s in 0..16 {
+            if t.q_frames[s] != 0 {
+                self.bump(r::QPTC.at(s as u32), t.q_frames[s]);
+                self.bump_wide(W_QBTC + s, t.q_bytes[s]);
+            }
+        }
+        self.counters.tx_frames.add(u64::from(t.frames));
+        self.counters.tx_bytes.add(t.bytes);
+    }
+
+    fn walk(
+        &self,
+        st: &mut TxQueue,
+        q: usize,
+        out: &mut Vec<Out>,
+        spare: &mut Vec<Vec<u8>>,
+    ) -> bool {
         if !self.tx_ready(q) {
             return false;
         }
@@ -126,7 +211,7 @@ impl SimRegs {
                 if cmd & DEXT == 0 || dtyp != 3 {
                     self.gap("legacy or unknown transmit descriptor type; sent as a plain buffer");
                 }
-                self.data(st, addr, cmd, olinfo, q, out);
+                self.data(st, addr, cmd, olinfo, q, out, spare);
             }
             if cmd & RS != 0
                 && !head_wb
@@ -146,6 +231,7 @@ impl SimRegs {
         head != start
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn data(
         &self,
         st: &mut TxQueue,
@@ -154,6 +240,7 @@ impl SimRegs {
         olinfo: u32,
         q: usize,
         out: &mut Vec<Out>,
+        spare: &mut Vec<Vec<u8>>,
     ) {
         if !st.in_frame {
             st.in_frame = true;
@@ -190,7 +277,7 @@ impl SimRegs {
             self.counters.tx_dropped.inc();
             return;
         }
-        let mut f = std::mem::take(&mut st.frame);
+        let mut f = std::mem::replace(&mut st.frame, spare.pop().unwrap_or_default());
         if st.vle {
             let vt = r::dmatxctl::VT.get(self.get(r::DMATXCTL)) as u16;
             super::frame::insert_tag(&mut f, vt, st.ctx[st.idx]);
@@ -216,29 +303,26 @@ impl SimRegs {
 
     /// Puts a transmitted frame on the wire: MAC loopback, the peer, or nowhere (a port with no
     /// peer transmits into the void, counted as sent).
-    fn to_wire(&self, o: Out) {
+    /// Counts into `t`; returns the frame's buffer when nothing took it (for reuse).
+    fn to_wire(&self, o: Out, peer: Option<&Arc<SimRegs>>, t: &mut TxTally) -> Option<Vec<u8>> {
         let f = o.frame;
         let lpbk = r::hlreg0::LPBK.is_set(self.get(r::HLREG0));
         if !lpbk && !self.link_up() {
-            self.counters.tx_dropped.inc();
-            return;
+            t.dropped += 1;
+            return Some(f.data);
         }
-        let wire = f.data.len() as u64 + 4;
-        self.bump(r::GPTC, 1);
-        self.bump(r::TPT, 1);
-        self.bump(r::TXDGPC, 1);
-        self.bump_wide(W_GOTC, wire);
-        self.bump(size_bucket(&TX_BUCKETS, wire), 1);
+        let len = f.data.len() as u64;
+        t.frames += 1;
+        t.bytes += len;
+        t.bucket[bucket_index(len + 4)] += 1;
         if f.data.get(..6) == Some(&[0xff; 6]) {
-            self.bump(r::BPTC, 1);
+            t.bcast += 1;
         } else if f.data.first().is_some_and(|b| b & 1 != 0) {
-            self.bump(r::MPTC, 1);
+            t.mcast += 1;
         }
         let s = self.stat_index(TQSM, o.q);
-        self.bump(r::QPTC.at(s as u32), 1);
-        self.bump_wide(W_QBTC + s, f.data.len() as u64);
-        self.counters.tx_frames.inc();
-        self.counters.tx_bytes.add(f.data.len() as u64);
+        t.q_frames[s] += 1;
+        t.q_bytes[s] += len;
         if self.capture_cap > 0 {
             let mut c = lock(&self.capture);
             if c.len() == self.capture_cap {
@@ -248,11 +332,14 @@ impl SimRegs {
         }
         if lpbk {
             self.arrive(f);
-            return;
+            return None;
         }
-        let peer = lock(&self.peer).upgrade();
-        if let Some(p) = peer {
-            p.arrive(f);
+        match peer {
+            Some(p) => {
+                p.arrive(f);
+                None
+            }
+            None => Some(f.data),
         }
     }
 

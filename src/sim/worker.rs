@@ -1,58 +1,177 @@
-//! The device thread of the threaded mode.
+//! The device threads of the threaded mode.
 //!
-//! One thread per port polls the transmit tails and the inbound FIFO and does the same work the
-//! inline mode does inside register writes, so descriptors and frames are written by another
-//! core, as DMA is. It holds only a `Weak` reference between polls: when the last `SimPort`
-//! handle and the last `Arc<SimRegs>` (the driver's rings keep one) are gone, the next upgrade
-//! fails and the thread ends. When idle it spins briefly, then yields, then sleeps with a
-//! growing pause (up to 1 ms), so an idle model costs nothing on a small machine and the host
-//! tests stay fast.
+//! A device thread polls the transmit tails and the inbound FIFO of its ports and does the same
+//! work the inline mode does inside register writes, so descriptors and frames are written by
+//! another core, as DMA is. By default every threaded port gets a thread of its own; ports
+//! built with the same [`DeviceThread`] in [`SimConfig::thread`](super::SimConfig::thread) share
+//! one (a benchmark on a two-core machine wants one forwarding core and one device core, not
+//! three busy threads on two cores), and a `DeviceThread` may be pinned to a CPU.
+//!
+//! The thread holds only `Weak` references between polls: when the last `SimPort` handle and
+//! the last `Arc<SimRegs>` (the driver's rings keep one) of a port are gone, the next upgrade
+//! fails, the port's [`WorkerWatch`](super::WorkerWatch) turns false, and when no port is left
+//! the thread ends (a port attached later starts a new one). When idle it spins briefly, then
+//! yields, then sleeps with a growing pause (up to 1 ms), so an idle model costs nothing on a
+//! small machine and the host tests stay fast.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use super::regs::SimRegs;
+use super::regs::{lock, SimRegs};
 use crate::error::{Error, Result};
 
 const SPINS: u32 = 200;
 const YIELDS: u32 = 400;
 const MAX_PAUSE: Duration = Duration::from_millis(1);
 
-/// Starts the device thread of `dev`; `alive` is cleared when it ends.
-pub(super) fn spawn(dev: &Arc<SimRegs>, alive: Arc<AtomicBool>) -> Result<()> {
-    let weak: Weak<SimRegs> = Arc::downgrade(dev);
-    let name = format!("{} device", dev.name());
+/// A device thread that several threaded ports may share, optionally pinned to one CPU.
+///
+/// Clones are the same thread. The thread starts when the first port is attached and ends when
+/// its last port is gone.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceThread(Arc<Group>);
+
+#[derive(Debug, Default)]
+struct Group {
+    /// CPU to run on (`sched_setaffinity`), if any.
+    pin: Option<usize>,
+    state: Mutex<GroupState>,
+    /// Bumped whenever the port list changes, so the thread refreshes its copy.
+    generation: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct GroupState {
+    ports: Vec<Member>,
+    running: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Member {
+    dev: Weak<SimRegs>,
+    alive: Arc<AtomicBool>,
+}
+
+impl DeviceThread {
+    /// A device thread, not pinned.
+    pub fn new() -> DeviceThread {
+        DeviceThread::default()
+    }
+
+    /// A device thread pinned to `cpu`.
+    pub fn pinned(cpu: usize) -> DeviceThread {
+        DeviceThread(Arc::new(Group {
+            pin: Some(cpu),
+            ..Group::default()
+        }))
+    }
+
+    /// The CPU the thread is pinned to.
+    pub fn pin(&self) -> Option<usize> {
+        self.0.pin
+    }
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_current_thread(cpu: usize) -> Result<()> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu)
+        .and_then(|()| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set))
+        .map_err(|e| Error::io(format!("pinning a thread to CPU {cpu}"), e.into()))
+}
+
+/// Attaches `dev` to `thread` (starting it if it is not running); `alive` is set while the
+/// thread serves the port.
+pub(super) fn attach(dev: &Arc<SimRegs>, alive: Arc<AtomicBool>, thread: &DeviceThread) -> Result<()> {
+    let group = &thread.0;
+    let mut st = lock(&group.state);
     alive.store(true, Ordering::Release);
-    let flag = alive.clone();
+    st.ports.push(Member {
+        dev: Arc::downgrade(dev),
+        alive: alive.clone(),
+    });
+    group.generation.fetch_add(1, Ordering::AcqRel);
+    if st.running {
+        return Ok(());
+    }
+    let name = format!("{} device", dev.name());
+    let g = group.clone();
     let spawned = std::thread::Builder::new()
         .name(name.clone())
-        .spawn(move || {
-            let mut idle = 0u32;
-            let mut pause = Duration::from_micros(20);
-            while let Some(dev) = weak.upgrade() {
-                let worked = dev.poll();
-                drop(dev);
-                if worked {
-                    idle = 0;
-                    pause = Duration::from_micros(20);
-                    continue;
-                }
-                idle = idle.saturating_add(1);
-                if idle < SPINS {
-                    std::hint::spin_loop();
-                } else if idle < SPINS + YIELDS {
-                    std::thread::yield_now();
-                } else {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(MAX_PAUSE);
-                }
+        .spawn(move || run(&g, &name));
+    match spawned {
+        Ok(_) => {
+            st.running = true;
+            Ok(())
+        }
+        Err(e) => {
+            st.ports.pop();
+            alive.store(false, Ordering::Release);
+            Err(Error::io(
+                format!("starting the device thread of {}", dev.name()),
+                e,
+            ))
+        }
+    }
+}
+
+fn run(group: &Arc<Group>, name: &str) {
+    if let Some(cpu) = group.pin {
+        if let Err(e) = pin_current_thread(cpu) {
+            tracing::warn!(thread = %name, error = %e, "device thread not pinned");
+        }
+    }
+    let mut ports: Vec<Member> = Vec::new();
+    let mut seen = u64::MAX;
+    let mut idle = 0u32;
+    let mut pause = Duration::from_micros(20);
+    loop {
+        let generation = group.generation.load(Ordering::Acquire);
+        if generation != seen {
+            ports = lock(&group.state).ports.clone();
+            seen = generation;
+        }
+        let mut worked = false;
+        let mut gone = false;
+        for m in &ports {
+            match m.dev.upgrade() {
+                Some(dev) => worked |= dev.poll(),
+                None => gone = true,
             }
-            tracing::debug!(thread = %name, "software 82599 device thread ends: no handle left");
-            flag.store(false, Ordering::Release);
-        });
-    spawned.map(|_| ()).map_err(|e| {
-        alive.store(false, Ordering::Release);
-        Error::io(format!("starting the device thread of {}", dev.name()), e)
-    })
+        }
+        if gone {
+            // Forget the ports whose last handle is gone; end when none is left (unless one
+            // was attached meanwhile: then `generation` moved and the loop goes on).
+            let mut st = lock(&group.state);
+            st.ports.retain(|m| {
+                let live = m.dev.strong_count() > 0;
+                if !live {
+                    m.alive.store(false, Ordering::Release);
+                }
+                live
+            });
+            group.generation.fetch_add(1, Ordering::AcqRel);
+            if st.ports.is_empty() {
+                st.running = false;
+                tracing::debug!(thread = %name, "software 82599 device thread ends: no handle left");
+                return;
+            }
+            continue;
+        }
+        if worked {
+            idle = 0;
+            pause = Duration::from_micros(20);
+            continue;
+        }
+        idle = idle.saturating_add(1);
+        if idle < SPINS {
+            std::hint::spin_loop();
+        } else if idle < SPINS + YIELDS {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(MAX_PAUSE);
+        }
+    }
 }

@@ -50,6 +50,7 @@
 pub mod control;
 pub mod filter;
 pub mod frame;
+mod hw;
 pub mod packet;
 pub mod queue;
 pub mod tag;

@@ -1,17 +1,28 @@
 //! `vfio-nic fwd`: forward between two ports (or back out of one), like testpmd's io mode.
 //!
-//! One thread per queue pair; each publishes its counters with relaxed stores once per burst, and
-//! the main thread prints a status line once per `--stats-period` and a summary at the end.
+//! One thread per queue pair; each publishes its counters with relaxed stores once per burst
+//! into the shared live-status channels, and the main thread prints a status line once per
+//! `--stats-period` and a summary at the end.
+//!
+//! Without VLAN options the loop is the library's [`forward_burst`], untouched frames. With any
+//! of them the queues are wrapped in the VLAN layer and frames keep their tags: a tag removed on
+//! receive (`--vlan-rx hw|sw`) is put back on transmit (`--vlan-tx`), so the frames leave as they
+//! arrived in every mode, and `--vlan-filter` drops the other VLANs.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde_json::json;
-use vfio_nic::device::Port;
+use serde_json::{json, Map};
+use vfio_nic::device::{Port, QueueError, RxQueue, TxQueue};
+use vfio_nic::dma::{Meta, Packet, Pool};
 use vfio_nic::forward::{forward_burst, FwdStats};
-use vfio_nic::port::{self, AnyRx, AnyTx, PortConfig};
+use vfio_nic::port::{self, AnyRx, AnyTx};
+use vfio_nic::vlan::{PacketVlan, Tci, VlanControl};
 use vfio_nic::{Error, Result};
+
+use crate::common::{self, RunOpts, VlanRxOpts, VlanTxOpts};
+use crate::live::{Channel, Live};
 
 /// Options of `fwd`.
 #[derive(clap::Args, Debug)]
@@ -25,184 +36,214 @@ pub struct FwdArgs {
     /// Queue pairs per port (one forwarding thread each).
     #[arg(long, default_value_t = 1)]
     pub queues: u16,
-    /// Stop after this many seconds (default: run until Ctrl-C).
-    #[arg(long)]
-    pub duration: Option<f64>,
-    /// Seconds between status lines (0: none).
-    #[arg(long, default_value_t = 1.0)]
-    pub stats_period: f64,
+    #[command(flatten)]
+    pub run: RunOpts,
     /// Frame size of null ports.
     #[arg(long, default_value_t = 64)]
     pub null_size: usize,
     /// Null ports write a template into every received frame and read every sent one (DPDK's copy=1).
     #[arg(long)]
     pub null_copy: bool,
+    /// Where received VLAN tags are removed (hw, sw, deferred); removed tags are re-inserted on
+    /// transmit. Without any VLAN option frames are forwarded untouched.
+    #[arg(long, value_name = "hw|sw|deferred")]
+    pub vlan_rx: Option<String>,
+    /// Where transmit tags are inserted (hw or sw).
+    #[arg(long, value_name = "hw|sw")]
+    pub vlan_tx: Option<String>,
+    /// Turn the VLAN filter on with these VIDs (comma-separated) on every port.
+    #[arg(long, value_name = "VID,...")]
+    pub vlan_filter: Option<String>,
 }
 
-/// Shared counters of one direction, written by its forwarding thread.
-#[derive(Default)]
-struct Live {
-    rx: AtomicU64,
-    tx: AtomicU64,
-    dropped: AtomicU64,
+/// A receive and a transmit queue, with or without the VLAN layer.
+enum Dir {
+    Plain(AnyRx, AnyTx),
+    Vlan(vfio_nic::vlan::VlanRx<AnyRx>, vfio_nic::vlan::VlanTx<AnyTx>),
 }
 
-fn publish(live: &Live, st: &FwdStats) {
-    live.rx.store(st.rx, Relaxed);
-    live.tx.store(st.tx, Relaxed);
-    live.dropped.store(st.tx_dropped, Relaxed);
+/// One burst through the VLAN layer, keeping tags: what the receive side stripped goes back on
+/// as a transmit tag.
+fn vlan_burst(
+    rx: &mut vfio_nic::vlan::VlanRx<AnyRx>,
+    tx: &mut vfio_nic::vlan::VlanTx<AnyTx>,
+    batch: &mut Vec<Packet>,
+    burst: usize,
+    st: &mut FwdStats,
+) -> Result<usize, QueueError> {
+    let n = rx.rx_burst(batch, burst)?;
+    if n == 0 {
+        st.empty_polls += 1;
+        return Ok(0);
+    }
+    for p in batch.iter_mut() {
+        if p.meta.has(Meta::VLAN_STRIPPED) {
+            // A stripped TCI came off the wire, so it is not 4095 unless the wire carried it;
+            // such a frame is sent on without its tag rather than dropped.
+            let _ = p.set_tx_vlan(Tci::from_raw(p.meta.vlan_tci));
+        }
+    }
+    let sent = tx.tx_burst(batch)?;
+    st.rx += n as u64;
+    st.tx += sent as u64;
+    if !batch.is_empty() {
+        st.tx_dropped += batch.len() as u64;
+        Pool::free_bulk(batch.drain(..));
+    }
+    Ok(n)
+}
+
+fn publish(ch: &Channel, st: &FwdStats) {
+    ch.store(st.rx, 0, st.tx_dropped, 0);
 }
 
 /// Runs the forwarder.
 pub fn run(args: &FwdArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> {
+    args.run.check()?;
     if args.burst == 0 || args.burst > 512 {
         return Err(Error::InvalidConfig(format!(
             "--burst {} must be between 1 and 512",
             args.burst
         )));
     }
-    let mut config = PortConfig::default();
+    let use_vlan = args.vlan_rx.is_some() || args.vlan_tx.is_some() || args.vlan_filter.is_some();
+    let vcfg = common::vlan_config(
+        Some(&VlanRxOpts {
+            vlan_rx: args.vlan_rx.clone().unwrap_or_else(|| "sw".into()),
+            vlan_filter: args.vlan_filter.clone(),
+        }),
+        Some(&VlanTxOpts {
+            vlan_tx: args.vlan_tx.clone().unwrap_or_else(|| "sw".into()),
+        }),
+    )?;
+    let mut config = common::port_config(args.queues);
     config.null.frame_size = args.null_size;
     config.null.copy = args.null_copy;
-    config.null.queues = args.queues;
-    let mut a = port::open(&args.ports[0], &config)?;
-    let (a_rx, a_tx) = a.take_queues()?;
-    // Ports outlive their queues: they are dropped (device reset) after the threads end.
     let mut ports = Vec::new();
-    // With one port, frames go back out of the same port: A.rx -> A.tx.
-    let (pairs, names) = if let Some(second) = args.ports.get(1) {
-        let mut b = port::open(second, &config)?;
-        let (b_rx, b_tx) = b.take_queues()?;
-        let names = vec![
-            format!("{} -> {}", args.ports[0], second),
-            format!("{} -> {}", second, args.ports[0]),
-        ];
-        let mut pairs: Vec<Vec<(AnyRx, AnyTx)>> = Vec::new();
-        for ((arx, btx), (brx, atx)) in a_rx.into_iter().zip(b_tx).zip(b_rx.into_iter().zip(a_tx)) {
-            pairs.push(vec![(arx, btx), (brx, atx)]);
+    let mut ctls: Vec<VlanControl> = Vec::new();
+    let mut queues = Vec::new();
+    for name in &args.ports {
+        let mut p = port::open(name, &config)?;
+        if use_vlan {
+            ctls.push(common::vlan_control(&mut p, &vcfg)?);
         }
-        ports.push(b);
-        (pairs, names)
-    } else {
-        let names = vec![format!("{} -> {}", args.ports[0], args.ports[0])];
-        let pairs = a_rx.into_iter().zip(a_tx).map(|p| vec![p]).collect();
-        (pairs, names)
+        queues.push(p.take_queues()?);
+        // Ports outlive their queues: they are dropped (device reset) after the threads end.
+        ports.push(p);
+    }
+    let wrap = |i: usize, rx: AnyRx, tx: AnyTx| match ctls.get(i) {
+        // Receive side's control for rx, transmit side's for tx.
+        Some(_) => Dir::Vlan(ctls[i].wrap_rx(rx), ctls[i].wrap_tx(tx)),
+        None => Dir::Plain(rx, tx),
     };
+    // With one port, frames go back out of the same port: A.rx -> A.tx.
+    let mut pairs: Vec<Vec<Dir>> = Vec::new();
+    let names: Vec<String>;
+    let mut it = queues.into_iter();
+    let (a_rx, a_tx) = it.next().expect("one port at least");
+    if let Some((b_rx, b_tx)) = it.next() {
+        let (a, b) = (&args.ports[0], &args.ports[1]);
+        names = vec![format!("{a} -> {b}"), format!("{b} -> {a}")];
+        for ((arx, btx), (brx, atx)) in a_rx.into_iter().zip(b_tx).zip(b_rx.into_iter().zip(a_tx)) {
+            let d1 = match (ctls.first(), ctls.get(1)) {
+                (Some(ca), Some(cb)) => Dir::Vlan(ca.wrap_rx(arx), cb.wrap_tx(btx)),
+                _ => Dir::Plain(arx, btx),
+            };
+            let d2 = match (ctls.get(1), ctls.first()) {
+                (Some(cb), Some(ca)) => Dir::Vlan(cb.wrap_rx(brx), ca.wrap_tx(atx)),
+                _ => Dir::Plain(brx, atx),
+            };
+            pairs.push(vec![d1, d2]);
+        }
+    } else {
+        let a = &args.ports[0];
+        names = vec![format!("{a} -> {a}")];
+        for (rx, tx) in a_rx.into_iter().zip(a_tx) {
+            pairs.push(vec![wrap(0, rx, tx)]);
+        }
+    }
     let directions = names.len();
-    let live: Arc<Vec<Live>> = Arc::new(
-        (0..directions * pairs.len())
-            .map(|_| Live::default())
-            .collect(),
-    );
+    // Channel (queue q, direction d) is number q * directions + d; channels of one direction
+    // share its name and are added up for display.
+    let channel_names: Vec<String> = (0..pairs.len())
+        .flat_map(|_| names.iter().cloned())
+        .collect();
+    let mut live = Live::new(channel_names, &args.run, json_out, stop).without_bytes();
     let burst = args.burst;
     let mut threads = Vec::new();
     for (q, mut dirs) in pairs.into_iter().enumerate() {
-        let live = live.clone();
-        let stop = stop.clone();
+        let channels = live.channels();
+        let stop = live.stop_flag();
         threads.push(std::thread::spawn(move || -> Result<()> {
             let mut batch = Vec::with_capacity(burst);
             let mut stats = vec![FwdStats::default(); dirs.len()];
             while !stop.load(Relaxed) {
-                for (d, (rx, tx)) in dirs.iter_mut().enumerate() {
-                    forward_burst(rx, tx, &mut batch, burst, &mut stats[d])?;
-                    publish(&live[q * directions + d], &stats[d]);
+                for (d, dir) in dirs.iter_mut().enumerate() {
+                    match dir {
+                        Dir::Plain(rx, tx) => {
+                            forward_burst(rx, tx, &mut batch, burst, &mut stats[d])?
+                        }
+                        Dir::Vlan(rx, tx) => vlan_burst(rx, tx, &mut batch, burst, &mut stats[d])?,
+                    };
+                    publish(&channels[q * directions + d], &stats[d]);
                 }
             }
             Ok(())
         }));
     }
 
-    let start = Instant::now();
-    let end = args.duration.map(|d| start + Duration::from_secs_f64(d));
-    let period = (args.stats_period > 0.0).then(|| Duration::from_secs_f64(args.stats_period));
-    let mut last = (start, vec![0u64; directions]);
-    let totals = |live: &[Live]| -> Vec<(u64, u64, u64)> {
-        (0..directions)
-            .map(|d| {
-                live.iter()
-                    .skip(d)
-                    .step_by(directions)
-                    .fold((0, 0, 0), |acc, l| {
-                        (
-                            acc.0 + l.rx.load(Relaxed),
-                            acc.1 + l.tx.load(Relaxed),
-                            acc.2 + l.dropped.load(Relaxed),
-                        )
-                    })
-            })
-            .collect()
-    };
     loop {
         std::thread::sleep(Duration::from_millis(20));
-        let now = Instant::now();
-        let finished = stop.load(Relaxed)
-            || end.is_some_and(|e| now >= e)
-            || threads.iter().any(|t| t.is_finished());
-        if let Some(p) = period {
-            if now.duration_since(last.0) >= p && !finished && !json_out {
-                let t = totals(&live);
-                let dt = now.duration_since(last.0).as_secs_f64();
-                let line: Vec<String> = t
-                    .iter()
-                    .enumerate()
-                    .map(|(d, &(rx, _, drop))| {
-                        format!(
-                            "{}: {rx} pkts {:.2} Mpps drop {drop}",
-                            names[d],
-                            (rx - last.1[d]) as f64 / dt / 1e6
-                        )
-                    })
-                    .collect();
-                println!(
-                    "{:7.1} s  {}",
-                    now.duration_since(start).as_secs_f64(),
-                    line.join("  |  ")
-                );
-                last = (now, t.iter().map(|x| x.0).collect());
-            }
-        }
+        let finished = live.done() || threads.iter().any(|t| t.is_finished());
         if finished {
             break;
         }
+        live.tick();
     }
-    stop.store(true, Relaxed);
+    live.request_stop();
     let mut failure = None;
     for t in threads {
         if let Err(e) = t.join().expect("forwarding thread panicked") {
             failure.get_or_insert(e);
         }
     }
-    let secs = start.elapsed().as_secs_f64();
-    let t = totals(&live);
-    let total: u64 = t.iter().map(|x| x.0).sum();
-    if json_out {
-        let dirs: Vec<_> = t
+    let secs = live.elapsed();
+    let totals = live.totals();
+    let total: u64 = totals.iter().map(|t| t.packets).sum();
+    let mut extra = Map::new();
+    extra.insert("burst".into(), json!(burst));
+    extra.insert("queues".into(), json!(args.queues));
+    extra.insert("packets".into(), json!(total));
+    extra.insert("mpps".into(), json!(total as f64 / secs / 1e6));
+    extra.insert(
+        "ns_per_packet".into(),
+        json!(secs * 1e9 / total.max(1) as f64),
+    );
+    extra.insert(
+        "directions".into(),
+        totals
             .iter()
-            .enumerate()
-            .map(|(d, &(rx, tx, drop))| json!({ "direction": names[d], "rx": rx, "tx": tx, "dropped": drop, "mpps": rx as f64 / secs / 1e6 }))
-            .collect();
-        println!(
-            "{}",
-            json!({ "seconds": secs, "burst": burst, "queues": args.queues, "packets": total, "mpps": total as f64 / secs / 1e6, "ns_per_packet": secs * 1e9 / total.max(1) as f64, "directions": dirs })
-        );
-    } else {
-        for (d, &(rx, tx, drop)) in t.iter().enumerate() {
-            println!(
-                "{}: rx {rx} tx {tx} dropped {drop} ({:.2} Mpps)",
-                names[d],
-                rx as f64 / secs / 1e6
-            );
-        }
-        println!(
-            "total {total} packets in {secs:.2} s: {:.2} Mpps, {:.1} ns per packet",
-            total as f64 / secs / 1e6,
-            secs * 1e9 / total.max(1) as f64
-        );
+            .map(|t| json!({ "direction": t.name, "rx": t.packets, "tx": t.packets - t.dropped, "dropped": t.dropped, "mpps": t.packets as f64 / secs / 1e6 }))
+            .collect(),
+    );
+    if let Some(c) = ctls.first() {
+        extra.insert("vlan".into(), common::vlan_json(c));
     }
+    let mut hw = Map::new();
+    for p in &mut ports {
+        let s = common::read_hw(p);
+        hw.insert(p.info().name, common::hw_json(&s));
+    }
+    extra.insert("hw".into(), serde_json::Value::Object(hw));
+    let mut text = vec![format!(
+        "total {total} packets in {secs:.2} s: {:.2} Mpps, {:.1} ns per packet",
+        total as f64 / secs / 1e6,
+        secs * 1e9 / total.max(1) as f64
+    )];
+    if let Some(c) = ctls.first() {
+        text.push(format!("VLAN: {}", common::vlan_line(c)));
+    }
+    live.finish(extra, &text);
     drop(ports);
-    drop(a);
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    failure.map_or(Ok(()), Err)
 }

@@ -4,9 +4,10 @@ use serde_json::{json, Value};
 use vfio_nic::bus::{Bus, PciBus};
 use vfio_nic::ids;
 use vfio_nic::mmio::Mmio;
-use vfio_nic::pci::{PciAddress, Sysfs};
+use vfio_nic::pci::Sysfs;
 use vfio_nic::port::PortName;
 use vfio_nic::regs::{self, Access, RegisterInfo, RegisterMap};
+use vfio_nic::sim::{SimConfig, SimPort};
 use vfio_nic::{Error, Result};
 
 /// `vfio-nic list`.
@@ -65,28 +66,51 @@ pub fn list(json: bool) -> Result<()> {
     Ok(())
 }
 
-/// Opens a PCI port's registers and finds its register map.
-fn open(port: &str) -> Result<(PciBus, &'static RegisterMap)> {
-    let addr: PciAddress = match port.parse::<PortName>()? {
-        PortName::Pci(a) => a,
+/// A device whose registers are read without a driver: a PCI device through VFIO, or the
+/// software 82599 (in its reset state, since nothing else in this process drives it).
+enum Target {
+    Pci(PciBus),
+    Sim(SimPort),
+}
+
+impl Target {
+    fn regs(&self) -> &dyn Mmio {
+        match self {
+            Target::Pci(b) => &**b.regs(),
+            Target::Sim(s) => &**s.regs(),
+        }
+    }
+}
+
+/// Opens a port's registers and finds its register map.
+fn open(port: &str) -> Result<(Target, &'static RegisterMap)> {
+    let (target, (v, d)) = match port.parse::<PortName>()? {
+        PortName::Pci(addr) => {
+            let bus = PciBus::open(addr)?;
+            let id = bus.pci_id();
+            (Target::Pci(bus), id)
+        }
+        PortName::Sim(i) => {
+            let sim = SimPort::open_named(i, &SimConfig::default())?;
+            let id = sim.pci_id();
+            (Target::Sim(sim), id)
+        }
         other => {
             return Err(Error::NotSupported {
                 device: other.to_string(),
                 what: "register access".into(),
-                why: "in-memory ports have no register map; give a PCI address".into(),
+                why: "the null device has no registers; give a PCI address or sim:N".into(),
             })
         }
     };
-    let bus = PciBus::open(addr)?;
-    let (v, d) = bus.pci_id();
     let (family, _) = ids::lookup(v, d).ok_or_else(|| Error::UnsupportedDevice {
-        addr: addr.to_string(),
+        addr: port.to_string(),
         vendor: v,
         device: d,
         supported: ids::supported_list(),
     })?;
     let map = regs::family(family.name()).expect("every family has a register map");
-    Ok((bus, map))
+    Ok((target, map))
 }
 
 fn register_json(info: &RegisterInfo, n: u32, value: Option<u32>, decode: bool) -> Value {

@@ -1,5 +1,7 @@
 //! Register read/write self-test, in the style of Linux's `ethtool -t` "Register test (offline)".
 //!
+//! Shared by the on-device suite (`hwtests/`) and `vfio-nic selftest`, so both run the same tables.
+//!
 //! # What it proves
 //!
 //! For every register instance in a table the test writes a few bit patterns and reads them back.
@@ -45,7 +47,7 @@
 
 #![forbid(unsafe_code)]
 
-use vfio_nic::mmio::Mmio;
+use crate::mmio::Mmio;
 
 /// How a register is exercised.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,7 +173,6 @@ pub const IGB_82576: &[RegTest] = &[
 /// every entry uses the masked comparison of [`Kind::Pattern`], except VLNCTRL, whose Linux mask
 /// is 0: what Linux really checks there is that the whole register reads 0 after writing 0, which
 /// is written as mask 0xFFFFFFFF, write mask 0.
-#[allow(dead_code)] // only referenced when the on-device binary drives a real 82599
 pub const IXGBE_82599: &[RegTest] = &[
     pat("FCRTL[0]", 0x3220, 1, 0, 0x8007_FFF0, 0x8007_FFF0),
     pat("FCRTH[0]", 0x3260, 1, 0, 0x8007_FFF0, 0x8007_FFF0),

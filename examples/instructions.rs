@@ -1,0 +1,145 @@
+//! The harness of `bench/instructions`: forwards a fixed number of packets with the ixgbe driver
+//! on the software 82599 in INLINE mode (deterministic: the model runs inside the driver's
+//! register writes, on this thread, and every run executes the same instructions), so that
+//! valgrind's callgrind can count the driver's own instructions per forwarded packet.
+//!
+//!     valgrind --tool=callgrind --collect-atstart=no \
+//!         --toggle-collect='instructions::measured' \
+//!         --toggle-collect='*SimRegs*as*Mmio*write32' --toggle-collect='*SimRegs*as*Mmio*read32' \
+//!         target/release/examples/instructions deferred sw untagged fwd 20000
+//!
+//! Collection is on only inside [`measured`] (the forwarding loop: receive + transmit + buffer
+//! pool + the VLAN wrappers) and off again inside the model's register entry points, which
+//! are `#[inline(never)]` for this purpose; the model's work (descriptors, frames, counters)
+//! is therefore excluded. `bench/instructions` reads the inclusive cost of `measured` with
+//! `callgrind_annotate` and divides by the packets it forwarded (printed here).
+//!
+//! Arguments: RX (hw|sw|deferred) TX (hw|sw) TRAFFIC (untagged|tagged) WORK (fwd|l2) PACKETS.
+//! Warm-up: one full pass over the ring and the pool (not measured) before `measured` runs.
+
+use std::time::Duration;
+
+use vfio_nic::device::{MacAddr, Port, RxQueue, TxQueue};
+use vfio_nic::dma::{Packet, Pool, PoolConfig};
+use vfio_nic::forward::{forward_burst, FwdStats};
+use vfio_nic::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx, IxgbeTx};
+use vfio_nic::sim::{Mode, SimConfig, SimPort, Source};
+use vfio_nic::vlan::{PacketVlan, RxMode, TxMode, VlanConfig, VlanControl, VlanRx, VlanTx};
+
+const BURST: usize = 32;
+const RING: usize = 512;
+
+type Rx = VlanRx<IxgbeRx<SimPort>>;
+type Tx = VlanTx<IxgbeTx<SimPort>>;
+
+/// The forwarding loop whose instructions are counted: `packets` packets from `rx` to `tx`,
+/// bursts of 32, with the `l2` work (read the destination MAC and the tag, send the tag back
+/// out) when `l2`.
+#[inline(never)]
+fn measured(rx: &mut Rx, tx: &mut Tx, packets: u64, l2: bool) -> (FwdStats, u64) {
+    let mut batch: Vec<Packet> = Vec::with_capacity(BURST);
+    let mut st = FwdStats::default();
+    let mut acc = 0u64;
+    while st.tx < packets {
+        if l2 {
+            let n = rx.rx_burst(&mut batch, BURST).expect("rx");
+            let ctx = rx.ctx();
+            for p in batch.iter_mut() {
+                let tci = p.take_vlan(ctx);
+                let d = p.data();
+                acc = acc.rotate_left(5)
+                    ^ u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], 0, 0])
+                    ^ u64::from(tci.map_or(0, |t| t.raw()));
+                if let Some(t) = tci {
+                    let _ = p.set_tx_vlan(t);
+                }
+            }
+            let sent = tx.tx_burst(&mut batch).expect("tx");
+            st.rx += n as u64;
+            st.tx += sent as u64;
+            if !batch.is_empty() {
+                st.tx_dropped += batch.len() as u64;
+                Pool::free_bulk(batch.drain(..));
+            }
+        } else {
+            forward_burst(rx, tx, &mut batch, BURST, &mut st).expect("forward");
+        }
+    }
+    (st, acc)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() != 5 {
+        eprintln!("usage: instructions RX(hw|sw|deferred) TX(hw|sw) TRAFFIC(untagged|tagged) WORK(fwd|l2) PACKETS");
+        std::process::exit(2);
+    }
+    let rx_mode = match args[0].as_str() {
+        "hw" => RxMode::Hardware,
+        "sw" => RxMode::Software,
+        "deferred" => RxMode::Deferred,
+        m => panic!("unknown receive mode {m}"),
+    };
+    let tx_mode = match args[1].as_str() {
+        "hw" => TxMode::Hardware,
+        "sw" => TxMode::Software,
+        m => panic!("unknown transmit mode {m}"),
+    };
+    let tagged = args[2] == "tagged";
+    let l2 = args[3] == "l2";
+    let packets: u64 = args[4].parse().expect("PACKETS is a number");
+
+    let scfg = SimConfig {
+        mode: Mode::Inline,
+        ..SimConfig::default()
+    };
+    let mut src = Source::udp(MacAddr([0x02, 0, 0, 0, 0, 2]), 64);
+    if tagged {
+        src = src.with_vlan(0x8100, 0xa064);
+    }
+    let sa = SimPort::with_source(scfg.clone(), src);
+    let sb = SimPort::with_source(scfg, Source::udp(MacAddr([2, 0, 0, 0, 0, 3]), 64).with_count(0));
+    let icfg = IxgbeConfig {
+        rx_ring: RING,
+        tx_ring: RING,
+        pool: PoolConfig {
+            buffers: 4 * RING,
+            ..PoolConfig::default()
+        },
+        link_timeout: Duration::from_secs(2),
+        ..IxgbeConfig::default()
+    };
+    let mut a = IxgbePort::open(sa.clone(), icfg.clone()).expect("open A");
+    let mut b = IxgbePort::open(sb.clone(), icfg).expect("open B");
+    let vcfg = |rx_mode, tx_mode| VlanConfig {
+        rx_mode,
+        tx_mode,
+        ..VlanConfig::default()
+    };
+    let a_ctl = VlanControl::new(&mut a, &vcfg(rx_mode, TxMode::Software)).expect("A VLAN");
+    let b_ctl = VlanControl::new(&mut b, &vcfg(RxMode::Software, tx_mode)).expect("B VLAN");
+    let (mut arx, _) = a.take_queues().expect("A queues");
+    let (_, mut btx) = b.take_queues().expect("B queues");
+    let mut rx = a_ctl.wrap_rx(arx.remove(0));
+    let mut tx = b_ctl.wrap_tx(btx.remove(0));
+
+    // Warm-up (not measured): cycles every descriptor and buffer once.
+    let mut batch = Vec::with_capacity(BURST);
+    let mut warm = FwdStats::default();
+    while warm.tx < 4 * RING as u64 {
+        forward_burst(&mut rx, &mut tx, &mut batch, BURST, &mut warm).expect("warm-up");
+    }
+    let before = sb.counters().tx_frames;
+    let (st, acc) = measured(&mut rx, &mut tx, packets, l2);
+    let sent = sb.counters().tx_frames - before;
+    std::hint::black_box(acc);
+    // What the model put on the wire is what the driver sent (inline: no frame in flight).
+    println!(
+        "forwarded {} rx {} tx_dropped {} empty_polls {} model_tx {}",
+        st.tx, st.rx, st.tx_dropped, st.empty_polls, sent
+    );
+    if sent != st.tx || st.tx_dropped != 0 {
+        eprintln!("instructions: the model sent {sent} frames, the driver {}", st.tx);
+        std::process::exit(1);
+    }
+}

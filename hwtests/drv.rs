@@ -1,0 +1,221 @@
+//! Helpers for the driver-level tests: opening ports through the public API, building test
+//! frames, pumping frames from one queue to another with timeouts, and reading counters.
+//!
+//! Everything goes through `vfio_nic::port::open` and the burst API, so the same tests run on
+//! QEMU's 82576, a real 82576 and a real 82599. Waits are bounded by wall-clock timeouts
+//! (real hardware is asynchronous; QEMU delivers synchronously inside the tail write).
+//!
+//! Test frames are either non-IP (ethertype 0x88b5, "local experimental") or valid IPv4/UDP:
+//! QEMU parses L3 headers on transmit and silently drops what it cannot parse.
+
+use std::time::{Duration, Instant};
+
+use vfio_nic::device::{MacAddr, Port, PortStats, RxQueue, TxQueue};
+use vfio_nic::dma::{Packet, Pool, PoolConfig};
+use vfio_nic::igb::IgbConfig;
+use vfio_nic::ixgbe::IxgbeConfig;
+use vfio_nic::pci::PciAddress;
+use vfio_nic::port::{self, AnyPort, PortConfig};
+
+/// Ethertype of the test frames (IEEE local experimental 1).
+pub const TEST_ETHERTYPE: u16 = 0x88b5;
+/// How long a transfer may make no progress before a test gives up.
+pub const STALL: Duration = Duration::from_secs(5);
+
+/// Port settings for the tests: small rings, enough buffers for a ring plus frames in flight.
+pub fn config(loopback: bool) -> PortConfig {
+    let pool = PoolConfig {
+        buffers: 2048,
+        ..PoolConfig::default()
+    };
+    PortConfig {
+        igb: IgbConfig {
+            rx_ring: 256,
+            tx_ring: 256,
+            pool,
+            loopback,
+            link_timeout: Duration::from_secs(5),
+            ..IgbConfig::default()
+        },
+        ixgbe: IxgbeConfig {
+            rx_ring: 256,
+            tx_ring: 256,
+            pool,
+            loopback,
+            link_timeout: Duration::from_secs(5),
+            ..IxgbeConfig::default()
+        },
+        ..PortConfig::default()
+    }
+}
+
+/// Opens a port through the public API.
+pub fn open(addr: PciAddress, loopback: bool) -> Result<AnyPort, String> {
+    port::open(&addr.to_string(), &config(loopback)).map_err(|e| format!("{addr}: open: {e}"))
+}
+
+/// A test frame: `dst`, `src`, ethertype 0x88b5, a 4-byte sequence number, then a pattern
+/// derived from the sequence number. `len` is the frame length without CRC (>= 18).
+pub fn frame(dst: MacAddr, src: MacAddr, seq: u32, len: usize) -> Vec<u8> {
+    let mut f = Vec::with_capacity(len);
+    f.extend_from_slice(&dst.0);
+    f.extend_from_slice(&src.0);
+    f.extend_from_slice(&TEST_ETHERTYPE.to_be_bytes());
+    f.extend_from_slice(&seq.to_be_bytes());
+    let mut x = seq.wrapping_mul(2_654_435_761);
+    while f.len() < len {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        f.push((x >> 16) as u8);
+    }
+    f.truncate(len);
+    f
+}
+
+/// Frame lengths from 60 to 1514 bytes, mixed deterministically (both ends included).
+pub fn mixed_sizes(n: usize) -> Vec<usize> {
+    let mut x: u32 = 0x1234_5678;
+    (0..n)
+        .map(|i| match i % 50 {
+            0 => 60,
+            1 => 1514,
+            _ => {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                60 + (x as usize % (1514 - 60 + 1))
+            }
+        })
+        .collect()
+}
+
+/// Copies `bytes` into a packet from `pool`.
+pub fn packet(pool: &Pool, bytes: &[u8]) -> Result<Packet, String> {
+    let mut p = pool.alloc().ok_or("the transmit pool ran out of buffers")?;
+    if !p.set_data(bytes) {
+        return Err(format!(
+            "a {}-byte frame does not fit a buffer",
+            bytes.len()
+        ));
+    }
+    Ok(p)
+}
+
+/// Receives and frees whatever arrives until the queue has been quiet for `quiet` (stale
+/// frames: QEMU queues frames for a receiver that is not ready and delivers them later).
+/// Returns how many were dropped.
+pub fn drain(rx: &mut impl RxQueue, quiet: Duration) -> Result<usize, String> {
+    let mut batch = Vec::new();
+    let mut n = 0;
+    let mut last = Instant::now();
+    let start = Instant::now();
+    while last.elapsed() < quiet && start.elapsed() < STALL {
+        let got = rx.rx_burst(&mut batch, 64).map_err(|e| e.to_string())?;
+        if got > 0 {
+            n += got;
+            batch.clear();
+            last = Instant::now();
+        } else {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    Ok(n)
+}
+
+/// Sends `count` frames (built by `make` from an index) through `tx` while receiving on `rx`
+/// and handing every received frame to `sink` (which frees it, so the receive pool never runs
+/// dry), until `expect` frames arrived or nothing moved for [`STALL`] (or, when `expect` is
+/// reached, until the receive side has been quiet for `linger`). Returns how many arrived.
+pub fn pump_into<T: TxQueue, R: RxQueue>(
+    tx: &mut T,
+    rx: &mut R,
+    count: usize,
+    mut make: impl FnMut(usize) -> Result<Packet, String>,
+    expect: usize,
+    linger: Duration,
+    mut sink: impl FnMut(Packet) -> Result<(), String>,
+) -> Result<usize, String> {
+    let mut got = 0;
+    let mut batch = Vec::with_capacity(64);
+    let mut pending: Vec<Packet> = Vec::with_capacity(32);
+    let mut next = 0;
+    let mut progress = Instant::now();
+    let mut done_at: Option<Instant> = None;
+    loop {
+        if pending.is_empty() && next < count {
+            while pending.len() < 32 && next < count {
+                pending.push(make(next)?);
+                next += 1;
+            }
+        }
+        if !pending.is_empty() {
+            let before = pending.len();
+            tx.tx_burst(&mut pending).map_err(|e| e.to_string())?;
+            if pending.len() < before {
+                progress = Instant::now();
+            }
+        }
+        let n = rx.rx_burst(&mut batch, 64).map_err(|e| e.to_string())?;
+        if n > 0 {
+            progress = Instant::now();
+            got += n;
+            for p in batch.drain(..) {
+                sink(p)?;
+            }
+        }
+        let sent_all = next == count && pending.is_empty();
+        if sent_all && got >= expect {
+            let t = *done_at.get_or_insert_with(Instant::now);
+            if t.elapsed() >= linger || got > expect {
+                return Ok(got);
+            }
+        }
+        if progress.elapsed() > STALL {
+            if sent_all {
+                return Ok(got);
+            }
+            return Err(format!(
+                "transfer stalled: {next} of {count} frames built, {} still waiting to be queued, {got} received",
+                pending.len(),
+            ));
+        }
+        if n == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// [`pump_into`] collecting the received frames (for transfers smaller than the receive pool).
+pub fn pump<T: TxQueue, R: RxQueue>(
+    tx: &mut T,
+    rx: &mut R,
+    count: usize,
+    make: impl FnMut(usize) -> Result<Packet, String>,
+    expect: usize,
+    linger: Duration,
+) -> Result<Vec<Packet>, String> {
+    let mut out = Vec::with_capacity(expect);
+    pump_into(tx, rx, count, make, expect, linger, |p| {
+        out.push(p);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// A device counter, or an error naming it.
+pub fn counter(s: &PortStats, name: &str) -> Result<u64, String> {
+    s.get(name)
+        .ok_or_else(|| format!("the port reports no counter {name}"))
+}
+
+/// Counter differences `after - before` for `names`, as "NAME=value" text and values.
+pub fn deltas(before: &PortStats, after: &PortStats, names: &[&str]) -> Result<Vec<u64>, String> {
+    names
+        .iter()
+        .map(|n| Ok(counter(after, n)? - counter(before, n)?))
+        .collect()
+}
+
+/// Port `i` of the context's list and its expected MAC, if given.
+pub fn stats(p: &mut AnyPort) -> Result<PortStats, String> {
+    p.stats().map_err(|e| e.to_string())
+}

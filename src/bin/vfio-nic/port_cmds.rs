@@ -1,0 +1,316 @@
+//! `info`, `stats` and `selftest`: looking at one port through its driver.
+//!
+//! Opening a port resets it (that is how every driver here starts), so `info` shows the state
+//! right after bring-up and `stats` shows counters since this command opened the port; what
+//! another process did to the device is gone by then (VFIO lets one process own a device).
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use vfio_nic::bus::PciBus;
+use vfio_nic::device::{Port, QueueStats, RxQueue, TxQueue};
+use vfio_nic::dma::Pool;
+use vfio_nic::port::{self, PortName};
+use vfio_nic::selftest::{self, SelftestConfig, Verdict};
+use vfio_nic::sim;
+use vfio_nic::vlan::{VlanConfig, VlanHardware};
+use vfio_nic::{Error, Result};
+
+use crate::common;
+use crate::{CliError, CliResult};
+
+/// Region names of a VFIO PCI device, by index.
+const REGIONS: [&str; 6] = ["BAR0", "BAR1", "BAR2", "BAR3", "BAR4", "BAR5"];
+
+fn size_text(n: u64) -> String {
+    match n {
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
+        n => format!("{n} B"),
+    }
+}
+
+/// The BARs of a port: through the VFIO device for PCI ports (opened and closed before the
+/// driver opens it), the modelled BAR0 for sim ports, none for null ports.
+fn bars(name: &str) -> Result<Vec<Value>> {
+    match name.parse::<PortName>()? {
+        PortName::Null(_) => Ok(Vec::new()),
+        PortName::Sim(_) => Ok(vec![json!({
+            "name": "BAR0", "size": sim::BAR_LEN, "mmap": false, "note": "modelled registers",
+        })]),
+        PortName::Pci(addr) => {
+            let bus = PciBus::open(addr)?;
+            let dev = bus.device();
+            let mut out = Vec::new();
+            for (i, region) in REGIONS.iter().enumerate() {
+                let r = dev.region_info(i as u32)?;
+                if r.size > 0 {
+                    out.push(json!({"name": region, "size": r.size, "mmap": r.is_mappable()}));
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// `vfio-nic info PORT`.
+pub fn info(name: &str, json_out: bool) -> Result<()> {
+    let bars = bars(name)?;
+    let mut port = port::open(name, &common::port_config(1))?;
+    let info = port.info();
+    let link = port.link()?;
+    let caps = port.vlan_caps();
+    let ctl = common::vlan_control(&mut port, &VlanConfig::default())?;
+    let v = json!({
+        "port": info.name,
+        "driver": info.driver,
+        "model": info.model,
+        "pci_id": info.pci_id.map(|(v, d)| format!("{v:04x}:{d:04x}")),
+        "mac": info.mac.to_string(),
+        "link": {"up": link.up, "speed_mbps": link.speed_mbps, "full_duplex": link.full_duplex},
+        "bars": bars,
+        "queues": {"rx": info.rx_queues, "tx": info.tx_queues,
+                    "rx_ring": info.rx_ring, "tx_ring": info.tx_ring},
+        "vlan_caps": {"rx_strip": caps.rx_strip, "tx_insert": caps.tx_insert, "filter": caps.filter,
+                       "extended": caps.extended, "any_tpid": caps.any_tpid,
+                       "strip_queues": caps.rx_queues},
+        "vlan": common::vlan_json(&ctl),
+    });
+    if json_out {
+        println!("{v}");
+        return Ok(());
+    }
+    let caps_list: Vec<&str> = [
+        (caps.rx_strip, "rx-strip"),
+        (caps.tx_insert, "tx-insert"),
+        (caps.filter, "filter"),
+        (caps.extended, "extended(QinQ)"),
+        (caps.any_tpid, "any-tpid"),
+    ]
+    .iter()
+    .filter(|c| c.0)
+    .map(|c| c.1)
+    .collect();
+    let bar_text: Vec<String> = v["bars"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|b| {
+                    format!(
+                        "{} {}{}",
+                        b["name"].as_str().unwrap_or(""),
+                        size_text(b["size"].as_u64().unwrap_or(0)),
+                        b["note"]
+                            .as_str()
+                            .map(|n| format!(" ({n})"))
+                            .unwrap_or_default()
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    println!("port        {}", info.name);
+    println!("driver      {}", info.driver);
+    println!("model       {}", info.model);
+    println!(
+        "pci id      {}",
+        v["pci_id"].as_str().unwrap_or("- (not a PCI device)")
+    );
+    println!("mac         {}", info.mac);
+    println!(
+        "link        {}",
+        if link.up {
+            format!(
+                "up, {} Mb/s, {} duplex",
+                link.speed_mbps,
+                if link.full_duplex { "full" } else { "half" }
+            )
+        } else {
+            "down".to_string()
+        }
+    );
+    println!(
+        "bars        {}",
+        if bar_text.is_empty() {
+            "none".to_string()
+        } else {
+            bar_text.join(", ")
+        }
+    );
+    println!(
+        "queues      rx {} x {} descriptors, tx {} x {} descriptors",
+        info.rx_queues, info.rx_ring, info.tx_queues, info.tx_ring
+    );
+    println!(
+        "vlan caps   {}",
+        if caps_list.is_empty() {
+            "none (software VLAN modes only)".to_string()
+        } else {
+            format!("{} ({} strip queues)", caps_list.join(" "), caps.rx_queues)
+        }
+    );
+    println!("vlan        {}", common::vlan_line(&ctl));
+    Ok(())
+}
+
+/// Options of `stats`.
+#[derive(clap::Args, Debug)]
+pub struct StatsArgs {
+    /// The port.
+    pub port: String,
+    /// Receive (and drop) for this many seconds before reading the counters (default: read at once).
+    #[arg(long, value_name = "S", default_value_t = 0.0)]
+    pub duration: f64,
+}
+
+fn queue_json(q: &QueueStats) -> Value {
+    json!({"packets": q.packets, "bytes": q.bytes, "no_room": q.no_room, "dropped": q.dropped})
+}
+
+/// `vfio-nic stats PORT`.
+pub fn stats(args: &StatsArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> {
+    if !(args.duration >= 0.0 && args.duration.is_finite()) {
+        return Err(Error::InvalidConfig(format!(
+            "--duration {} must be a number of seconds, 0 or more",
+            args.duration
+        )));
+    }
+    let mut port = port::open(&args.port, &common::port_config(1))?;
+    let (mut rx, tx) = port.take_queues()?;
+    let end = Instant::now() + Duration::from_secs_f64(args.duration);
+    let mut batch = Vec::new();
+    while Instant::now() < end && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        for q in rx.iter_mut() {
+            q.rx_burst(&mut batch, 32)?;
+            Pool::free_bulk(batch.drain(..));
+        }
+    }
+    let hw = port.stats()?;
+    let rxq: Vec<Value> = rx.iter().map(|q| queue_json(&q.stats())).collect();
+    let txq: Vec<Value> = tx.iter().map(|q| queue_json(&q.stats())).collect();
+    let pools: Vec<Value> = rx
+        .iter()
+        .map(|q| {
+            let s = q.pool().stats();
+            json!({"capacity": s.capacity, "free": s.free, "in_use": s.in_use, "alloc_failures": s.alloc_failures})
+        })
+        .collect();
+    if json_out {
+        println!(
+            "{}",
+            json!({"port": args.port, "seconds": args.duration, "hw": common::hw_json(&hw),
+                   "rx_queues": rxq, "tx_queues": txq, "pools": pools})
+        );
+        return Ok(());
+    }
+    println!(
+        "{}: counters since this command opened the port ({:.1} s of receive)",
+        args.port, args.duration
+    );
+    if hw.hw.is_empty() {
+        println!("device counters: none (this device has no hardware counters)");
+    } else {
+        println!("device counters (datasheet names):");
+        for (n, v) in &hw.hw {
+            println!("  {n:<10} {v}");
+        }
+    }
+    println!("software counters:");
+    for (kind, qs) in [("rx", &rxq), ("tx", &txq)] {
+        for (i, q) in qs.iter().enumerate() {
+            println!(
+                "  {kind} queue {i}: {} packets, {} bytes, {} no room, {} dropped",
+                q["packets"], q["bytes"], q["no_room"], q["dropped"]
+            );
+        }
+    }
+    for (i, p) in pools.iter().enumerate() {
+        println!(
+            "  pool {i}: {} buffers, {} free, {} in use, {} allocation failures",
+            p["capacity"], p["free"], p["in_use"], p["alloc_failures"]
+        );
+    }
+    Ok(())
+}
+
+/// Options of `selftest`.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Like `ethtool -t PORT offline`: a register test (write/read patterns \
+from the Linux drivers' tables; PCI and sim ports), a MAC loopback test (frames sent with \
+loopback on must come back byte-identical) and a link test. Each test opens the port afresh, \
+which resets it."
+)]
+pub struct SelftestArgs {
+    /// The port.
+    pub port: String,
+    /// Frames sent in the loopback test.
+    #[arg(long, default_value_t = 64)]
+    pub frames: usize,
+    /// Their size in bytes (60..=1514).
+    #[arg(long, default_value_t = 128)]
+    pub size: usize,
+}
+
+/// `vfio-nic selftest PORT`.
+pub fn selftest(args: &SelftestArgs, json_out: bool) -> CliResult {
+    if args.frames == 0 || args.frames > 4096 {
+        return Err(Error::InvalidConfig(format!(
+            "--frames {} must be between 1 and 4096",
+            args.frames
+        ))
+        .into());
+    }
+    let cfg = SelftestConfig {
+        port: common::port_config(1),
+        frames: args.frames,
+        frame_size: args.size,
+        ..SelftestConfig::default()
+    };
+    let reports = selftest::run(&args.port, &cfg)?;
+    let failed = reports
+        .iter()
+        .filter(|r| r.verdict == Verdict::Fail)
+        .count();
+    let verdict = if failed == 0 { "PASS" } else { "FAIL" };
+    if json_out {
+        let tests: Vec<Value> = reports
+            .iter()
+            .map(|r| {
+                json!({"name": r.name, "result": r.verdict.label(), "detail": r.detail,
+                             "ms": r.duration.as_secs_f64() * 1e3})
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({"port": args.port, "result": verdict, "failed": failed, "tests": tests})
+        );
+    } else {
+        println!("The test result is {verdict}");
+        println!("The test extra info:");
+        for r in &reports {
+            println!(
+                "{:<10} {:<5} {} ({:.1} ms)",
+                r.name,
+                r.verdict.label(),
+                r.detail,
+                r.duration.as_secs_f64() * 1e3
+            );
+        }
+    }
+    if failed > 0 {
+        let first = reports
+            .iter()
+            .find(|r| r.verdict == Verdict::Fail)
+            .map(|r| format!("{}: {}", r.name, r.detail))
+            .unwrap_or_default();
+        return Err(CliError::Failed(format!(
+            "self-test of {} failed ({failed} of {} tests): {first}",
+            args.port,
+            reports.len()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,42 @@
+//! The contents of the RSS registers, the same on both chips: a 40-byte key in ten registers and
+//! a 128-entry redirection table, one byte per entry, four entries per register.
+
+/// The RSS key: the 16-bit pattern 0x6d5a repeated. With a key whose bytes repeat every 16
+/// bits the Toeplitz hash is symmetric (Woo & Park, "Scalable TCP Session Monitoring with
+/// Symmetric Receive-side Scaling"), so both directions of a flow land on the same queue, which
+/// is what a forwarder wants. It is fixed so that a flow's queue is reproducible across runs.
+pub(crate) const RSS_KEY: [u8; 40] = {
+    let mut k = [0u8; 40];
+    let mut i = 0;
+    while i < 40 {
+        k[i] = if i % 2 == 0 { 0x6d } else { 0x5a };
+        i += 1;
+    }
+    k
+};
+
+/// The key as the ten RSSRK register values, register 0 first.
+pub(crate) fn key_words() -> impl Iterator<Item = u32> {
+    RSS_KEY
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+}
+
+/// Redirection register `i` for round-robin over `queues` queues: entries 4i..4i+3, entry 4i in
+/// the low byte.
+pub(crate) fn reta_word(i: u32, queues: u16) -> u32 {
+    (0..4).fold(0u32, |v, b| {
+        v | ((i * 4 + b) % u32::from(queues)) << (8 * b)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn round_robin_table_and_key() {
+        assert_eq!(super::reta_word(0, 4), 0x0302_0100);
+        assert_eq!(super::reta_word(1, 3), 0x0100_0201);
+        assert_eq!(super::key_words().next(), Some(0x5a6d_5a6d));
+        assert_eq!(super::key_words().count(), 10);
+    }
+}

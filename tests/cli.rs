@@ -1,0 +1,408 @@
+//! The `vfio-nic` command line, run as a program on `sim:` and `null:` ports: JSON output and
+//! its fields, captures compared byte for byte with what was sent (parsed by the pcap-file
+//! reader and again by hand from the format), and one-line errors for bad arguments.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use vfio_nic::device::MacAddr;
+use vfio_nic::wire::{build_udp_frame, UdpFlow};
+
+fn vfio_nic(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vfio-nic"))
+        .args(args)
+        // Warnings (no huge pages on a build machine) would mix into stderr; the error tests
+        // below run without this to check the one-line rule as users see it.
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("run vfio-nic")
+}
+
+/// Runs with `--json`, expects success, returns the parsed output.
+fn json(args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let out = vfio_nic(&all);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}{}",
+        stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"))
+}
+
+#[test]
+fn info_reports_model_link_queues_and_vlan() {
+    let v = json(&["info", "sim:0"]);
+    assert_eq!(v["driver"], "ixgbe");
+    assert_eq!(v["pci_id"], "8086:10fb");
+    assert_eq!(v["link"]["up"], true);
+    assert_eq!(v["link"]["speed_mbps"], 10000);
+    assert_eq!(v["bars"][0]["name"], "BAR0");
+    assert_eq!(v["queues"]["rx_ring"], 512);
+    assert_eq!(v["vlan_caps"]["rx_strip"], true);
+    assert_eq!(v["vlan"]["rx_mode"], "sw");
+    assert!(v["mac"].as_str().unwrap().parse::<MacAddr>().is_ok());
+    let v = json(&["info", "null:0"]);
+    assert_eq!(v["driver"], "null");
+    assert_eq!(v["pci_id"], Value::Null);
+    assert_eq!(v["vlan_caps"]["filter"], false);
+    assert_eq!(v["bars"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn stats_has_device_and_software_counters() {
+    let v = json(&["stats", "sim:0"]);
+    for name in ["GPRC", "GPTC", "GORC", "MPC", "CRCERRS"] {
+        assert_eq!(v["hw"][name], 0, "{name}");
+    }
+    assert_eq!(v["rx_queues"][0]["packets"], 0);
+    let v = json(&["stats", "null:0", "--duration", "0.05"]);
+    assert!(v["rx_queues"][0]["packets"].as_u64().unwrap() > 0);
+    assert_eq!(v["hw"], serde_json::json!({}));
+}
+
+#[test]
+fn fwd_with_duration_summarises_in_json() {
+    let v = json(&["fwd", "null:0", "null:1", "--duration", "0.2"]);
+    assert!(v["packets"].as_u64().unwrap() > 0);
+    assert!(v["mpps"].as_f64().unwrap() > 0.0);
+    assert!(v["ns_per_packet"].as_f64().is_some());
+    assert_eq!(v["directions"].as_array().unwrap().len(), 2);
+    assert_eq!(v["channels"][0]["name"], "null:0 -> null:1");
+    // VLAN options on the software 82599, hardware strip and filter.
+    let v = json(&[
+        "fwd",
+        "sim:0",
+        "sim:1",
+        "--duration",
+        "0.1",
+        "--vlan-rx",
+        "hw",
+        "--vlan-tx",
+        "hw",
+        "--vlan-filter",
+        "100,200",
+    ]);
+    assert_eq!(v["vlan"]["rx_mode"], "hw");
+    assert_eq!(v["vlan"]["table"], serde_json::json!([0, 100, 200]));
+    assert!(v["hw"]["sim:0"]["GPRC"].is_u64());
+}
+
+#[test]
+fn gen_sends_count_frames() {
+    let v = json(&[
+        "gen", "sim:0", "--count", "100", "--size", "128", "--vlan", "7:3",
+    ]);
+    assert_eq!(v["channels"][0]["name"], "sim:0 tx");
+    assert_eq!(v["channels"][0]["packets"], 100);
+    assert_eq!(v["channels"][0]["bytes"], 100 * 132);
+    assert_eq!(v["generator"]["sent"], 100);
+    assert_eq!(v["generator"]["vlan"]["vid"], 7);
+    assert_eq!(v["hw"]["GPTC"], 100);
+    let v = json(&["gen", "null:0", "--count", "10", "--rate", "1000"]);
+    assert_eq!(v["generator"]["sent"], 10);
+    assert!(v["seconds"].as_f64().unwrap() >= 0.008);
+}
+
+#[test]
+fn selftest_passes_on_sim_and_skips_what_null_lacks() {
+    let v = json(&["selftest", "sim:0", "--frames", "16"]);
+    assert_eq!(v["result"], "PASS");
+    let names: Vec<&str> = v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["register", "loopback", "link"]);
+    assert!(v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["result"] == "PASS"));
+    let v = json(&["selftest", "null:0"]);
+    assert_eq!(v["result"], "PASS");
+    assert_eq!(v["tests"][0]["result"], "N/A");
+    assert_eq!(v["tests"][2]["result"], "PASS");
+}
+
+#[test]
+fn respond_answers_the_probe_on_its_vlan_only() {
+    let v = json(&[
+        "respond",
+        "sim:1",
+        "--ip",
+        "192.0.2.1/24",
+        "--vlan",
+        "100",
+        "--vlan-rx",
+        "hw",
+        "--probe-from",
+        "sim:0",
+        "--pings",
+        "2",
+    ]);
+    assert_eq!(v["probe"]["ok"], true);
+    assert_eq!(v["responder"]["arp_replies"], 1);
+    assert_eq!(v["responder"]["echo_replies"], 2);
+    // The probe is sent on VLAN 100; a filter without 100 drops it before the responder sees
+    // it: no reply, so the probe fails with a non-zero exit and one line.
+    let out = vfio_nic(&[
+        "respond",
+        "sim:1",
+        "--ip",
+        "192.0.2.1/24",
+        "--vlan",
+        "100",
+        "--vlan-filter",
+        "200",
+        "--probe-from",
+        "sim:0",
+        "--duration",
+        "0.3",
+    ]);
+    assert!(!out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+}
+
+/// One pcap file parsed by hand from the format (libpcap's savefile.c layout): 24-byte global
+/// header, then per record ts_sec, ts_usec, incl_len, orig_len and the bytes.
+fn parse_pcap_by_hand(bytes: &[u8]) -> Vec<(u32, u32, Vec<u8>)> {
+    let u32le = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    assert_eq!(
+        u32le(bytes, 0),
+        0xa1b2_c3d4,
+        "little-endian, microsecond magic"
+    );
+    assert_eq!(&bytes[4..8], &[2, 0, 4, 0], "version 2.4");
+    assert_eq!(u32le(bytes, 20), 1, "LINKTYPE_ETHERNET");
+    let snaplen = u32le(bytes, 16);
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at < bytes.len() {
+        let (sec, usec, incl, orig) = (
+            u32le(bytes, at),
+            u32le(bytes, at + 4),
+            u32le(bytes, at + 8),
+            u32le(bytes, at + 12),
+        );
+        assert!(usec < 1_000_000 && incl <= snaplen && incl == orig);
+        at += 16;
+        out.push((sec, usec, bytes[at..at + incl as usize].to_vec()));
+        at += incl as usize;
+    }
+    assert_eq!(at, bytes.len(), "no trailing bytes");
+    out
+}
+
+/// What `gen --vlan VID:PCP --size N` from `src` sends, built here: the frame with the 802.1Q
+/// tag after the MAC addresses.
+fn expected_frames(src: MacAddr, count: u64, size: usize, tci: u16) -> Vec<Vec<u8>> {
+    let flow = UdpFlow {
+        dst_mac: MacAddr::BROADCAST,
+        src_mac: src,
+        src_ip: [198, 18, 0, 1].into(),
+        dst_ip: [198, 18, 0, 2].into(),
+        src_port: 1024,
+        dst_port: 9,
+        size,
+    };
+    (0..count)
+        .map(|seq| {
+            let mut f = Vec::new();
+            assert!(build_udp_frame(&flow, seq, &mut f));
+            let mut tagged = f[..12].to_vec();
+            tagged.extend_from_slice(&[0x81, 0x00]);
+            tagged.extend_from_slice(&tci.to_be_bytes());
+            tagged.extend_from_slice(&f[12..]);
+            // Independent of our builder: IPv4 header checksum and total length by hand.
+            let ip = &tagged[18..38];
+            let sum: u32 = ip
+                .chunks(2)
+                .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+                .sum();
+            assert_eq!((sum & 0xffff) + (sum >> 16), 0xffff, "IPv4 checksum");
+            assert_eq!(
+                usize::from(u16::from_be_bytes([ip[2], ip[3]])),
+                size - 14,
+                "IPv4 total length"
+            );
+            tagged
+        })
+        .collect()
+}
+
+#[test]
+fn capture_of_generated_tagged_traffic_is_byte_identical_in_every_vlan_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let src: MacAddr = json(&["info", "sim:0"])["mac"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let expect = expected_frames(src, 40, 100, 0xa064); // VID 100, PCP 5
+    let mut files = Vec::new();
+    for mode in ["hw", "sw", "deferred"] {
+        let path = dir.path().join(format!("{mode}.pcap"));
+        let p = path.to_str().unwrap();
+        let v = json(&[
+            "capture",
+            "sim:1",
+            "-w",
+            p,
+            "--gen-on",
+            "sim:0",
+            "--count",
+            "40",
+            "--vlan",
+            "100:5",
+            "--size",
+            "100",
+            "--vlan-rx",
+            mode,
+            "--no-timestamps",
+            "--vlan-filter",
+            "100",
+        ]);
+        assert_eq!(v["frames"], 40, "{mode}");
+        assert_eq!(v["vlan"]["rx_mode"], mode);
+        assert_eq!(v["channels"][0]["name"], "sim:1 rx");
+        assert_eq!(v["channels"][0]["packets"], 40);
+        assert_eq!(v["channels"][1]["packets"], 40);
+
+        // The pcap-file crate's reader (not the writer's code path).
+        let bytes = std::fs::read(&path).unwrap();
+        let mut reader = pcap_file::pcap::PcapReader::new(&bytes[..]).unwrap();
+        assert_eq!(reader.header().datalink, pcap_file::DataLink::ETHERNET);
+        let mut read = Vec::new();
+        while let Some(p) = reader.next_packet() {
+            read.push(p.unwrap().data.into_owned());
+        }
+        assert_eq!(read, expect, "pcap-file reader, mode {mode}");
+
+        // And by hand from the format.
+        let by_hand = parse_pcap_by_hand(&bytes);
+        assert!(by_hand.iter().all(|(s, u, _)| (*s, *u) == (0, 0)));
+        let frames: Vec<Vec<u8>> = by_hand.into_iter().map(|r| r.2).collect();
+        assert_eq!(frames, expect, "by hand, mode {mode}");
+        files.push(bytes);
+    }
+    assert!(files.windows(2).all(|w| w[0] == w[1]), "files differ");
+}
+
+#[test]
+fn capture_filter_drops_other_vlans() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.pcap");
+    for mode in ["hw", "sw", "deferred"] {
+        let v = json(&[
+            "capture",
+            "sim:1",
+            "-w",
+            path.to_str().unwrap(),
+            "--gen-on",
+            "sim:0",
+            "--count",
+            "10",
+            "--vlan",
+            "100",
+            "--vlan-rx",
+            mode,
+            "--vlan-filter",
+            "200",
+            "--no-timestamps",
+        ]);
+        assert_eq!(v["frames"], 0, "{mode}");
+        assert_eq!(v["generator"]["sent"], 10);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 24, "header only");
+    }
+}
+
+/// Runs a command expected to fail, as a user would (no RUST_LOG), and returns its stderr.
+fn fails_in_one_line(args: &[&str], needle: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vfio-nic"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    assert!(
+        err.starts_with("vfio-nic: ") && err.contains(needle),
+        "{args:?}: {err}"
+    );
+}
+
+#[test]
+fn bad_arguments_fail_with_one_line() {
+    fails_in_one_line(&["info", "0000:zz:00.0"], "is not a port name");
+    fails_in_one_line(&["info", "01:00"], "is not a port name");
+    fails_in_one_line(&["info", "foo:1"], "unknown in-memory device");
+    fails_in_one_line(&["reg", "sim:0", "FOO"], "no register 'FOO'");
+    fails_in_one_line(&["gen", "null:0", "--vlan", "4096", "--count", "1"], "4096");
+    fails_in_one_line(
+        &["gen", "null:0", "--vlan", "4095", "--count", "1"],
+        "reserved",
+    );
+    fails_in_one_line(
+        &["fwd", "null:0", "--vlan-filter", "10,4096"],
+        "out of range",
+    );
+    fails_in_one_line(
+        &[
+            "capture",
+            "null:0",
+            "-w",
+            "/tmp/x.pcap",
+            "--vlan-filter",
+            "4095",
+        ],
+        "reserved",
+    );
+    fails_in_one_line(
+        &[
+            "respond",
+            "null:0",
+            "--ip",
+            "192.0.2.1/24",
+            "--vlan",
+            "4096",
+        ],
+        "4096",
+    );
+    fails_in_one_line(&["respond", "null:0", "--ip", "192.0.2.1"], "prefix");
+    fails_in_one_line(
+        &[
+            "capture",
+            "null:0",
+            "-w",
+            "/nonexistent/x.pcap",
+            "--count",
+            "1",
+        ],
+        "/nonexistent/x.pcap",
+    );
+    fails_in_one_line(
+        &[
+            "gen",
+            "null:0",
+            "--vlan",
+            "5",
+            "--vlan-tx",
+            "hw",
+            "--count",
+            "1",
+        ],
+        "use transmit mode sw",
+    );
+    fails_in_one_line(
+        &["capture", "sim:1", "-w", "/tmp/y.pcap", "--vlan", "5"],
+        "--gen-on",
+    );
+    assert!(!Path::new("/nonexistent/x.pcap").exists());
+}
