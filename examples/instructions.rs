@@ -98,7 +98,10 @@ fn main() {
         src = src.with_vlan(0x8100, 0xa064);
     }
     let sa = SimPort::with_source(scfg.clone(), src);
-    let sb = SimPort::with_source(scfg, Source::udp(MacAddr([2, 0, 0, 0, 0, 3]), 64).with_count(0));
+    let sb = SimPort::with_source(
+        scfg,
+        Source::udp(MacAddr([2, 0, 0, 0, 0, 3]), 64).with_count(0),
+    );
     let icfg = IxgbeConfig {
         rx_ring: RING,
         tx_ring: RING,
@@ -139,7 +142,10 @@ fn main() {
         st.tx, st.rx, st.tx_dropped, st.empty_polls, sent
     );
     if sent != st.tx || st.tx_dropped != 0 {
-        eprintln!("instructions: the model sent {sent} frames, the driver {}", st.tx);
+        eprintln!(
+            "instructions: the model sent {sent} frames, the driver {}",
+            st.tx
+        );
         std::process::exit(1);
     }
 }

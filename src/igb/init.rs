@@ -20,7 +20,7 @@ use crate::intel::{queue, rss};
 use crate::mmio::{wait_for, Mmio};
 use crate::regs::igb::{self as r};
 
-use super::queue::{rx_ctl, tx_ctl, IgbRx, IgbTx};
+use super::queue::{txdctl, IgbRx, IgbTx, RX_RING, TX_RING};
 use super::IgbPort;
 
 /// Time for outstanding DMA to finish after receive/transmit are turned off, before the reset
@@ -133,7 +133,7 @@ impl<B: Bus> IgbPort<B> {
             })
             .collect::<Result<_>>()?;
         for q in self.cfg.rx_queues..r::RXDCTL.count() as u16 {
-            rx_ctl(q.into()).clear(m);
+            RX_RING.ctl(q.into()).clear(m);
         }
         if self.cfg.rx_queues > 1 {
             setup_rss(m, self.cfg.rx_queues);
@@ -143,11 +143,13 @@ impl<B: Bus> IgbPort<B> {
         self.tx = (0..self.cfg.tx_queues)
             .map(|q| {
                 IgbTx::setup(
-                    regs.clone(),
+                    &TX_RING,
+                    &self.bus,
                     name.clone(),
                     q.into(),
-                    &self.cfg,
-                    self.bus.dma_mapper(),
+                    self.cfg.tx_ring,
+                    t,
+                    txdctl,
                 )
             })
             .collect::<Result<_>>()?;
@@ -299,8 +301,8 @@ pub(crate) fn shutdown<M: Mmio + ?Sized>(
         tracing::warn!(port = %name, "device is gone; nothing to stop");
         return;
     }
-    let rx = (0..u32::from(rx_queues)).map(|q| (q, rx_ctl(q)));
-    let tx = (0..u32::from(tx_queues)).map(|q| (q, tx_ctl(q)));
+    let rx = (0..u32::from(rx_queues)).map(|q| (q, RX_RING.ctl(q)));
+    let tx = (0..u32::from(tx_queues)).map(|q| (q, TX_RING.ctl(q)));
     queue::stop_all(m, name, rx.chain(tx), t);
     m.modify(r::RCTL, r::rctl::EN.bit(), 0);
     m.modify(r::TCTL, r::tctl::EN.bit(), 0);

@@ -94,7 +94,7 @@ pub struct IgbConfig {
     pub vlan_filter: bool,
     /// VLAN ids in the filter table from the start (VID 0 is always in it).
     pub vlans: Vec<u16>,
-    /// The TPID recognised on receive and inserted on transmit (VET[15:0]).
+    /// The TPID recognised on receive and inserted on transmit (VET bits 15:0).
     pub tpid: u16,
 }
 

@@ -2,6 +2,7 @@
 //!
 //! A queue owns its ring (descriptors and buffers), so it is the queue's `Drop` that stops the
 //! hardware queue (ENABLE off, bounded poll; [`crate::intel::queue`]) before the memory goes.
+//! The transmit queue is the type shared with the 82599 driver ([`IntelTx`]).
 //!
 //! Unlike the 82599's, these queues have no VLAN strip switch of their own: the 82576 strips
 //! port-wide (CTRL.VME), and its VP bit is set only on frames it actually stripped, so each
@@ -13,13 +14,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bus::Bus;
-use crate::device::{QueueError, QueueStats, RxQueue, TxQueue};
+use crate::device::{QueueError, QueueStats, RxQueue};
 use crate::dma::{DmaMapper, Packet, Pool};
 use crate::error::Result;
-use crate::intel::queue::QueueCtl;
+use crate::intel::queue::RingRegs;
+use crate::intel::IntelTx;
 use crate::mmio::Mmio;
 use crate::regs::igb::{self as r};
-use crate::ring::{ChipRx, RxRing, TxRing};
+use crate::ring::{ChipRx, RxRing};
 
 use super::IgbConfig;
 
@@ -42,22 +44,37 @@ const TX_PTHRESH: u32 = 8;
 const TX_HTHRESH: u32 = 1;
 const TX_WTHRESH: u32 = 1;
 
-/// Receive queue `q`'s control register and enable bit, for the shared start/stop helpers.
-pub(crate) fn rx_ctl(q: u32) -> QueueCtl {
-    QueueCtl {
-        reg: r::RXDCTL.at(q),
-        enable: r::rxdctl::ENABLE.bit(),
-        what: "RXDCTL.ENABLE",
-    }
-}
+/// The 82576's receive ring registers.
+pub(crate) static RX_RING: RingRegs = RingRegs {
+    bal: r::RDBAL,
+    bah: r::RDBAH,
+    len: r::RDLEN,
+    head: r::RDH,
+    tail: r::RDT,
+    ctl: r::RXDCTL,
+    enable: r::rxdctl::ENABLE.bit(),
+    what: "RXDCTL.ENABLE",
+};
 
-/// Transmit queue `q`'s control register and enable bit.
-pub(crate) fn tx_ctl(q: u32) -> QueueCtl {
-    QueueCtl {
-        reg: r::TXDCTL.at(q),
-        enable: r::txdctl::ENABLE.bit(),
-        what: "TXDCTL.ENABLE",
-    }
+/// The 82576's transmit ring registers.
+pub(crate) static TX_RING: RingRegs = RingRegs {
+    bal: r::TDBAL,
+    bah: r::TDBAH,
+    len: r::TDLEN,
+    head: r::TDH,
+    tail: r::TDT,
+    ctl: r::TXDCTL,
+    enable: r::txdctl::ENABLE.bit(),
+    what: "TXDCTL.ENABLE",
+};
+
+/// A transmit queue of an 82576 port: the transmit queue shared with the 82599 driver.
+pub type IgbTx<B> = IntelTx<B>;
+
+/// TXDCTL for the 82576: thresholds, ENABLE clear.
+pub(crate) fn txdctl(_old: u32) -> u32 {
+    use r::txdctl::*;
+    PTHRESH.val(TX_PTHRESH) | HTHRESH.val(TX_HTHRESH) | WTHRESH.val(TX_WTHRESH)
 }
 
 /// A receive queue of an 82576 port.
@@ -96,19 +113,14 @@ impl<B: Bus> IgbRx<B> {
             timeout: cfg.reg_timeout,
         };
         let m: &B::Mmio = &q.regs;
-        rx_ctl(queue).clear(m);
+        RX_RING.ctl(queue).clear(m);
         // One buffer per frame, advanced descriptors (QEMU has no legacy receive), buffer size
         // in KB rounded down; drop when the ring is empty rather than stall the packet buffer.
         let srrctl = r::srrctl::DESCTYPE.val(1)
             | r::srrctl::BSIZEPKT.val(cfg.rx_buffer_kb()?)
             | r::srrctl::DROP_EN.bit();
         m.write(r::SRRCTL.at(queue), srrctl);
-        let iova = q.ring.desc_iova();
-        m.write(r::RDBAL.at(queue), iova as u32);
-        m.write(r::RDBAH.at(queue), (iova >> 32) as u32);
-        m.write(r::RDLEN.at(queue), q.ring.desc_len());
-        m.write(r::RDH.at(queue), 0);
-        m.write(r::RDT.at(queue), 0);
+        RX_RING.program(m, queue, q.ring.desc_iova(), q.ring.desc_len());
         use r::rxdctl::*;
         m.write(
             r::RXDCTL.at(queue),
@@ -119,7 +131,9 @@ impl<B: Bus> IgbRx<B> {
 
     /// Sets RXDCTL.ENABLE and waits for it to read back.
     pub(crate) fn enable(&mut self) -> Result<()> {
-        rx_ctl(self.queue).enable(&*self.regs, &self.name, self.timeout)
+        RX_RING
+            .ctl(self.queue)
+            .enable(&*self.regs, &self.name, self.timeout)
     }
 
     /// Hands the buffers over (RDT = size - 1): the last step, after RCTL.EN.
@@ -152,98 +166,8 @@ impl<B: Bus> Drop for IgbRx<B> {
     /// Clear ENABLE, poll until it reads 0, give in-flight writes time to land; only then may
     /// the ring and its buffers be freed (which happens right after).
     fn drop(&mut self) {
-        rx_ctl(self.queue).stop_rx(&*self.regs, &self.name, self.queue, self.timeout);
-    }
-}
-
-/// A transmit queue of an 82576 port.
-pub struct IgbTx<B: Bus> {
-    ring: TxRing<B::Mmio>,
-    regs: Arc<B::Mmio>,
-    name: Arc<str>,
-    queue: u32,
-    timeout: Duration,
-}
-
-impl<B: Bus> IgbTx<B> {
-    /// Allocates the ring and programs the queue's registers with the queue disabled
-    /// (notes 1.2 step 8: base, length, head = tail = 0, thresholds).
-    pub(crate) fn setup(
-        regs: Arc<B::Mmio>,
-        name: Arc<str>,
-        queue: u32,
-        cfg: &IgbConfig,
-        mapper: Arc<dyn DmaMapper>,
-    ) -> Result<Self> {
-        let ring = TxRing::new(
-            regs.clone(),
-            r::TDT.at(queue).offset(),
-            r::TDH.at(queue).offset(),
-            cfg.tx_ring,
-            mapper,
-        )?;
-        let q = IgbTx {
-            ring,
-            regs,
-            name,
-            queue,
-            timeout: cfg.reg_timeout,
-        };
-        let m: &B::Mmio = &q.regs;
-        tx_ctl(queue).clear(m);
-        let iova = q.ring.desc_iova();
-        m.write(r::TDBAL.at(queue), iova as u32);
-        m.write(r::TDBAH.at(queue), (iova >> 32) as u32);
-        m.write(r::TDLEN.at(queue), q.ring.desc_len());
-        m.write(r::TDH.at(queue), 0);
-        m.write(r::TDT.at(queue), 0);
-        use r::txdctl::*;
-        m.write(
-            r::TXDCTL.at(queue),
-            PTHRESH.val(TX_PTHRESH) | HTHRESH.val(TX_HTHRESH) | WTHRESH.val(TX_WTHRESH),
-        );
-        Ok(q)
-    }
-
-    /// Sets TXDCTL.ENABLE and waits for it to read back.
-    pub(crate) fn start(&mut self) -> Result<()> {
-        tx_ctl(self.queue).enable(&*self.regs, &self.name, self.timeout)
-    }
-
-    /// The queue's number on its port.
-    pub fn index(&self) -> u32 {
-        self.queue
-    }
-
-    /// Reclaims every buffer the device has finished with, by reading the head register (an
-    /// MMIO read: for idle queues, not for every burst). Returns the descriptors still queued.
-    pub fn reclaim(&mut self) -> Result<usize, QueueError> {
-        self.ring.reclaim_by_head()
-    }
-}
-
-impl<B: Bus> TxQueue for IgbTx<B> {
-    #[inline]
-    fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
-        self.ring.tx_burst(batch)
-    }
-
-    fn stats(&self) -> QueueStats {
-        self.ring.stats()
-    }
-}
-
-impl<B: Bus> Drop for IgbTx<B> {
-    /// Let what is queued leave (briefly), clear ENABLE and poll it; the ring frees the
-    /// buffers afterwards.
-    fn drop(&mut self) {
-        tx_ctl(self.queue).stop_tx(
-            &*self.regs,
-            &self.name,
-            self.queue,
-            r::TDH.at(self.queue),
-            self.ring.tail_slot() as u32,
-            self.timeout,
-        );
+        RX_RING
+            .ctl(self.queue)
+            .stop_rx(&*self.regs, &self.name, self.queue, self.timeout);
     }
 }

@@ -10,8 +10,8 @@
 //!   (see `queue.rs`), which is why this is simpler than the 82599's per-queue switch;
 //! - filtering: RCTL.VFE (CFIEN cleared) and the 4096-bit VFTA, restored from the shared shadow
 //!   ([`crate::intel::VlanFilter`]) at every init because the reset clears the table;
-//! - TPID: VET[15:0], used both to recognise tags and for inserted ones;
-//! - extended (double) VLAN: CTRL_EXT.EXT_VLAN (b26) with the outer TPID in VET[31:16]; the
+//! - TPID: VET bits 15:0, used both to recognise tags and for inserted ones;
+//! - extended (double) VLAN: CTRL_EXT.EXT_VLAN (b26) with the outer TPID in VET bits 31:16; the
 //!   device then strips and filters the inner tag.
 //!
 //! Insertion is per packet (context descriptor + VLE, in [`crate::ring`]) and needs no switch.
@@ -133,14 +133,14 @@ impl<B: Bus> IgbPort<B> {
         &self.vlan
     }
 
-    /// The TPID recognised on receive and used for insertion (VET[15:0]).
+    /// The TPID recognised on receive and used for insertion (VET bits 15:0).
     pub fn set_tpid(&mut self, tpid: u16) -> Result<()> {
         self.vlan.tpid = tpid;
         write_tpid(&*self.regs, tpid);
         self.alive()
     }
 
-    /// Extended (double, QinQ) VLAN: frames carry an outer tag with `outer_tpid` (VET[31:16])
+    /// Extended (double, QinQ) VLAN: frames carry an outer tag with `outer_tpid` (VET bits 31:16)
     /// and stripping and filtering act on the inner tag (CTRL_EXT.EXT_VLAN). `outer_tpid` is
     /// ignored when turning it off.
     pub fn set_extended_vlan(&mut self, on: bool, outer_tpid: u16) -> Result<()> {
@@ -155,7 +155,7 @@ impl<B: Bus> IgbPort<B> {
 /// - One strip switch for the port, so `rx_queues` is 1: the layer's "every queue" loop
 ///   calls `set_rx_strip(0, _)` once, which switches the port (all queues).
 /// - `extended: false`: in extended mode the 82576 (and QEMU's model of it) still inserts tags
-///   with the inner TPID (VET[15:0]), not the outer one the layer's contract asks for, so QinQ
+///   with the inner TPID (VET bits 15:0), not the outer one the layer's contract asks for, so QinQ
 ///   runs in the software modes (the layer filters in software then) rather than wrongly.
 impl<B: Bus> VlanHardware for IgbPort<B> {
     fn vlan_caps(&self) -> VlanCaps {

@@ -8,7 +8,8 @@
 //! | file | what |
 //! |---|---|
 //! | `config.rs` | ring, pool and MTU checks shared by both configuration structs |
-//! | `queue.rs` | enabling a queue, and stopping it safely before its memory is freed |
+//! | `queue.rs` | ring registers, enabling a queue, and stopping it safely before its memory is freed |
+//! | `txq.rs` | [`IntelTx`], the transmit queue of both chips |
 //! | `stats.rs` | read-to-clear counters accumulated to 64 bits, from a per-chip table |
 //! | `vlan.rs` | the VLAN filter table shadow, VID checks, writing VFTA after a reset |
 //! | `rss.rs` | the RSS key and redirection table contents |
@@ -19,11 +20,13 @@ pub(crate) mod config;
 pub(crate) mod queue;
 pub(crate) mod rss;
 pub(crate) mod stats;
+pub mod txq;
 pub mod vlan;
 
 #[cfg(test)]
 pub(crate) mod testkit;
 
+pub use txq::IntelTx;
 pub use vlan::VlanFilter;
 
 use crate::device::MacAddr;

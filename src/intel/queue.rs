@@ -12,13 +12,53 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::mmio::{wait_for, Mmio};
-use crate::regs::Reg;
+use crate::regs::{Reg, RegArray};
 
 /// How long a transmit queue's stop lets queued frames leave before disabling it.
 pub(crate) const TX_DRAIN: Duration = Duration::from_millis(10);
 /// Time between a receive queue reading back disabled and its memory being released
 /// (82599 datasheet 4.6.7.1; the 82576 asks for the same).
 pub(crate) const RX_QUIESCE: Duration = Duration::from_micros(100);
+
+/// The registers of one kind of ring (receive or transmit) on one chip: base, length, head,
+/// tail and control arrays, and the control register's ENABLE bit.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RingRegs {
+    /// Base address, low and high halves (RDBAL/RDBAH, TDBAL/TDBAH).
+    pub bal: RegArray,
+    pub bah: RegArray,
+    /// Ring length in bytes (RDLEN, TDLEN).
+    pub len: RegArray,
+    /// Head and tail (RDH/RDT, TDH/TDT).
+    pub head: RegArray,
+    pub tail: RegArray,
+    /// Queue control (RXDCTL, TXDCTL).
+    pub ctl: RegArray,
+    /// The control register's ENABLE bit.
+    pub enable: u32,
+    /// "RXDCTL.ENABLE" or "TXDCTL.ENABLE", for timeouts.
+    pub what: &'static str,
+}
+
+impl RingRegs {
+    /// Queue `q`'s control register.
+    pub(crate) fn ctl(&self, q: u32) -> QueueCtl {
+        QueueCtl {
+            reg: self.ctl.at(q),
+            enable: self.enable,
+            what: self.what,
+        }
+    }
+
+    /// Programs queue `q`'s ring (the queue disabled): base, length, head = tail = 0.
+    pub(crate) fn program<M: Mmio + ?Sized>(&self, m: &M, q: u32, iova: u64, len: u32) {
+        m.write(self.bal.at(q), iova as u32);
+        m.write(self.bah.at(q), (iova >> 32) as u32);
+        m.write(self.len.at(q), len);
+        m.write(self.head.at(q), 0);
+        m.write(self.tail.at(q), 0);
+    }
+}
 
 /// The control register of one hardware queue and its ENABLE bit.
 #[derive(Clone, Copy, Debug)]

@@ -33,7 +33,7 @@ pub struct VlanFilter {
     words: [u32; 128],
     /// Whether filtering is on (82576 RCTL.VFE, 82599 VLNCTRL.VFE).
     pub enabled: bool,
-    /// The TPID (82576 VET[15:0]; 82599 VLNCTRL.VET and DMATXCTL.VT).
+    /// The TPID (82576 VET bits 15:0; 82599 VLNCTRL.VET and DMATXCTL.VT).
     pub tpid: u16,
     /// Extended (double) VLAN, with the outer TPID.
     pub extended: Option<u16>,

@@ -20,7 +20,7 @@ use crate::regs::ixgbe::{self as r};
 
 use crate::intel::{queue, rss};
 
-use super::queue::{rx_ctl, tx_ctl, IxgbeRx, IxgbeTx};
+use super::queue::{txdctl, IxgbeRx, IxgbeTx, RX_RING, TX_RING};
 use super::IxgbePort;
 
 /// Receive packet buffer 0 gets all 128 KB when DCB is off (notes 1.3, ixy).
@@ -86,13 +86,7 @@ impl<B: Bus> IxgbePort<B> {
         )?;
 
         // The MAC address the EEPROM loaded into receive address 0.
-        self.mac = crate::intel::read_mac(
-            m,
-            &name,
-            r::RAL.at(0),
-            r::RAH.at(0),
-            r::rah::AV.bit(),
-        );
+        self.mac = crate::intel::read_mac(m, &name, r::RAL.at(0), r::RAH.at(0), r::rah::AV.bit());
 
         // Step 4 (datasheet 4.6.4 "Link setup"), or step 11 for MAC loopback.
         setup_link(m, self.cfg.loopback);
@@ -130,11 +124,13 @@ impl<B: Bus> IxgbePort<B> {
         self.tx = (0..self.cfg.tx_queues)
             .map(|q| {
                 IxgbeTx::setup(
-                    regs.clone(),
+                    &TX_RING,
+                    &self.bus,
                     name.clone(),
                     q.into(),
-                    &self.cfg,
-                    self.bus.dma_mapper(),
+                    self.cfg.tx_ring,
+                    t,
+                    txdctl,
                 )
             })
             .collect::<Result<_>>()?;
@@ -281,8 +277,8 @@ pub(crate) fn shutdown<M: Mmio + ?Sized>(
         tracing::warn!(port = %name, "device is gone; nothing to stop");
         return;
     }
-    let rx = (0..u32::from(rx_queues)).map(|q| (q, rx_ctl(q)));
-    let tx = (0..u32::from(tx_queues)).map(|q| (q, tx_ctl(q)));
+    let rx = (0..u32::from(rx_queues)).map(|q| (q, RX_RING.ctl(q)));
+    let tx = (0..u32::from(tx_queues)).map(|q| (q, TX_RING.ctl(q)));
     queue::stop_all(m, name, rx.chain(tx), t);
     m.modify(r::RXCTRL, r::rxctrl::RXEN.bit(), 0);
     m.write(r::EIMC, EIMC_ALL);

@@ -37,8 +37,8 @@ use crate::intel::config::{self as common, Limits};
 use crate::mmio::Mmio;
 use crate::regs::ixgbe::{self as r};
 
-pub use queue::{IxgbeRx, IxgbeTx};
 pub use crate::intel::VlanFilter;
+pub use queue::{IxgbeRx, IxgbeTx};
 
 use queue::StripCtl;
 use stats::HwStats;

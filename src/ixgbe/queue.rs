@@ -38,13 +38,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::bus::Bus;
-use crate::device::{QueueError, QueueStats, RxQueue, TxQueue};
+use crate::device::{QueueError, QueueStats, RxQueue};
 use crate::dma::{DmaMapper, Packet, Pool};
 use crate::error::{Error, Result};
+use crate::intel::queue::RingRegs;
+use crate::intel::IntelTx;
 use crate::mmio::{wait_for, Mmio};
 use crate::regs::ixgbe::{self as r};
-use crate::intel::queue::QueueCtl;
-use crate::ring::{ChipRx, RxRing, TxRing};
+use crate::ring::{ChipRx, RxRing};
 
 use super::IxgbeConfig;
 
@@ -63,22 +64,37 @@ const TX_PTHRESH: u32 = 36;
 const TX_HTHRESH: u32 = 8;
 const TX_WTHRESH: u32 = 0;
 
-/// Receive queue `q`'s control register and enable bit, for the shared start/stop helpers.
-pub(crate) fn rx_ctl(q: u32) -> QueueCtl {
-    QueueCtl {
-        reg: r::RXDCTL.at(q),
-        enable: r::rxdctl::ENABLE.bit(),
-        what: "RXDCTL.ENABLE",
-    }
-}
+/// The 82599's receive ring registers.
+pub(crate) static RX_RING: RingRegs = RingRegs {
+    bal: r::RDBAL,
+    bah: r::RDBAH,
+    len: r::RDLEN,
+    head: r::RDH,
+    tail: r::RDT,
+    ctl: r::RXDCTL,
+    enable: r::rxdctl::ENABLE.bit(),
+    what: "RXDCTL.ENABLE",
+};
 
-/// Transmit queue `q`'s control register and enable bit.
-pub(crate) fn tx_ctl(q: u32) -> QueueCtl {
-    QueueCtl {
-        reg: r::TXDCTL.at(q),
-        enable: r::txdctl::ENABLE.bit(),
-        what: "TXDCTL.ENABLE",
-    }
+/// The 82599's transmit ring registers.
+pub(crate) static TX_RING: RingRegs = RingRegs {
+    bal: r::TDBAL,
+    bah: r::TDBAH,
+    len: r::TDLEN,
+    head: r::TDH,
+    tail: r::TDT,
+    ctl: r::TXDCTL,
+    enable: r::txdctl::ENABLE.bit(),
+    what: "TXDCTL.ENABLE",
+};
+
+/// TXDCTL for the 82599 (notes 1.4 step 7): thresholds replaced, other bits kept.
+pub(crate) fn txdctl(old: u32) -> u32 {
+    use r::txdctl::*;
+    old & !(PTHRESH.mask() | HTHRESH.mask() | WTHRESH.mask())
+        | PTHRESH.val(TX_PTHRESH)
+        | HTHRESH.val(TX_HTHRESH)
+        | WTHRESH.val(TX_WTHRESH)
 }
 
 /// The strip setting of one receive queue, shared between the port and the queue.
@@ -166,12 +182,7 @@ impl<B: Bus> IxgbeRx<B> {
             | r::srrctl::BSIZEPKT.val(cfg.rx_buffer_kb()?)
             | r::srrctl::DROP_EN.bit();
         m.write(r::SRRCTL.at(queue), srrctl);
-        let iova = q.ring.desc_iova();
-        m.write(r::RDBAL.at(queue), iova as u32);
-        m.write(r::RDBAH.at(queue), (iova >> 32) as u32);
-        m.write(r::RDLEN.at(queue), q.ring.desc_len());
-        m.write(r::RDH.at(queue), 0);
-        m.write(r::RDT.at(queue), 0);
+        RX_RING.program(m, queue, q.ring.desc_iova(), q.ring.desc_len());
         m.modify(
             r::RXDCTL.at(queue),
             r::rxdctl::VME.bit(),
@@ -183,7 +194,9 @@ impl<B: Bus> IxgbeRx<B> {
     /// Notes 1.4 step 8: enable, wait for ENABLE to read back, then hand the buffers over
     /// (RDT = size - 1; the tail is written last).
     pub(crate) fn start(&mut self) -> Result<()> {
-        rx_ctl(self.queue).enable(&*self.regs, &self.name, self.timeout)?;
+        RX_RING
+            .ctl(self.queue)
+            .enable(&*self.regs, &self.name, self.timeout)?;
         self.ring.start();
         Ok(())
     }
@@ -344,100 +357,12 @@ impl<B: Bus> Drop for IxgbeRx<B> {
     /// Datasheet 4.6.7.1: clear ENABLE, poll until it reads 0, give in-flight writes time to
     /// land; only then may the ring and its buffers be freed (which happens right after).
     fn drop(&mut self) {
-        rx_ctl(self.queue).stop_rx(&*self.regs, &self.name, self.queue, self.timeout);
+        RX_RING
+            .ctl(self.queue)
+            .stop_rx(&*self.regs, &self.name, self.queue, self.timeout);
     }
 }
 
-/// A transmit queue of an 82599 port.
-pub struct IxgbeTx<B: Bus> {
-    ring: TxRing<B::Mmio>,
-    regs: Arc<B::Mmio>,
-    name: Arc<str>,
-    queue: u32,
-    timeout: Duration,
-}
-
-impl<B: Bus> IxgbeTx<B> {
-    /// Allocates the ring and programs the queue's registers with the queue disabled
-    /// (notes 1.4 step 7, datasheet 4.6.8: base, length, thresholds).
-    pub(crate) fn setup(
-        regs: Arc<B::Mmio>,
-        name: Arc<str>,
-        queue: u32,
-        cfg: &IxgbeConfig,
-        mapper: Arc<dyn DmaMapper>,
-    ) -> Result<Self> {
-        let ring = TxRing::new(
-            regs.clone(),
-            r::TDT.at(queue).offset(),
-            r::TDH.at(queue).offset(),
-            cfg.tx_ring,
-            mapper,
-        )?;
-        let q = IxgbeTx {
-            ring,
-            regs,
-            name,
-            queue,
-            timeout: cfg.reg_timeout,
-        };
-        let m: &B::Mmio = &q.regs;
-        let iova = q.ring.desc_iova();
-        m.write(r::TDBAL.at(queue), iova as u32);
-        m.write(r::TDBAH.at(queue), (iova >> 32) as u32);
-        m.write(r::TDLEN.at(queue), q.ring.desc_len());
-        use r::txdctl::*;
-        let v = m.read(r::TXDCTL.at(queue))
-            & !(PTHRESH.mask() | HTHRESH.mask() | WTHRESH.mask() | ENABLE.bit());
-        m.write(
-            r::TXDCTL.at(queue),
-            v | PTHRESH.val(TX_PTHRESH) | HTHRESH.val(TX_HTHRESH) | WTHRESH.val(TX_WTHRESH),
-        );
-        Ok(q)
-    }
-
-    /// Notes 1.4 step 8: head = tail = 0, enable, wait for ENABLE to read back.
-    pub(crate) fn start(&mut self) -> Result<()> {
-        let m = &*self.regs;
-        m.write(r::TDH.at(self.queue), 0);
-        m.write(r::TDT.at(self.queue), 0);
-        tx_ctl(self.queue).enable(m, &self.name, self.timeout)
-    }
-
-    /// The queue's number on its port.
-    pub fn index(&self) -> u32 {
-        self.queue
-    }
-
-    /// Reclaims every buffer the device has finished with, by reading the head register (an
-    /// MMIO read: for idle queues, not for every burst). Returns the descriptors still queued.
-    pub fn reclaim(&mut self) -> Result<usize, QueueError> {
-        self.ring.reclaim_by_head()
-    }
-}
-
-impl<B: Bus> TxQueue for IxgbeTx<B> {
-    #[inline]
-    fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
-        self.ring.tx_burst(batch)
-    }
-
-    fn stats(&self) -> QueueStats {
-        self.ring.stats()
-    }
-}
-
-impl<B: Bus> Drop for IxgbeTx<B> {
-    /// Datasheet 4.6.8.1: let what is queued leave (head catches up with tail, briefly), clear
-    /// ENABLE and poll it; the ring frees the buffers afterwards.
-    fn drop(&mut self) {
-        tx_ctl(self.queue).stop_tx(
-            &*self.regs,
-            &self.name,
-            self.queue,
-            r::TDH.at(self.queue),
-            self.ring.tail_slot() as u32,
-            self.timeout,
-        );
-    }
-}
+/// A transmit queue of an 82599 port: the transmit queue shared with the 82576 driver
+/// ([`IntelTx`]; notes 1.4 steps 7 and 8, datasheet 4.6.8 and 4.6.8.1).
+pub type IxgbeTx<B> = IntelTx<B>;

@@ -448,13 +448,10 @@ impl SimRegs {
             let len_vlan = part.len() as u32 | u32::from(vlan) << 16;
             // Dwords 2 (status, with DD) and 3 (length, VLAN) in one release store: the driver
             // sees DD only together with the length (little-endian: dword 2 is the low half).
-            let ok = self
-                .iommu
-                .store_u64(d, wb_lo, Relaxed)
-                .and_then(|_| {
-                    self.iommu
-                        .store_u64(d + 8, u64::from(st) | u64::from(len_vlan) << 32, Release)
-                });
+            let ok = self.iommu.store_u64(d, wb_lo, Relaxed).and_then(|_| {
+                self.iommu
+                    .store_u64(d + 8, u64::from(st) | u64::from(len_vlan) << 32, Release)
+            });
             if ok.is_err() {
                 self.counters.dma_faults.inc();
                 return Outcome::Dropped;

@@ -83,7 +83,11 @@ pub fn pin_current_thread(cpu: usize) -> Result<()> {
 
 /// Attaches `dev` to `thread` (starting it if it is not running); `alive` is set while the
 /// thread serves the port.
-pub(super) fn attach(dev: &Arc<SimRegs>, alive: Arc<AtomicBool>, thread: &DeviceThread) -> Result<()> {
+pub(super) fn attach(
+    dev: &Arc<SimRegs>,
+    alive: Arc<AtomicBool>,
+    thread: &DeviceThread,
+) -> Result<()> {
     let group = &thread.0;
     let mut st = lock(&group.state);
     alive.store(true, Ordering::Release);

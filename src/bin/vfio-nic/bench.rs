@@ -102,8 +102,10 @@ struct Figures {
     packets: u64,
     tx_dropped: u64,
     empty_polls: u64,
-    /// Frames the model's transmit counter saw (sim only).
+    /// Frames the model's transmit counter saw during the cell, warm-up included (sim only).
     model_tx: Option<u64>,
+    /// Packets the forwarder sent during the warm-up (compare `model_tx` with this + `packets`).
+    warmup_packets: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -229,7 +231,7 @@ fn reps<R: RxQueue, T: TxQueue>(
 ) -> Result<Figures> {
     let before = model_tx.map(|f| f());
     // Warm-up: caches, the pool's free list, the device thread's back-off.
-    timed(rx, tx, work, args.burst, Duration::from_millis(50))?;
+    let (warm, _) = timed(rx, tx, work, args.burst, Duration::from_millis(50))?;
     let mut ns = Vec::new();
     let (mut packets, mut dropped, mut empty) = (0, 0, 0);
     for _ in 0..args.reps {
@@ -285,6 +287,7 @@ fn reps<R: RxQueue, T: TxQueue>(
         tx_dropped: dropped,
         empty_polls: empty,
         model_tx: model,
+        warmup_packets: warm.tx,
     })
 }
 
@@ -498,9 +501,9 @@ fn print_cell(c: &Cell) {
     match &c.result {
         Some(f) => {
             let model = match f.model_tx {
-                Some(m) if m != f.packets => format!(
-                    "  (model counted {m} sent, forwarder {} after warm-up)",
-                    f.packets
+                Some(m) if m != f.packets + f.warmup_packets => format!(
+                    "  MISMATCH: the model sent {m} frames, the forwarder {}",
+                    f.packets + f.warmup_packets
                 ),
                 _ => String::new(),
             };
@@ -542,10 +545,7 @@ fn chart(path: &std::path::Path, cells: &[Cell], args: &BenchArgs) -> Result<()>
                     Work::L2 => "l2",
                 };
                 (
-                    format!(
-                        "{} rx {} tx {} {} {}",
-                        c.device, c.rx, c.tx, c.traffic, work
-                    ),
+                    format!("rx {} tx {} {} {}", c.rx, c.tx, c.traffic, work),
                     f,
                     c.device,
                 )
@@ -556,60 +556,77 @@ fn chart(path: &std::path::Path, cells: &[Cell], args: &BenchArgs) -> Result<()>
         return Ok(());
     }
     let fail = |e: String| Error::InvalidConfig(format!("writing {}: {e}", path.display()));
-    let n = measured.len();
-    let xmax = measured.iter().map(|m| m.1.ns_max).fold(0.0f64, f64::max) * 1.1;
-    let height = 90 + 22 * n as u32;
+    // One panel per device, each with its own scale (null: ns; sim: the model's hundreds of ns).
+    let devices: Vec<&str> = ["null", "sim"]
+        .into_iter()
+        .filter(|d| measured.iter().any(|m| m.2 == *d))
+        .collect();
+    let rows = |d: &str| measured.iter().filter(|m| m.2 == d).count() as u32;
+    let height = devices.iter().map(|d| 80 + 22 * rows(d)).sum::<u32>();
     let root = SVGBackend::new(path, (960, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
-    let labels: Vec<String> = measured.iter().map(|m| m.0.clone()).collect();
-    let mut ch = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "vfio-nic bench: ns per forwarded packet (median of {}, min-max), burst {}, ring {}",
-                args.reps, args.burst, args.ring
-            ),
-            ("sans-serif", 16),
-        )
-        .margin(10)
-        .x_label_area_size(36)
-        .y_label_area_size(300)
-        .build_cartesian_2d(0f64..xmax, (0i32..n as i32).into_segmented())
-        .map_err(|e| fail(e.to_string()))?;
-    ch.configure_mesh()
-        .disable_y_mesh()
-        .y_labels(n)
-        .y_label_formatter(&|y| match y {
-            SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
-            _ => String::new(),
-        })
-        .x_desc("ns per packet (lower is faster)")
-        .draw()
-        .map_err(|e| fail(e.to_string()))?;
-    ch.draw_series(measured.iter().enumerate().map(|(i, m)| {
-        let color = if m.2 == "null" {
+    let mut rest = root.clone();
+    for d in devices {
+        let (area, below) = rest.split_vertically(80 + 22 * rows(d));
+        rest = below;
+        let mine: Vec<&(String, &Figures, &str)> = measured.iter().filter(|m| m.2 == d).collect();
+        let n = mine.len();
+        let xmax = mine.iter().map(|m| m.1.ns_max).fold(0.0f64, f64::max) * 1.1;
+        let labels: Vec<String> = mine.iter().map(|m| m.0.clone()).collect();
+        let what = if d == "null" {
+            "null device (copy mode)"
+        } else {
+            "ixgbe on the software 82599, threaded (bounded by the model)"
+        };
+        let mut ch = ChartBuilder::on(&area)
+            .caption(
+                format!(
+                    "{what}: ns per forwarded packet, median of {} (line: min-max), burst {}, ring {}",
+                    args.reps, args.burst, args.ring
+                ),
+                ("sans-serif", 14),
+            )
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(260)
+            .build_cartesian_2d(0f64..xmax, (0i32..n as i32).into_segmented())
+            .map_err(|e| fail(e.to_string()))?;
+        ch.configure_mesh()
+            .disable_y_mesh()
+            .y_labels(n)
+            .y_label_formatter(&|y| match y {
+                SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
+                _ => String::new(),
+            })
+            .x_desc("ns per packet (lower is faster)")
+            .draw()
+            .map_err(|e| fail(e.to_string()))?;
+        let color = if d == "null" {
             BLUE.mix(0.6)
         } else {
             RED.mix(0.6)
         };
-        Rectangle::new(
-            [
-                (0.0, SegmentValue::Exact(i as i32)),
-                (m.1.ns_median, SegmentValue::Exact(i as i32 + 1)),
-            ],
-            color.filled(),
-        )
-    }))
-    .map_err(|e| fail(e.to_string()))?;
-    ch.draw_series(measured.iter().enumerate().map(|(i, m)| {
-        PathElement::new(
-            vec![
-                (m.1.ns_min, SegmentValue::CenterOf(i as i32)),
-                (m.1.ns_max, SegmentValue::CenterOf(i as i32)),
-            ],
-            BLACK.stroke_width(2),
-        )
-    }))
-    .map_err(|e| fail(e.to_string()))?;
+        ch.draw_series(mine.iter().enumerate().map(|(i, m)| {
+            Rectangle::new(
+                [
+                    (0.0, SegmentValue::Exact(i as i32)),
+                    (m.1.ns_median, SegmentValue::Exact(i as i32 + 1)),
+                ],
+                color.filled(),
+            )
+        }))
+        .map_err(|e| fail(e.to_string()))?;
+        ch.draw_series(mine.iter().enumerate().map(|(i, m)| {
+            PathElement::new(
+                vec![
+                    (m.1.ns_min, SegmentValue::CenterOf(i as i32)),
+                    (m.1.ns_max, SegmentValue::CenterOf(i as i32)),
+                ],
+                BLACK.stroke_width(2),
+            )
+        }))
+        .map_err(|e| fail(e.to_string()))?;
+    }
     root.present().map_err(|e| fail(e.to_string()))?;
     Ok(())
 }
