@@ -30,14 +30,12 @@ mod vlan;
 mod tests;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::bus::Bus;
 use crate::device::{LinkStatus, MacAddr, Port, PortInfo, PortStats, QueueSet};
-use crate::dma::PoolConfig;
 use crate::error::{Error, Result};
 use crate::ids::{self, Family};
-use crate::intel::config::{self as common, Limits};
+use crate::intel::config::{Chip, IntelConfig, Limits};
 use crate::intel::VlanFilter;
 use crate::mmio::Mmio;
 use crate::regs::igb::{self as r};
@@ -61,82 +59,20 @@ const LIMITS: Limits = Limits {
     chip: "82576",
     max_ring: MAX_RING,
     max_mtu: MAX_MTU,
+    max_rx_queues: MAX_RX_QUEUES,
+    max_tx_queues: MAX_TX_QUEUES,
 };
 
+/// The 82576 chip, as the parameter of [`IntelConfig`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Chip82576;
+
+impl Chip for Chip82576 {
+    const LIMITS: Limits = LIMITS;
+}
+
 /// How to open an 82576 port.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IgbConfig {
-    /// Receive queues (1..=8). More than one turns RSS on.
-    pub rx_queues: u16,
-    /// Transmit queues (1..=8).
-    pub tx_queues: u16,
-    /// Descriptors per receive ring (power of two, 32..=4096).
-    pub rx_ring: usize,
-    /// Descriptors per transmit ring (power of two, 32..=4096).
-    pub tx_ring: usize,
-    /// Layout of each receive queue's pool (one pool per queue). The receive buffer size
-    /// programmed into the device is the buffer room (`buf_size - headroom`) in whole KB.
-    pub pool: PoolConfig,
-    /// Accept every unicast and multicast frame (RCTL.UPE|MPE).
-    pub promiscuous: bool,
-    /// Largest IP packet; above 1500 long packets are enabled (RCTL.LPE, RLPML).
-    pub mtu: u16,
-    /// MAC loopback (RCTL.LBM = 01): transmitted frames come back on the same port.
-    pub loopback: bool,
-    /// How long `open` waits for the link; a link still down after it is a warning, not an
-    /// error (a cable may be unplugged), and [`Port::link`] reports it.
-    pub link_timeout: Duration,
-    /// How long any other register poll (reset done, queue enable, MDIC) may take.
-    pub reg_timeout: Duration,
-    /// Strip VLAN tags from the start (CTRL.VME: port-wide on this chip).
-    pub rx_strip: bool,
-    /// VLAN filtering on from the start (RCTL.VFE); the table is [`IgbConfig::vlans`].
-    pub vlan_filter: bool,
-    /// VLAN ids in the filter table from the start (VID 0 is always in it).
-    pub vlans: Vec<u16>,
-    /// The TPID recognised on receive and inserted on transmit (VET bits 15:0).
-    pub tpid: u16,
-}
-
-impl Default for IgbConfig {
-    /// One queue pair, 512-descriptor rings, the default pool, promiscuous, MTU 1500.
-    fn default() -> Self {
-        IgbConfig {
-            rx_queues: 1,
-            tx_queues: 1,
-            rx_ring: 512,
-            tx_ring: 512,
-            pool: PoolConfig::default(),
-            promiscuous: true,
-            mtu: 1500,
-            loopback: false,
-            link_timeout: Duration::from_secs(10),
-            reg_timeout: Duration::from_secs(1),
-            rx_strip: false,
-            vlan_filter: false,
-            vlans: Vec::new(),
-            tpid: 0x8100,
-        }
-    }
-}
-
-impl IgbConfig {
-    /// The receive buffer size in KB for SRRCTL.BSIZEPKT: the pool's buffer room rounded down,
-    /// at most 16 KB.
-    pub fn rx_buffer_kb(&self) -> Result<u32> {
-        common::rx_buffer_kb(&LIMITS, &self.pool)
-    }
-
-    fn check(&self) -> Result<()> {
-        common::check_queues(&LIMITS, "rx_queues", self.rx_queues, MAX_RX_QUEUES)?;
-        common::check_queues(&LIMITS, "tx_queues", self.tx_queues, MAX_TX_QUEUES)?;
-        common::check_rings_and_mtu(&LIMITS, self.rx_ring, self.tx_ring, &self.pool, self.mtu)?;
-        for &vid in &self.vlans {
-            crate::intel::vlan::check_vid(vid)?;
-        }
-        Ok(())
-    }
-}
+pub type IgbConfig = IntelConfig<Chip82576>;
 
 /// An open 82576 port.
 pub struct IgbPort<B: Bus> {

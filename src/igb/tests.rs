@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
+use crate::dma::PoolConfig;
 use crate::intel::testkit::{find, pos, TestBus};
 use crate::mmio::{Access, RecordingMmio};
 use crate::regs::igb as r;

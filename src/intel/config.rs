@@ -1,13 +1,108 @@
-//! Configuration checks both drivers make: ring sizes, pool size and buffer size against the MTU.
+//! The configuration of an Intel port, and the checks both drivers make on it.
 //!
-//! Each chip's config struct keeps its own limits (queue counts, largest ring, largest MTU) and
-//! names; the reasoning is the same and lives here.
+//! The 82576 and the 82599 take the same settings (queues, rings, pool, promiscuous mode, MTU,
+//! loopback, timeouts, initial VLAN state); only their limits differ. So there is one struct,
+//! [`IntelConfig`], parameterised by the chip, and each driver names it (`IgbConfig`,
+//! `IxgbeConfig`). The reasoning behind every check lives here once.
+
+use std::fmt::Debug;
+use std::marker::PhantomData;
+use std::time::Duration;
 
 use crate::dma::PoolConfig;
 use crate::error::{Error, Result};
 
+/// A chip family's limits, which parameterise [`IntelConfig`].
+pub trait Chip: Clone + Copy + Debug + Default + PartialEq + Eq + Send + Sync + 'static {
+    /// The limits of this chip.
+    const LIMITS: Limits;
+}
+
+/// How to open an Intel port (82576 or 82599). Register names in the field docs are given for
+/// both chips where they differ (82576 / 82599).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IntelConfig<C: Chip> {
+    /// Receive queues (1 to the chip's maximum). More than one turns RSS on.
+    pub rx_queues: u16,
+    /// Transmit queues (1 to the chip's maximum).
+    pub tx_queues: u16,
+    /// Descriptors per receive ring (power of two, 32 to the chip's maximum).
+    pub rx_ring: usize,
+    /// Descriptors per transmit ring (power of two, 32 to the chip's maximum).
+    pub tx_ring: usize,
+    /// Layout of each receive queue's pool (one pool per queue). The receive buffer size
+    /// programmed into the device is the buffer room (`buf_size - headroom`) in whole KB.
+    pub pool: PoolConfig,
+    /// Accept every unicast and multicast frame (RCTL.UPE|MPE / FCTRL.UPE|MPE).
+    pub promiscuous: bool,
+    /// Largest IP packet; above 1500 long frames are enabled (RCTL.LPE + RLPML /
+    /// HLREG0.JUMBOEN + MAXFRS).
+    pub mtu: u16,
+    /// MAC loopback: transmitted frames come back on the same port, no cable needed.
+    pub loopback: bool,
+    /// How long `open` waits for the link; a link still down after it is a warning, not an
+    /// error (a cable may be unplugged), and `Port::link` reports it.
+    pub link_timeout: Duration,
+    /// How long any other register poll (reset done, queue enable, MDIC) may take.
+    pub reg_timeout: Duration,
+    /// Strip VLAN tags from the start (CTRL.VME, port-wide / RXDCTL.VME on every queue).
+    pub rx_strip: bool,
+    /// VLAN filtering on from the start (RCTL.VFE / VLNCTRL.VFE); the table is `vlans`.
+    pub vlan_filter: bool,
+    /// VLAN ids in the filter table from the start (VID 0 is always in it).
+    pub vlans: Vec<u16>,
+    /// The TPID recognised on receive and inserted on transmit (VET / VLNCTRL.VET + DMATXCTL.VT).
+    pub tpid: u16,
+    /// The chip the limits come from.
+    pub chip: PhantomData<C>,
+}
+
+impl<C: Chip> Default for IntelConfig<C> {
+    /// One queue pair, 512-descriptor rings, the default pool, promiscuous, MTU 1500.
+    fn default() -> Self {
+        IntelConfig {
+            rx_queues: 1,
+            tx_queues: 1,
+            rx_ring: 512,
+            tx_ring: 512,
+            pool: PoolConfig::default(),
+            promiscuous: true,
+            mtu: 1500,
+            loopback: false,
+            link_timeout: Duration::from_secs(10),
+            reg_timeout: Duration::from_secs(1),
+            rx_strip: false,
+            vlan_filter: false,
+            vlans: Vec::new(),
+            tpid: 0x8100,
+            chip: PhantomData,
+        }
+    }
+}
+
+impl<C: Chip> IntelConfig<C> {
+    /// The receive buffer size in KB for SRRCTL.BSIZEPKT: the pool's buffer room rounded down
+    /// (the device must never write past a buffer), at most 16 KB.
+    pub fn rx_buffer_kb(&self) -> Result<u32> {
+        rx_buffer_kb(&C::LIMITS, &self.pool)
+    }
+
+    /// Checks every setting against the chip's limits.
+    pub fn check(&self) -> Result<()> {
+        let l = &C::LIMITS;
+        check_queues(l, "rx_queues", self.rx_queues, l.max_rx_queues)?;
+        check_queues(l, "tx_queues", self.tx_queues, l.max_tx_queues)?;
+        check_rings_and_mtu(l, self.rx_ring, self.tx_ring, &self.pool, self.mtu)?;
+        for &vid in &self.vlans {
+            super::vlan::check_vid(vid)?;
+        }
+        Ok(())
+    }
+}
+
 /// The limits of one chip, for messages and checks.
-pub(crate) struct Limits {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
     /// Driver family for messages ("igb", "ixgbe").
     pub family: &'static str,
     /// Chip for messages ("82576", "82599").
@@ -16,6 +111,10 @@ pub(crate) struct Limits {
     pub max_ring: usize,
     /// Largest MTU.
     pub max_mtu: u16,
+    /// Receive queues usable with RSS.
+    pub max_rx_queues: u16,
+    /// Transmit queues usable.
+    pub max_tx_queues: u16,
 }
 
 /// The receive buffer size in KB for SRRCTL.BSIZEPKT: the pool's buffer room rounded down

@@ -16,7 +16,7 @@
 //!
 //! The descriptor rings themselves are in [`crate::ring`].
 
-pub(crate) mod config;
+pub mod config;
 pub(crate) mod queue;
 pub(crate) mod rss;
 pub(crate) mod stats;
@@ -26,6 +26,7 @@ pub mod vlan;
 #[cfg(test)]
 pub(crate) mod testkit;
 
+pub use config::{Chip, IntelConfig, Limits};
 pub use txq::IntelTx;
 pub use vlan::VlanFilter;
 

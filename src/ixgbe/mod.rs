@@ -26,14 +26,12 @@ mod vlan;
 mod tests;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::bus::Bus;
 use crate::device::{LinkStatus, MacAddr, Port, PortInfo, PortStats, QueueSet};
-use crate::dma::PoolConfig;
 use crate::error::{Error, Result};
 use crate::ids::{self, Family};
-use crate::intel::config::{self as common, Limits};
+use crate::intel::config::{Chip, IntelConfig, Limits};
 use crate::mmio::Mmio;
 use crate::regs::ixgbe::{self as r};
 
@@ -52,80 +50,16 @@ pub const MAX_TX_QUEUES: u16 = 64;
 /// Largest MTU: the 82599's jumbo limit as Linux uses it (9728-byte frames, less header and CRC).
 pub const MAX_MTU: u16 = 9710;
 
+/// The 82599 chip, as the parameter of [`IntelConfig`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Chip82599;
+
+impl Chip for Chip82599 {
+    const LIMITS: Limits = LIMITS;
+}
+
 /// How to open an 82599 port.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IxgbeConfig {
-    /// Receive queues (1..=16). More than one turns RSS on.
-    pub rx_queues: u16,
-    /// Transmit queues (1..=64).
-    pub tx_queues: u16,
-    /// Descriptors per receive ring (power of two, 32..=8192).
-    pub rx_ring: usize,
-    /// Descriptors per transmit ring (power of two, 32..=8192).
-    pub tx_ring: usize,
-    /// Layout of each receive queue's pool (one pool per queue). The receive buffer size
-    /// programmed into the device is the buffer room (`buf_size - headroom`) in whole KB.
-    pub pool: PoolConfig,
-    /// Accept every unicast and multicast frame (FCTRL.UPE|MPE).
-    pub promiscuous: bool,
-    /// Largest IP packet; above 1500 jumbo frames are enabled (HLREG0.JUMBOEN, MAXFRS).
-    pub mtu: u16,
-    /// MAC loopback: transmitted frames come back on the same port, no cable needed.
-    pub loopback: bool,
-    /// How long `open` waits for the link; a link still down after it is a warning, not an
-    /// error (a cable may be unplugged), and [`Port::link`] reports it.
-    pub link_timeout: Duration,
-    /// How long any other register poll (reset done, queue enable, ...) may take.
-    pub reg_timeout: Duration,
-    /// Strip VLAN tags on every receive queue from the start (RXDCTL.VME).
-    pub rx_strip: bool,
-    /// VLAN filtering on from the start (VLNCTRL.VFE); the table is [`IxgbeConfig::vlans`].
-    pub vlan_filter: bool,
-    /// VLAN ids in the filter table from the start (VID 0 is always in it).
-    pub vlans: Vec<u16>,
-    /// The TPID recognised on receive and inserted on transmit.
-    pub tpid: u16,
-}
-
-impl Default for IxgbeConfig {
-    /// One queue pair, 512-descriptor rings, the default pool, promiscuous, MTU 1500.
-    fn default() -> Self {
-        IxgbeConfig {
-            rx_queues: 1,
-            tx_queues: 1,
-            rx_ring: 512,
-            tx_ring: 512,
-            pool: PoolConfig::default(),
-            promiscuous: true,
-            mtu: 1500,
-            loopback: false,
-            link_timeout: Duration::from_secs(10),
-            reg_timeout: Duration::from_secs(1),
-            rx_strip: false,
-            vlan_filter: false,
-            vlans: Vec::new(),
-            tpid: 0x8100,
-        }
-    }
-}
-
-impl IxgbeConfig {
-    /// The receive buffer size in KB for SRRCTL.BSIZEPKT: the pool's buffer room rounded down
-    /// (the device must never write past a buffer), at most 16 KB.
-    pub fn rx_buffer_kb(&self) -> Result<u32> {
-        common::rx_buffer_kb(&LIMITS, &self.pool)
-    }
-
-    fn check(&self) -> Result<()> {
-        common::check_queues(&LIMITS, "rx_queues", self.rx_queues, MAX_RX_QUEUES)?;
-        common::check_queues(&LIMITS, "tx_queues", self.tx_queues, MAX_TX_QUEUES)?;
-        common::check_rings_and_mtu(&LIMITS, self.rx_ring, self.tx_ring, &self.pool, self.mtu)?;
-        for &vid in &self.vlans {
-            crate::intel::vlan::check_vid(vid)?;
-        }
-        Ok(())
-    }
-}
+pub type IxgbeConfig = IntelConfig<Chip82599>;
 
 /// The 82599's limits for the shared checks.
 const LIMITS: Limits = Limits {
@@ -133,6 +67,8 @@ const LIMITS: Limits = Limits {
     chip: "82599",
     max_ring: MAX_RING,
     max_mtu: MAX_MTU,
+    max_rx_queues: MAX_RX_QUEUES,
+    max_tx_queues: MAX_TX_QUEUES,
 };
 
 /// An open 82599 port.

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::device::RxQueue;
+use crate::dma::PoolConfig;
 use crate::intel::testkit::{find, pos, TestBus};
 use crate::mmio::{Access, RecordingMmio};
 use crate::regs::ixgbe as r;
