@@ -316,7 +316,10 @@ fn tpid_change_on_a_running_port() {
         let mut bed = bed(&rx_cfg(mode), &VlanConfig::default(), SimConfig::default());
         let plain = base(6, 64);
         let s = tag(&plain, 0x88a8, 0x0042);
-        assert_eq!(exchange(&mut bed, std::slice::from_ref(&s)), vec![(None, s.clone())]);
+        assert_eq!(
+            exchange(&mut bed, std::slice::from_ref(&s)),
+            vec![(None, s.clone())]
+        );
         bed.b_ctl.set_tpid(&mut bed.b, Tpid::S_TAG).unwrap();
         assert_eq!(
             exchange(&mut bed, &[s]),

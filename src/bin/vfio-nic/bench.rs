@@ -262,15 +262,12 @@ fn reps<R: RxQueue, T: TxQueue>(
         (Some(f), Some(b)) => {
             // The warm-up's packets are not in `packets`: compare over the whole cell after the
             // device drained the ring.
+            let want = packets + warm.tx;
             let deadline = Instant::now() + Duration::from_secs(2);
             let mut seen = f() - b;
-            while Instant::now() < deadline {
+            while seen != want && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(5));
-                let now = f() - b;
-                if now == seen {
-                    break;
-                }
-                seen = now;
+                seen = f() - b;
             }
             Some(seen)
         }
