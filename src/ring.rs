@@ -3,7 +3,7 @@
 //! Both chips use the same 16-byte "advanced" descriptors and the same head/tail protocol, so the
 //! per-packet code lives here once; a driver supplies only the tail register's offset and the
 //! chip's error bits. The discipline (after Hubris' drivers):
-//! - descriptors are read and written only as atomic words in [`DmaMemory`], never through a
+//! - descriptors are read and written only as atomic words of a [`DescTable`], never through a
 //!   Rust reference;
 //! - ownership moves to the driver when an *acquire* load sees the DD bit, so the frame bytes and
 //!   the rest of the write-back are read after the device wrote them;
@@ -27,7 +27,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
 
 use crate::device::{QueueError, QueueStats};
-use crate::dma::{DmaMemory, Meta, Packet, Pool};
+use crate::dma::{DescTable, Meta, Packet, Pool};
 use crate::error::{Error, Result};
 use crate::mmio::Mmio;
 
@@ -94,6 +94,12 @@ pub struct ChipRx {
     pub vp_means_stripped: bool,
 }
 
+// The branchless flag decoding in `RxRing::rx_burst` relies on BAD being OK shifted by one.
+const _: () = assert!(
+    Meta::RX_IP_CSUM_BAD == Meta::RX_IP_CSUM_OK << 1
+        && Meta::RX_L4_CSUM_BAD == Meta::RX_L4_CSUM_OK << 1
+);
+
 /// Checks a ring size: a power of two, multiple of 8 (128-byte DMA length granularity), <= 32768.
 pub fn check_ring_size(n: usize) -> Result<()> {
     if !n.is_power_of_two() || !(RS_INTERVAL..=32768).contains(&n) {
@@ -109,7 +115,7 @@ pub struct RxRing<M: Mmio> {
     mmio: Arc<M>,
     tail: usize,
     head: usize,
-    desc: DmaMemory,
+    desc: DescTable,
     bufs: Box<[Option<Packet>]>,
     mask: usize,
     next: usize,
@@ -140,7 +146,7 @@ impl<M: Mmio> RxRing<M> {
         chip: ChipRx,
     ) -> Result<Self> {
         check_ring_size(size)?;
-        let desc = DmaMemory::allocate(size * DESC_SIZE, pool.memory().mapper().clone())?;
+        let desc = DescTable::new(size, pool.memory().mapper().clone())?;
         let mut spare = Vec::with_capacity(size);
         if pool.alloc_bulk(size, &mut spare) < size {
             return Err(Error::InvalidConfig(format!(
@@ -150,8 +156,8 @@ impl<M: Mmio> RxRing<M> {
         let mut bufs: Vec<Option<Packet>> = Vec::with_capacity(size);
         for (i, mut p) in spare.drain(..).enumerate() {
             let addr = p.reset_for_rx();
-            desc.store_u64(i * DESC_SIZE, addr, Relaxed);
-            desc.store_u64(i * DESC_SIZE + 8, 0, Relaxed);
+            desc.store(i, 0, addr, Relaxed);
+            desc.store(i, 1, 0, Relaxed);
             bufs.push(Some(p));
         }
         Ok(RxRing {
@@ -196,7 +202,7 @@ impl<M: Mmio> RxRing<M> {
     /// Whether the next slot holds a finished descriptor not yet harvested (an acquire load of
     /// its DD bit; no register access).
     pub fn done_pending(&self) -> bool {
-        self.desc.load_u32(self.next * DESC_SIZE + 8, Acquire) & rx::DD != 0
+        self.desc.load_dword(self.next, 2, Acquire) & rx::DD != 0
     }
 
     /// For a restart of a stopped and drained queue: the slot the device must resume at
@@ -236,8 +242,7 @@ impl<M: Mmio> RxRing<M> {
         let mut ready = 0;
         let max = max.min(self.mask);
         while ready < max {
-            let off = ((self.next + ready) & self.mask) * DESC_SIZE + 8;
-            if self.desc.load_u32(off, Acquire) & rx::DD == 0 {
+            if self.desc.load_dword(self.next + ready, 2, Acquire) & rx::DD == 0 {
                 break;
             }
             ready += 1;
@@ -252,19 +257,25 @@ impl<M: Mmio> RxRing<M> {
         }
         let before = batch.len();
         let mut bytes = 0u64;
+        let vp_stripped = self.hw_strip || self.chip.vp_means_stripped;
+        let vp_flag = if vp_stripped {
+            Meta::VLAN_STRIPPED
+        } else {
+            Meta::RX_VLAN_SEEN
+        };
         for _ in 0..got {
             let i = self.next;
-            let wb = self.desc.load_u64(i * DESC_SIZE + 8, Acquire);
+            let wb = self.desc.load(i, 1, Acquire);
             let status = wb as u32;
             let len = (wb >> 32) as u16;
             let vlan = (wb >> 48) as u16;
-            let mut fresh = self.spare.pop().expect("allocated above");
-            let addr = fresh.reset_for_rx();
+            // Fresh from the pool: default headroom, length 0, no metadata.
+            let fresh = self.spare.pop().expect("allocated above");
+            self.desc.store(i, 0, fresh.data_iova(), Relaxed);
+            self.desc.store(i, 1, 0, Relaxed);
             let mut p = self.bufs[i]
                 .replace(fresh)
                 .expect("every slot holds a buffer");
-            self.desc.store_u64(i * DESC_SIZE, addr, Relaxed);
-            self.desc.store_u64(i * DESC_SIZE + 8, 0, Relaxed);
             self.next = (i + 1) & self.mask;
 
             let eop = status & rx::EOP != 0;
@@ -276,30 +287,18 @@ impl<M: Mmio> RxRing<M> {
                 self.stats.dropped += u64::from(eop);
                 continue;
             }
-            let mut flags = 0;
-            if status & rx::VP != 0 {
-                if self.hw_strip || self.chip.vp_means_stripped {
-                    p.meta.vlan_tci = vlan;
-                    flags |= Meta::VLAN_STRIPPED;
-                } else {
-                    flags |= Meta::RX_VLAN_SEEN;
-                }
+            // Flags without branches: each "checked" bit selects OK or BAD by the error bit.
+            let vp = status & rx::VP != 0;
+            let ip = u16::from(status & rx::IPCS != 0);
+            let ip_bad = u16::from(status & self.chip.ip_error != 0);
+            let l4 = u16::from(status & rx::L4CS != 0);
+            let l4_bad = u16::from(status & self.chip.l4_error != 0);
+            p.meta.flags = if vp { vp_flag } else { 0 }
+                | (ip * Meta::RX_IP_CSUM_OK) << ip_bad
+                | (l4 * Meta::RX_L4_CSUM_OK) << l4_bad;
+            if vp && vp_stripped {
+                p.meta.vlan_tci = vlan;
             }
-            if status & rx::IPCS != 0 {
-                flags |= if status & self.chip.ip_error != 0 {
-                    Meta::RX_IP_CSUM_BAD
-                } else {
-                    Meta::RX_IP_CSUM_OK
-                };
-            }
-            if status & rx::L4CS != 0 {
-                flags |= if status & self.chip.l4_error != 0 {
-                    Meta::RX_L4_CSUM_BAD
-                } else {
-                    Meta::RX_L4_CSUM_OK
-                };
-            }
-            p.meta.flags = flags;
             bytes += len as u64;
             batch.push(p);
         }
@@ -330,7 +329,7 @@ pub struct TxRing<M: Mmio> {
     mmio: Arc<M>,
     tail: usize,
     head: usize,
-    desc: DmaMemory,
+    desc: DescTable,
     bufs: Box<[Option<Packet>]>,
     mask: usize,
     /// Next slot to fill.
@@ -361,7 +360,7 @@ impl<M: Mmio> TxRing<M> {
         mapper: Arc<dyn crate::dma::DmaMapper>,
     ) -> Result<Self> {
         check_ring_size(size)?;
-        let desc = DmaMemory::allocate(size * DESC_SIZE, mapper)?;
+        let desc = DescTable::new(size, mapper)?;
         Ok(TxRing {
             mmio,
             tail,
@@ -410,18 +409,24 @@ impl<M: Mmio> TxRing<M> {
     #[inline]
     fn reclaim(&mut self) {
         while let Some(&mark) = self.rs_marks.front() {
-            if self.desc.load_u32(mark * DESC_SIZE + 12, Acquire) & tx::DD == 0 {
+            if self.desc.load_dword(mark, 3, Acquire) & tx::DD == 0 {
                 break;
             }
             self.rs_marks.pop_front();
-            let end = (mark + 1) & self.mask;
-            while self.clean != end {
-                if let Some(p) = self.bufs[self.clean].take() {
-                    self.reclaim.push(p);
-                }
-                self.clean = (self.clean + 1) & self.mask;
+            // Slots clean..=mark are done: free their buffers straight from the ring, in one
+            // or two contiguous runs (the range may wrap), with one pool round trip per run.
+            let end = mark + 1;
+            if end > self.clean {
+                Pool::free_bulk(
+                    self.bufs[self.clean..end]
+                        .iter_mut()
+                        .filter_map(Option::take),
+                );
+            } else {
+                Pool::free_bulk(self.bufs[self.clean..].iter_mut().filter_map(Option::take));
+                Pool::free_bulk(self.bufs[..end].iter_mut().filter_map(Option::take));
             }
-            Pool::free_bulk(self.reclaim.drain(..));
+            self.clean = end & self.mask;
         }
     }
 
@@ -436,12 +441,9 @@ impl<M: Mmio> TxRing<M> {
             self.since_rs = 0;
             self.rs_marks.push_back(i);
         }
-        self.desc.store_u64(i * DESC_SIZE, qword0, Relaxed);
-        self.desc.store_u64(
-            i * DESC_SIZE + 8,
-            u64::from(cmd) | (u64::from(olinfo) << 32),
-            Relaxed,
-        );
+        self.desc.store(i, 0, qword0, Relaxed);
+        self.desc
+            .store(i, 1, u64::from(cmd) | (u64::from(olinfo) << 32), Relaxed);
         self.next = (i + 1) & self.mask;
     }
 
@@ -496,7 +498,11 @@ impl<M: Mmio> TxRing<M> {
             let slot = self.next;
             self.put(p.data_iova(), cmd, len << tx::PAYLEN_SHIFT, true);
             bytes += u64::from(len);
-            self.bufs[slot] = Some(p);
+            // The slot is empty (reclaimed, or a context slot); `replace` spares the drop check
+            // that an assignment would make.
+            let old = self.bufs[slot].replace(p);
+            debug_assert!(old.is_none(), "transmit slot {slot} still held a packet");
+            std::mem::forget(old);
         }
         self.mmio.doorbell(self.tail, self.next as u32);
         self.stats.packets += n as u64;
@@ -553,9 +559,9 @@ mod tests {
     fn complete_rs(ring: &TxRing<RecordingMmio>) -> usize {
         let mut done = 0;
         for i in 0..ring.bufs.len() {
-            let cmd = ring.desc.load_u32(i * DESC_SIZE + 8, Relaxed);
+            let cmd = ring.desc.load_dword(i, 2, Relaxed);
             if cmd & tx::RS != 0 {
-                ring.desc.store_u32(i * DESC_SIZE + 12, tx::DD, Relaxed);
+                ring.desc.store_dword(i, 3, tx::DD, Relaxed);
                 done += 1;
             }
         }

@@ -3,11 +3,13 @@
 //! This module and its children are, with `vfio` and `mmio`, the only places allowed to use
 //! `unsafe`: everything above them works with owned packets and word accessors.
 
+mod desc;
 pub mod iova;
 mod memory;
 pub mod pool;
 mod soft_iommu;
 
+pub use desc::{DescTable, DESC_BYTES};
 pub use iova::IovaAllocator;
 pub use memory::{DmaMapper, DmaMemory, IdentityMapper, HUGE_PAGE};
 pub use pool::{Meta, Packet, Pool, PoolConfig, PoolStats};
