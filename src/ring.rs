@@ -131,7 +131,7 @@ pub struct RxRing<M: Mmio> {
     stats: QueueStats,
 }
 
-/// Empty polls between two liveness checks of the device (an MMIO read of the head register).
+/// Empty polls between two liveness checks of an idle device (an MMIO read of the head register).
 const IDLE_CHECK: u32 = 1024;
 
 impl<M: Mmio> RxRing<M> {
@@ -313,9 +313,12 @@ impl<M: Mmio> RxRing<M> {
 
     #[cold]
     fn idle(&mut self) -> Result<usize, QueueError> {
+        // The first empty poll after traffic checks at once (a device that vanished mid-traffic
+        // is reported by the very next burst); a queue that stays idle checks every
+        // `IDLE_CHECK` polls, so idle polling of a live device costs no register reads.
         self.idle_polls += 1;
-        if self.idle_polls >= IDLE_CHECK {
-            self.idle_polls = 0;
+        if self.idle_polls == 1 || self.idle_polls > IDLE_CHECK {
+            self.idle_polls = 1;
             if self.mmio.read32(self.head) == u32::MAX {
                 return Err(QueueError::DeviceGone);
             }
