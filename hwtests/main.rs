@@ -80,6 +80,7 @@ const TESTS: &[(&str, TestFn)] = &[
     ("vlan_modes_matrix", vlan_tests::vlan_modes_matrix),
     ("vlan_filter_table", vlan_tests::vlan_filter_table),
     ("vlan_tpid_88a8", vlan_tests::vlan_tpid_88a8),
+    ("vlan_wire_capture", vlan_tests::vlan_wire_capture),
     ("kernel_peer_vlan_ping", peer::kernel_peer_vlan_ping),
 ];
 

@@ -289,3 +289,55 @@ pub fn vlan_tpid_88a8(ctx: &Ctx) -> Outcome {
         Ok("0x88a8 ignored under TPID 0x8100; after set_tpid(0x88a8) filtered, then stripped with TCI in every receive mode".into())
     })
 }
+
+/// Transmit tags of the wire-capture test: PCP, DEI and VID boundaries.
+const WIRE_TCIS: [u16; 6] = [0x0064, 0xa064, 0x3001, 0xeffe, 0x1000, 0x6020];
+/// Sequence numbers of the wire-capture frames start with "WI" so the host finds them.
+const WIRE_SEQ: u32 = 0x5749_0000;
+
+/// Hardware and software insertion put the same bytes on the wire. The guest sends the same
+/// tagged frames twice from A, first inserted by the NIC, then by the driver, and checks that B
+/// receives them with the right tags both times; the runner captures the wire (QEMU
+/// filter-dump, `hwtests/qemu/run --pcap`) and `hwtests/qemu/check-wire` verifies on the host
+/// that the captured frames carry TPID 0x8100 and exactly these TCIs (PCP, DEI, VID) and that
+/// the two rounds are byte-identical. The expected TCIs are printed on an `@@HWT wire-expect`
+/// line for it.
+pub fn vlan_wire_capture(ctx: &Ctx) -> Outcome {
+    if ctx.ports.len() < 2 {
+        return Outcome::Skip("needs two ports wired to each other".into());
+    }
+    if std::env::var_os("VFIO_NIC_PCAP").is_none() {
+        return Outcome::Skip(
+            "needs a wire capture: run it with `hwtests/qemu/run --pcap FILE`".into(),
+        );
+    }
+    super::verdict(|| {
+        let mut p = pair(ctx, &VlanConfig::default())?;
+        let frames: Vec<(Vec<u8>, Option<Tci>)> = WIRE_TCIS
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| {
+                let f = frame(p.mb, p.ma, WIRE_SEQ + i as u32, 64 + 32 * i);
+                (f, Some(Tci::from_raw(t)))
+            })
+            .collect();
+        let want: Vec<Seen> = frames
+            .iter()
+            .map(|(f, t)| (t.map(|t| t.raw()), f.clone()))
+            .collect();
+        for tx in [TxMode::Hardware, TxMode::Software] {
+            p.ctl_a.set_tx_mode(&mut p.a, tx).map_err(e)?;
+            let got = p.send(&frames, frames.len())?;
+            expect_seen(&got, &want, &format!("transmit {tx}"))?;
+        }
+        let list: Vec<String> = WIRE_TCIS.iter().map(|t| format!("{t:04x}")).collect();
+        println!(
+            "@@HWT wire-expect rounds=2 tpid=8100 tcis={}",
+            list.join(",")
+        );
+        Ok(format!(
+            "{} tagged frames sent with hardware, then software insertion; the host checks the capture",
+            frames.len()
+        ))
+    })
+}
