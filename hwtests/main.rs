@@ -21,6 +21,7 @@
 //! `N passed, M failed, K skipped` line; the exit status is non-zero when anything failed. Tests
 //! that need two ports wired together are skipped, never passed, when given one port.
 
+mod cli_tests;
 mod drv;
 mod peer;
 mod traffic;
@@ -48,6 +49,8 @@ struct Ctx {
     other_driver_port: Option<PciAddress>,
     /// The Linux netdev wired to our first port (kernel-peer layout).
     peer_if: Option<String>,
+    /// That netdev's MAC (`VFIO_NIC_PEER_MAC`), when known.
+    peer_mac: Option<MacAddr>,
 }
 
 enum Outcome {
@@ -82,6 +85,11 @@ const TESTS: &[(&str, TestFn)] = &[
     ("vlan_tpid_88a8", vlan_tests::vlan_tpid_88a8),
     ("vlan_wire_capture", vlan_tests::vlan_wire_capture),
     ("kernel_peer_vlan_ping", peer::kernel_peer_vlan_ping),
+    ("cli_info_regs_selftest", cli_tests::cli_info_regs_selftest),
+    (
+        "cli_respond_and_capture_kernel_peer",
+        cli_tests::cli_respond_and_capture_kernel_peer,
+    ),
 ];
 
 fn main() -> ExitCode {
@@ -174,11 +182,20 @@ fn context(list: &str) -> Result<Ctx, String> {
     let peer_if = std::env::var("VFIO_NIC_PEER_IF")
         .ok()
         .filter(|s| !s.is_empty());
+    let peer_mac = match std::env::var("VFIO_NIC_PEER_MAC") {
+        Ok(s) if !s.is_empty() => Some(
+            s.trim()
+                .parse::<MacAddr>()
+                .map_err(|e| format!("VFIO_NIC_PEER_MAC: {e}"))?,
+        ),
+        _ => None,
+    };
     Ok(Ctx {
         ports,
         expect_macs,
         other_driver_port,
         peer_if,
+        peer_mac,
     })
 }
 

@@ -18,11 +18,54 @@ use vfio_nic::vlan::{PacketVlan, RxMode, TxMode, Vid, VlanConfig, VlanControl, V
 use super::drv;
 use super::{Ctx, Outcome};
 
-const VID: u16 = 100;
-const OUR_IP: &str = "10.99.0.2/24";
+/// The VLAN the peer tests use.
+pub const VID: u16 = 100;
+/// Our port's address on that VLAN.
+pub const OUR_IP: &str = "10.99.0.2/24";
 const PEER_IP: &str = "10.99.0.1/24";
 
-fn sh(cmd: &str) -> Result<String, String> {
+/// The Linux peer's VLAN interface (`<if>.100`, 10.99.0.1/24), removed again on drop.
+pub struct PeerVlan {
+    ifname: String,
+    /// The VLAN interface's name.
+    pub vif: String,
+}
+
+impl PeerVlan {
+    /// Brings `ifname` up and adds the VLAN interface with the peer's address.
+    pub fn up(ifname: &str) -> Result<PeerVlan, String> {
+        let vif = format!("{ifname}.{VID}");
+        let guard = PeerVlan {
+            ifname: ifname.to_string(),
+            vif: vif.clone(),
+        };
+        sh(&format!("ip link set {ifname} up"))?;
+        if sh(&format!(
+            "ip link add link {ifname} name {vif} type vlan id {VID}"
+        ))
+        .is_err()
+        {
+            sh(&format!("vconfig add {ifname} {VID}"))?;
+        }
+        sh(&format!(
+            "ip addr add {PEER_IP} dev {vif} && ip link set {vif} up"
+        ))?;
+        Ok(guard)
+    }
+}
+
+impl Drop for PeerVlan {
+    fn drop(&mut self) {
+        let _ = sh(&format!(
+            "ip link del {0} 2>/dev/null || vconfig rem {0}",
+            self.vif
+        ));
+        let _ = sh(&format!("ip link set {} down", self.ifname));
+    }
+}
+
+/// Runs a shell command; its output, or an error naming the command and what it printed.
+pub fn sh(cmd: &str) -> Result<String, String> {
     let out = Command::new("sh")
         .arg("-c")
         .arg(cmd)
@@ -87,19 +130,12 @@ pub fn kernel_peer_vlan_ping(ctx: &Ctx) -> Outcome {
                 .into(),
         );
     };
-    let vif = format!("{ifname}.{VID}");
+    let peer = match PeerVlan::up(&ifname) {
+        Ok(p) => p,
+        Err(e) => return Outcome::Fail(e),
+    };
+    let vif = peer.vif.clone();
     let result = super::verdict(|| {
-        sh(&format!("ip link set {ifname} up"))?;
-        if sh(&format!(
-            "ip link add link {ifname} name {vif} type vlan id {VID}"
-        ))
-        .is_err()
-        {
-            sh(&format!("vconfig add {ifname} {VID}"))?;
-        }
-        sh(&format!(
-            "ip addr add {PEER_IP} dev {vif} && ip link set {vif} up"
-        ))?;
         let mut port = drv::open(ctx.ports[0], false)?;
         let mac = port.info().mac;
         let ctl = VlanControl::new(&mut port, &VlanConfig::default()).map_err(|e| e.to_string())?;
@@ -152,9 +188,6 @@ pub fn kernel_peer_vlan_ping(ctx: &Ctx) -> Outcome {
             done.join(", ")
         ))
     });
-    let _ = sh(&format!(
-        "ip link del {vif} 2>/dev/null || vconfig rem {vif}"
-    ));
-    let _ = sh(&format!("ip link set {ifname} down"));
+    drop(peer);
     result
 }

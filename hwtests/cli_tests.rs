@@ -1,0 +1,304 @@
+//! The `vfio-nic` tool on the device: what a bring-up engineer types, run as a separate process
+//! exactly as they would run it (`info`, `regs --decode`, `selftest`; and in the kernel-peer
+//! layout `respond` answering Linux's ping over a VLAN and `capture` writing what Linux sent, in
+//! every VLAN mode).
+//!
+//! The binary is `$VFIO_NIC_CLI`, or `vfio-nic` from `PATH` (the QEMU guest has it in /bin); the
+//! tests are skipped when neither exists. Each command opens and closes the port itself, so the
+//! suite holds no port while they run.
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use vfio_nic::vlan::{RxMode, TxMode};
+
+use super::peer::{sh, PeerVlan, OUR_IP, VID};
+use super::{Ctx, Outcome};
+
+fn cli() -> Option<String> {
+    if let Ok(p) = std::env::var("VFIO_NIC_CLI") {
+        return Some(p);
+    }
+    let path = std::env::var("PATH").unwrap_or_default();
+    path.split(':')
+        .map(|d| format!("{d}/vfio-nic"))
+        .find(|p| std::path::Path::new(p).is_file())
+}
+
+fn run(bin: &str, args: &[&str]) -> Result<Output, String> {
+    Command::new(bin)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{bin} {}: {e}", args.join(" ")))
+}
+
+/// Runs a command that must succeed; returns its stdout.
+fn ok(bin: &str, args: &[&str]) -> Result<String, String> {
+    let out = run(bin, args)?;
+    if !out.status.success() {
+        return Err(format!(
+            "`vfio-nic {}` failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn json(text: &str) -> Result<Value, String> {
+    serde_json::from_str(text.trim()).map_err(|e| format!("not JSON ({e}): {}", text.trim()))
+}
+
+/// `info`, `regs --decode` and `selftest` on the first port.
+pub fn cli_info_regs_selftest(ctx: &Ctx) -> Outcome {
+    let Some(bin) = cli() else {
+        return Outcome::Skip("no vfio-nic binary (set VFIO_NIC_CLI or put it on PATH)".into());
+    };
+    let port = ctx.ports[0].to_string();
+    super::verdict(|| {
+        let info = json(&ok(&bin, &["--json", "info", &port])?)?;
+        let mac = info["mac"].as_str().unwrap_or_default().to_string();
+        if let Some(want) = ctx.expect_macs.as_ref().and_then(|m| m.first()) {
+            if mac != want.to_string() {
+                return Err(format!("info reports MAC {mac}, expected {want}"));
+            }
+        }
+        let driver = info["driver"].as_str().unwrap_or_default().to_string();
+        if info["link"]["up"] != Value::Bool(true) {
+            return Err(format!("info reports the link down: {}", info["link"]));
+        }
+        let regs = json(&ok(
+            &bin,
+            &[
+                "--json", "regs", &port, "CTRL", "STATUS", "RAH0", "--decode",
+            ],
+        )?)?;
+        let list = regs["registers"].as_array().cloned().unwrap_or_default();
+        let rah = list
+            .iter()
+            .find(|r| r["name"].as_str().is_some_and(|n| n.starts_with("RAH")))
+            .ok_or("regs --decode did not list RAH0")?;
+        let av = rah["fields"]
+            .as_array()
+            .and_then(|f| f.iter().find(|f| f["name"] == "AV"))
+            .and_then(|f| f["value"].as_u64());
+        if av != Some(1) {
+            return Err(format!("RAH0.AV decoded as {av:?}, expected 1: {rah}"));
+        }
+        let fields: usize = list
+            .iter()
+            .map(|r| r["fields"].as_array().map_or(0, Vec::len))
+            .sum();
+        let selftest = run(&bin, &["selftest", &port])?;
+        let text = String::from_utf8_lossy(&selftest.stdout);
+        if !selftest.status.success() {
+            return Err(format!(
+                "selftest failed: {}",
+                text.trim().replace('\n', " | ")
+            ));
+        }
+        let passed = text.lines().filter(|l| l.contains("PASS")).count();
+        Ok(format!(
+            "info: {driver} MAC {mac} link up; regs --decode: {} registers, {fields} fields; selftest: {passed} PASS lines",
+            list.len()
+        ))
+    })
+}
+
+/// Waits for `child` at most `limit`; kills it after that. Returns its output.
+fn finish(mut child: Child, limit: Duration) -> Result<Output, String> {
+    let start = Instant::now();
+    while child.try_wait().map_err(|e| e.to_string())?.is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().map_err(|e| e.to_string())
+}
+
+fn spawn(bin: &str, args: &[&str]) -> Result<Child, String> {
+    Command::new(bin)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("vfio-nic {}: {e}", args.join(" ")))
+}
+
+/// Frames of a classic pcap file (our own small reader: the writer under test is the crate's).
+fn pcap_frames(path: &str) -> Result<Vec<Vec<u8>>, String> {
+    let d = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+    if d.len() < 24 || d[..4] != [0xd4, 0xc3, 0xb2, 0xa1] {
+        return Err(format!("{path}: not a little-endian microsecond pcap file"));
+    }
+    if u32::from_le_bytes(d[20..24].try_into().unwrap()) != 1 {
+        return Err(format!("{path}: link type is not Ethernet"));
+    }
+    let mut out = Vec::new();
+    let mut off = 24;
+    while off + 16 <= d.len() {
+        let incl = u32::from_le_bytes(d[off + 8..off + 12].try_into().unwrap()) as usize;
+        off += 16;
+        let end = (off + incl).min(d.len());
+        out.push(d[off..end].to_vec());
+        off = end;
+    }
+    Ok(out)
+}
+
+/// Kernel peer: `respond` answers Linux's ping over VLAN 100 in every receive x transmit mode,
+/// and `capture` writes the peer's tagged ARP requests exactly as on the wire, the same bytes in
+/// every receive mode.
+pub fn cli_respond_and_capture_kernel_peer(ctx: &Ctx) -> Outcome {
+    let Some(ifname) = ctx.peer_if.clone() else {
+        return Outcome::Skip(
+            "set VFIO_NIC_PEER_IF to the Linux netdev wired to the first port (kernel-peer layout)"
+                .into(),
+        );
+    };
+    let Some(bin) = cli() else {
+        return Outcome::Skip("no vfio-nic binary (set VFIO_NIC_CLI or put it on PATH)".into());
+    };
+    let port = ctx.ports[0].to_string();
+    let peer = match PeerVlan::up(&ifname) {
+        Ok(p) => p,
+        Err(e) => return Outcome::Fail(e),
+    };
+    let result = super::verdict(|| {
+        let mut done = Vec::new();
+        // Every receive mode and every transmit mode at least once (the library-level peer test
+        // covers the full cross product).
+        let modes = [
+            (RxMode::Hardware, TxMode::Hardware),
+            (RxMode::Software, TxMode::Software),
+            (RxMode::Deferred, TxMode::Hardware),
+            (RxMode::Deferred, TxMode::Software),
+        ];
+        for (rx, tx) in modes {
+            {
+                let (rxs, txs) = (rx.to_string(), tx.to_string());
+                let args = [
+                    "respond",
+                    &port,
+                    "--ip",
+                    OUR_IP,
+                    "--vlan",
+                    "100",
+                    "--vlan-rx",
+                    &rxs,
+                    "--vlan-tx",
+                    &txs,
+                    "--duration",
+                    "12",
+                    "--stats-period",
+                    "0",
+                ];
+                let child = spawn(&bin, &args)?;
+                // The tool opens and initialises the port (link included) before it answers.
+                std::thread::sleep(Duration::from_millis(2500));
+                let _ = sh(&format!("ip neigh flush dev {}", peer.vif));
+                let ping = sh("ping -c 3 -W 2 10.99.0.2");
+                // Ctrl-C, as a user would: the tool stops, prints its summary and closes the port.
+                let _ = sh(&format!("kill -INT {}", child.id()));
+                let out = finish(child, Duration::from_secs(10))?;
+                let summary = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                match ping {
+                    Ok(t) if t.contains("3 packets received") => {}
+                    other => {
+                        return Err(format!(
+                            "respond --vlan-rx {rxs} --vlan-tx {txs}: Linux's ping failed ({other:?}); respond said: {summary} {}",
+                            String::from_utf8_lossy(&out.stderr).trim()
+                        ))
+                    }
+                }
+                done.push(format!("{rxs}/{txs}"));
+            }
+        }
+        // Capture in every receive mode while the peer sends three tagged ARP requests.
+        let mut files = Vec::new();
+        for rx in RxMode::ALL {
+            let rxs = rx.to_string();
+            let path = format!("/tmp/cli-capture-{rxs}.pcap");
+            let args = [
+                "capture",
+                &port,
+                "-w",
+                &path,
+                "--duration",
+                "20",
+                "--vlan-rx",
+                &rxs,
+                "--timestamps",
+                "zero",
+                "--stats-period",
+                "0",
+            ];
+            let child = spawn(&bin, &args)?;
+            std::thread::sleep(Duration::from_millis(2500));
+            let _ = sh(&format!("ip neigh flush dev {}", peer.vif));
+            // No responder now: the kernel's ARP requests go unanswered; arping sends exactly 3.
+            let _ = sh(&format!("arping -c 3 -w 4 -I {} 10.99.0.2", peer.vif))
+                .or_else(|_| sh("ping -c 3 -W 1 10.99.0.2"));
+            let _ = sh(&format!("kill -INT {}", child.id()));
+            let out = finish(child, Duration::from_secs(10))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "capture --vlan-rx {rxs} failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            let frames = pcap_frames(&path)?;
+            let arps: Vec<&Vec<u8>> = frames
+                .iter()
+                .filter(|f| f.len() >= 18 && f[12..14] == [0x81, 0x00] && f[16..18] == [0x08, 0x06])
+                .collect();
+            if arps.len() < 3 {
+                return Err(format!(
+                    "capture --vlan-rx {rxs}: {} frames, {} of them tagged ARP; expected 3 tagged ARP requests from the peer",
+                    frames.len(),
+                    arps.len()
+                ));
+            }
+            for f in &arps {
+                let vid = u16::from_be_bytes([f[14], f[15]]) & 0xfff;
+                if vid != VID {
+                    return Err(format!(
+                        "capture --vlan-rx {rxs}: ARP request on VID {vid}, expected {VID}"
+                    ));
+                }
+                if let Some(mac) = &ctx.peer_mac {
+                    if f[6..12] != mac.0 {
+                        return Err(format!(
+                            "capture --vlan-rx {rxs}: ARP from {:02x?}, expected the peer {mac}",
+                            &f[6..12]
+                        ));
+                    }
+                }
+            }
+            let arps: Vec<Vec<u8>> = arps.into_iter().take(3).cloned().collect();
+            files.push((rxs, arps));
+        }
+        // The peer sends the same requests every time, so what was captured must be the same
+        // bytes in every mode (other frames the kernel may send meanwhile are left out).
+        for (mode, frames) in &files[1..] {
+            if *frames != files[0].1 {
+                return Err(format!(
+                    "the ARP requests captured in receive mode {mode} differ from those in mode {}",
+                    files[0].0
+                ));
+            }
+        }
+        Ok(format!(
+            "respond answered Linux's ping over VLAN {VID} in {}; capture wrote the peer's tagged ARP requests as on the wire, the same bytes in {}",
+            done.join(", "),
+            files.iter().map(|f| f.0.as_str()).collect::<Vec<_>>().join(", ")
+        ))
+    });
+    // The peer's VLAN interface goes away whatever the outcome.
+    drop(peer);
+    result
+}
