@@ -172,6 +172,7 @@ fn full_caps(name: &str) -> VlanCaps {
         extended: true,
         any_tpid: true,
         rx_queues: 1,
+        per_queue_strip: false,
     }
 }
 
@@ -1032,4 +1033,35 @@ proptest! {
         rx_wire_frame_into(p.data(), Some(Tci::from_raw(inner)), ctx, &mut wire);
         prop_assert_eq!(&wire, &original);
     }
+}
+
+#[test]
+fn per_queue_modes_mix_freely_in_software_and_need_per_queue_strip_for_hardware() {
+    let st = Arc::new(FakeState::default());
+    let mut hw = FakeHw {
+        st,
+        caps: full_caps("fake:2"),
+    };
+    let ctl = VlanControl::new(&mut hw, &VlanConfig::default()).unwrap();
+    // Software and Deferred can differ per queue on any device.
+    ctl.set_queue_rx_mode(&mut hw, 0, Some(RxMode::Deferred))
+        .unwrap();
+    assert_eq!(ctl.queue_rx_mode(0), RxMode::Deferred);
+    assert_eq!(ctl.queue_rx_mode(1), RxMode::Software);
+    // A port-wide stripper cannot put one queue in Hardware mode alone.
+    let e = ctl
+        .set_queue_rx_mode(&mut hw, 0, Some(RxMode::Hardware))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("fake:2") && e.contains("queue 0") && e.contains("port-wide"),
+        "{e}"
+    );
+    assert_eq!(
+        ctl.queue_rx_mode(0),
+        RxMode::Deferred,
+        "a refused change changes nothing"
+    );
+    ctl.set_queue_rx_mode(&mut hw, 0, None).unwrap();
+    assert_eq!(ctl.queue_rx_mode(0), RxMode::Software);
 }

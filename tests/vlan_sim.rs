@@ -426,3 +426,83 @@ fn switching_receive_modes_under_traffic_never_double_strips_or_loses_a_tag() {
     }
     assert!(checked >= 60 * 20, "too few frames got through: {checked}");
 }
+
+#[test]
+fn queues_of_one_port_in_different_receive_modes() {
+    use vfio_nic::mmio::Mmio;
+    use vfio_nic::regs::ixgbe as r;
+    let (sa, sb) = SimPort::pair(SimConfig::default());
+    let mut a = IxgbePort::open(sa.clone(), cfg()).unwrap();
+    let two = IxgbeConfig {
+        rx_queues: 2,
+        ..cfg()
+    };
+    let mut b = IxgbePort::open(sb.clone(), two).unwrap();
+    let a_ctl = VlanControl::new(&mut a, &VlanConfig::default()).unwrap();
+    let b_ctl = VlanControl::new(&mut b, &rx_cfg(RxMode::Software)).unwrap();
+    let (_, mut atx) = a.take_queues().unwrap();
+    let (brx, _) = b.take_queues().unwrap();
+    let mut tx = a_ctl.wrap_tx(atx.remove(0));
+    let mut rxq: Vec<_> = brx
+        .into_iter()
+        .enumerate()
+        .map(|(q, inner)| b_ctl.wrap_rx_queue(q as u16, inner))
+        .collect();
+    let pool = Pool::new(PoolConfig::default(), sa.dma_mapper()).unwrap();
+    // Queue 0 strips in the NIC, queue 1 defers; the port's mode (sw) applies to neither.
+    b_ctl
+        .set_queue_rx_mode(&mut b, 0, Some(RxMode::Hardware))
+        .unwrap();
+    b_ctl
+        .set_queue_rx_mode(&mut b, 1, Some(RxMode::Deferred))
+        .unwrap();
+    assert_eq!(b_ctl.queue_rx_mode(0), RxMode::Hardware);
+    assert_eq!(b_ctl.queue_rx_mode(1), RxMode::Deferred);
+    // A handed-out queue switches its strip bit itself, at its next burst.
+    let mut got = Vec::new();
+    for q in &mut rxq {
+        q.rx_burst(&mut got, 32).unwrap();
+    }
+    let vme = |q| r::rxdctl::VME.is_set(sb.regs().read(r::RXDCTL.at(q)));
+    assert!(
+        vme(0) && !vme(1),
+        "RXDCTL.VME: queue 0 {}, queue 1 {}",
+        vme(0),
+        vme(1)
+    );
+    // Non-IP frames have no RSS hash: they all land in queue 0, stripped by the NIC.
+    let plain = base(9, 64);
+    let mut batch = vec![{
+        let mut p = pool.alloc().unwrap();
+        assert!(p.set_data(&tag(&plain, 0x8100, 0x4042)));
+        p
+    }];
+    tx.tx_burst(&mut batch).unwrap();
+    rxq[0].rx_burst(&mut got, 32).unwrap();
+    assert_eq!(got.len(), 1);
+    let ctx = rxq[0].ctx();
+    assert_eq!(got[0].take_vlan(ctx).map(Tci::raw), Some(0x4042));
+    assert_eq!(got[0].data(), &plain[..]);
+    assert_eq!(
+        rxq[0].vlan_stats().stripped,
+        0,
+        "the NIC stripped it, not the burst"
+    );
+    // Back to the port's mode (software): the bit goes off and the burst strips.
+    b_ctl.set_queue_rx_mode(&mut b, 0, None).unwrap();
+    got.clear();
+    rxq[0].rx_burst(&mut got, 32).unwrap();
+    assert!(!vme(0), "queue 0 still strips in the NIC");
+    let mut batch = vec![{
+        let mut p = pool.alloc().unwrap();
+        assert!(p.set_data(&tag(&plain, 0x8100, 0x4042)));
+        p
+    }];
+    tx.tx_burst(&mut batch).unwrap();
+    rxq[0].rx_burst(&mut got, 32).unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].take_vlan(rxq[0].ctx()).map(Tci::raw), Some(0x4042));
+    assert_eq!(got[0].data(), &plain[..]);
+    assert_eq!(rxq[0].vlan_stats().stripped, 1, "the burst stripped it");
+    drop((got, rxq, tx));
+}

@@ -167,6 +167,7 @@ impl<B: Bus> VlanHardware for IgbPort<B> {
             extended: false,
             any_tpid: true,
             rx_queues: 1,
+            per_queue_strip: false,
         }
     }
 

@@ -42,7 +42,7 @@
 //! which is the very cost Deferred mode exists to avoid; only a device filter keeps Deferred at
 //! zero per-packet work in the burst. The frame is still left tagged; `take_vlan` strips it later.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::filter::{check_filter_vid, AtomicFilter, VlanFilter};
@@ -67,6 +67,9 @@ pub struct VlanCaps {
     pub any_tpid: bool,
     /// Receive queues whose strip bit `set_rx_strip` controls (0..rx_queues).
     pub rx_queues: u16,
+    /// Each receive queue has its own strip bit (82599 RXDCTL.VME), so queues can be in
+    /// different receive modes; without it (82576 CTRL.VME) stripping is port-wide.
+    pub per_queue_strip: bool,
 }
 
 impl VlanCaps {
@@ -126,6 +129,9 @@ pub struct VlanConfig {
     pub filter: bool,
     /// The filter table, kept (and written to the device) even while the filter is off.
     pub table: VlanFilter,
+    /// Receive modes of single queues that differ from `rx_mode` (queue, mode), for devices
+    /// that strip per queue or for software modes; see [`VlanControl::set_queue_rx_mode`].
+    pub queue_rx_modes: Vec<(u16, RxMode)>,
 }
 
 impl Default for VlanConfig {
@@ -138,11 +144,23 @@ impl Default for VlanConfig {
             outer_tpid: Tpid::S_TAG,
             filter: false,
             table: VlanFilter::new(),
+            queue_rx_modes: Vec::new(),
         }
     }
 }
 
+/// Queues that can have a receive mode of their own (a queue wrapper beyond it follows the port).
+pub const MAX_QUEUE_MODES: u16 = 64;
+
 impl VlanConfig {
+    /// The receive mode of queue `q`: its own, or the port's.
+    pub fn rx_mode_of(&self, q: u16) -> RxMode {
+        self.queue_rx_modes
+            .iter()
+            .find(|(qq, _)| *qq == q)
+            .map_or(self.rx_mode, |&(_, m)| m)
+    }
+
     /// The receive context this configuration gives.
     pub fn rx_ctx(&self) -> VlanRxCtx {
         if self.extended {
@@ -198,6 +216,8 @@ impl Snapshot {
 
 pub(crate) struct Shared {
     pub(crate) state: AtomicU64,
+    /// Per-queue receive modes: 0 follows the port, else `RxMode::to_bits() + 1`.
+    pub(crate) queue_modes: Box<[AtomicU8]>,
     pub(crate) filter: AtomicFilter,
     caps: VlanCaps,
     /// The configuration as last applied; the lock serializes configuration changes only.
@@ -249,6 +269,37 @@ fn word(caps: &VlanCaps, c: &VlanConfig) -> u64 {
 /// Refuses what the device cannot do, naming the device and the mode.
 fn check(caps: &VlanCaps, c: &VlanConfig) -> Result<()> {
     let dev = || caps.device.clone();
+    for &(q, m) in &c.queue_rx_modes {
+        if q >= MAX_QUEUE_MODES {
+            return Err(Error::InvalidConfig(format!(
+                "{}: queue {q}: a receive mode of its own is possible for queues below {MAX_QUEUE_MODES}",
+                caps.device
+            )));
+        }
+        let hw = |m: RxMode| m == RxMode::Hardware;
+        if hw(m) != hw(c.rx_mode) && !caps.per_queue_strip {
+            return Err(Error::NotSupported {
+                device: dev(),
+                what: format!("VLAN receive mode {m} on queue {q} alone (port mode {})", c.rx_mode),
+                why: "the device strips tags port-wide, so only the port's mode can differ between hw and sw/deferred; per-queue choices between sw and deferred are fine".into(),
+            });
+        }
+        if hw(m) && (!caps.rx_strip || q >= caps.rx_queues) {
+            return Err(Error::NotSupported {
+                device: dev(),
+                what: format!("VLAN receive mode hw on queue {q}"),
+                why: format!(
+                    "the device strips on {} receive queue(s){}",
+                    caps.rx_queues,
+                    if caps.rx_strip {
+                        ""
+                    } else {
+                        " (it cannot strip at all)"
+                    }
+                ),
+            });
+        }
+    }
     if c.rx_mode == RxMode::Hardware && !caps.rx_strip {
         return Err(Error::NotSupported {
             device: dev(),
@@ -263,7 +314,9 @@ fn check(caps: &VlanCaps, c: &VlanConfig) -> Result<()> {
             why: "the device cannot insert VLAN tags; use transmit mode sw".into(),
         });
     }
-    let hw_tagging = c.rx_mode == RxMode::Hardware || c.tx_mode == TxMode::Hardware;
+    let hw_tagging = c.rx_mode == RxMode::Hardware
+        || c.tx_mode == TxMode::Hardware
+        || c.queue_rx_modes.iter().any(|&(_, m)| m == RxMode::Hardware);
     if hw_tagging && !hw_can_parse(caps, c) {
         let what = if c.extended && !caps.extended {
             "extended (QinQ) VLAN mode".to_string()
@@ -283,10 +336,16 @@ fn check(caps: &VlanCaps, c: &VlanConfig) -> Result<()> {
     Ok(())
 }
 
-fn strip_all(hw: &mut dyn VlanHardware, caps: &VlanCaps, on: bool) -> Result<()> {
+/// Sets the strip bit of every queue `which` selects to `on`; every one of them, even after a
+/// failure (a strip bit left on is the FreeBSD bug).
+fn strip_where(
+    hw: &mut dyn VlanHardware,
+    caps: &VlanCaps,
+    on: bool,
+    which: impl Fn(u16) -> bool,
+) -> Result<()> {
     let mut first_err = None;
-    // Every queue, even after a failure: a strip bit left on is the FreeBSD bug.
-    for q in 0..caps.rx_queues {
+    for q in (0..caps.rx_queues).filter(|&q| which(q)) {
         if let Err(e) = hw.set_rx_strip(q, on) {
             tracing::warn!(device = %caps.device, queue = q, on, error = %e, "setting VLAN strip failed");
             first_err.get_or_insert(e);
@@ -297,9 +356,11 @@ fn strip_all(hw: &mut dyn VlanHardware, caps: &VlanCaps, on: bool) -> Result<()>
 
 /// Brings the device from `old` (`None`: unknown, e.g. after a reset) to `new`, publishing the
 /// software state at the safe point.
+#[allow(clippy::too_many_arguments)]
 fn apply(
     hw: &mut dyn VlanHardware,
     shared_state: &AtomicU64,
+    queue_modes: &[AtomicU8],
     filter: &AtomicFilter,
     caps: &VlanCaps,
     old: Option<&VlanConfig>,
@@ -307,7 +368,6 @@ fn apply(
     published: &mut bool,
 ) -> Result<()> {
     check(caps, new)?;
-    let changed = |f: &dyn Fn(&VlanConfig) -> bool| old.is_none_or(|o| f(o) != f(new));
     // 1. What the device needs to recognise tags.
     if caps.any_tpid && old.is_none_or(|o| o.tpid != new.tpid) {
         hw.set_tpid(new.tpid)?;
@@ -330,24 +390,35 @@ fn apply(
     if caps.filter && hw_f_new && (old.is_none() || !hw_f_old) {
         hw.set_vlan_filter(true)?;
     }
-    // 3. Strip on before publishing Hardware mode.
-    let hw_rx = |c: &VlanConfig| c.rx_mode == RxMode::Hardware;
-    if caps.rx_strip && hw_rx(new) && changed(&hw_rx) {
-        if let Err(e) = strip_all(hw, caps, true) {
-            let _ = strip_all(hw, caps, old.is_some_and(hw_rx));
+    // 3. Strip on, queue by queue, before publishing Hardware mode for it.
+    let hw_rx = |c: &VlanConfig, q: u16| c.rx_mode_of(q) == RxMode::Hardware;
+    let turns = |q: u16, on: bool| hw_rx(new, q) == on && old.is_none_or(|o| hw_rx(o, q) != on);
+    if caps.rx_strip {
+        if let Err(e) = strip_where(hw, caps, true, |q| turns(q, true)) {
+            let _ = strip_where(hw, caps, false, |q| {
+                turns(q, true) && !old.is_some_and(|o| hw_rx(o, q))
+            });
             return Err(e);
         }
     }
     // 4. Publish: the next burst of every queue uses the new settings.
     filter.store(&new.table);
+    for (q, slot) in queue_modes.iter().enumerate() {
+        let own = new
+            .queue_rx_modes
+            .iter()
+            .find(|(qq, _)| usize::from(*qq) == q)
+            .map_or(0, |&(_, m)| m.to_bits() as u8 + 1);
+        slot.store(own, Ordering::Relaxed);
+    }
     shared_state.store(word(caps, new), Ordering::Release);
     *published = true;
     tracing::debug!(device = %caps.device, rx = %new.rx_mode, tx = %new.tx_mode, tpid = %new.tpid,
         extended = new.extended, filter = new.filter, hw_filter = hw_f_new, "VLAN settings applied");
     // 5. Undo what the device no longer needs to do, in every place it does it.
     let mut result = Ok(());
-    if caps.rx_strip && !hw_rx(new) && changed(&hw_rx) {
-        result = result.and(strip_all(hw, caps, false));
+    if caps.rx_strip {
+        result = result.and(strip_where(hw, caps, false, |q| turns(q, false)));
     }
     if caps.filter && !hw_f_new && (old.is_none() || hw_f_old) {
         result = result.and(hw.set_vlan_filter(false));
@@ -369,6 +440,7 @@ impl VlanControl {
         let caps = hw.vlan_caps();
         let shared = Shared {
             state: AtomicU64::new(word(&caps, &VlanConfig::default())),
+            queue_modes: (0..MAX_QUEUE_MODES).map(|_| AtomicU8::new(0)).collect(),
             filter: AtomicFilter::new(&VlanFilter::new()),
             caps,
             config: Mutex::new(config.clone()),
@@ -376,6 +448,7 @@ impl VlanControl {
         apply(
             hw,
             &shared.state,
+            &shared.queue_modes,
             &shared.filter,
             &shared.caps,
             None,
@@ -427,6 +500,17 @@ impl VlanControl {
         Snapshot(self.shared.state.load(Ordering::Acquire))
     }
 
+    /// Queue `q`'s own receive mode, if it has one.
+    #[inline(always)]
+    pub(crate) fn queue_mode(&self, q: u16) -> Option<RxMode> {
+        let v = self
+            .shared
+            .queue_modes
+            .get(usize::from(q))?
+            .load(Ordering::Acquire);
+        (v != 0).then(|| RxMode::from_bits(u64::from(v - 1)))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, VlanConfig> {
         self.shared.config.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -442,6 +526,7 @@ impl VlanControl {
         let r = apply(
             hw,
             &self.shared.state,
+            &self.shared.queue_modes,
             &self.shared.filter,
             &self.shared.caps,
             Some(&cur),
@@ -460,6 +545,31 @@ impl VlanControl {
     /// stripped twice or loses its tag). Hardware on a device that cannot strip is an error.
     pub fn set_rx_mode(&self, hw: &mut dyn VlanHardware, mode: RxMode) -> Result<()> {
         self.change(hw, |c| c.rx_mode = mode)
+    }
+
+    /// Gives receive queue `q` a mode of its own (`None`: follow the port's again), switchable
+    /// while traffic flows with the same guarantees as [`set_rx_mode`](Self::set_rx_mode). It
+    /// applies to the queue wrapped with [`wrap_rx_queue`](Self::wrap_rx_queue). A device that
+    /// strips port-wide (the 82576) refuses a queue mode that differs from the port's in
+    /// hardware-ness, naming the device; sw and deferred can always be mixed.
+    pub fn set_queue_rx_mode(
+        &self,
+        hw: &mut dyn VlanHardware,
+        q: u16,
+        mode: Option<RxMode>,
+    ) -> Result<()> {
+        self.change(hw, |c| {
+            c.queue_rx_modes.retain(|&(qq, _)| qq != q);
+            if let Some(m) = mode {
+                c.queue_rx_modes.push((q, m));
+                c.queue_rx_modes.sort_unstable_by_key(|&(qq, _)| qq);
+            }
+        })
+    }
+
+    /// The receive mode queue `q` works in now.
+    pub fn queue_rx_mode(&self, q: u16) -> RxMode {
+        self.queue_mode(q).unwrap_or_else(|| self.rx_mode())
     }
 
     /// Switches the transmit mode. A packet's tag is inserted exactly once: software insertion
@@ -517,6 +627,7 @@ impl VlanControl {
         apply(
             hw,
             &self.shared.state,
+            &self.shared.queue_modes,
             &self.shared.filter,
             &self.shared.caps,
             None,

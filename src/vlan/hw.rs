@@ -23,6 +23,7 @@ impl<B: Bus> VlanHardware for IxgbePort<B> {
             extended: true,
             any_tpid: true,
             rx_queues: self.config().rx_queues,
+            per_queue_strip: true,
         }
     }
 

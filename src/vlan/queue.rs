@@ -67,6 +67,8 @@ fn finish(p: &mut Packet, ctx: VlanRxCtx, found: Lookup, strip: bool, stats: &mu
 pub struct VlanRx<Q> {
     inner: Q,
     ctl: VlanControl,
+    /// The queue number whose own receive mode applies (`None`: the port's mode).
+    queue: Option<u16>,
     ctx: VlanRxCtx,
     stats: VlanStats,
 }
@@ -76,6 +78,7 @@ impl<Q: RxQueue> VlanRx<Q> {
     pub fn new(inner: Q, ctl: &VlanControl) -> VlanRx<Q> {
         VlanRx {
             inner,
+            queue: None,
             ctx: ctl.rx_ctx(),
             ctl: ctl.clone(),
             stats: VlanStats::default(),
@@ -182,7 +185,10 @@ impl<Q: RxQueue> RxQueue for VlanRx<Q> {
         if n == 0 {
             return Ok(0);
         }
-        let mode = snap.rx_mode();
+        let mode = match self.queue {
+            Some(q) => self.ctl.queue_mode(q).unwrap_or(snap.rx_mode()),
+            None => snap.rx_mode(),
+        };
         if snap.sw_filter() {
             return Ok(self.filter(batch, start, mode));
         }
@@ -295,6 +301,14 @@ impl VlanControl {
     /// Wraps a receive queue ([`VlanRx::new`]).
     pub fn wrap_rx<Q: RxQueue>(&self, q: Q) -> VlanRx<Q> {
         VlanRx::new(q, self)
+    }
+
+    /// Wraps receive queue number `q`: like [`wrap_rx`](Self::wrap_rx), but the queue's own
+    /// receive mode ([`set_queue_rx_mode`](Self::set_queue_rx_mode)) applies when it has one.
+    pub fn wrap_rx_queue<Q: RxQueue>(&self, q: u16, inner: Q) -> VlanRx<Q> {
+        let mut rx = VlanRx::new(inner, self);
+        rx.queue = Some(q);
+        rx
     }
 
     /// Wraps a transmit queue ([`VlanTx::new`]).
