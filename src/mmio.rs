@@ -134,10 +134,12 @@ unsafe impl Sync for MmioRegion {}
 impl MmioRegion {
     /// Wraps a mapped register window.
     ///
-    /// # Safety
     /// `base` must point to `len` bytes of device memory (or memory that behaves like it), aligned
     /// to 4 bytes, mapped for reading and writing, and it must stay mapped for as long as `owner`
     /// is alive. No Rust reference to that memory may exist.
+    ///
+    /// # Safety
+    /// As above: a live, aligned, read-write mapping owned by `owner`.
     pub unsafe fn from_raw(
         base: NonNull<u8>,
         len: usize,

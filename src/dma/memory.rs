@@ -31,6 +31,8 @@ pub trait DmaMapper: Send + Sync + fmt::Debug {
     /// # Safety
     /// `vaddr..vaddr+len` must be valid, page-aligned memory that stays allocated and is not
     /// reused for anything else until [`DmaMapper::unmap`] has been called with the returned IOVA.
+    /// # Safety
+    /// The caller upholds [`DmaMapper::map`]'s contract: the range stays valid until unmapped.
     unsafe fn map(&self, vaddr: *mut u8, len: usize) -> Result<u64>;
 
     /// Removes a mapping made by [`DmaMapper::map`]. After it returns the device can no longer
@@ -49,6 +51,8 @@ pub trait DmaMapper: Send + Sync + fmt::Debug {
 pub struct IdentityMapper;
 
 impl DmaMapper for IdentityMapper {
+    /// # Safety
+    /// Nothing to uphold beyond [`DmaMapper::map`]'s contract: no mapping is made.
     unsafe fn map(&self, vaddr: *mut u8, _len: usize) -> Result<u64> {
         Ok(vaddr as u64)
     }
@@ -279,6 +283,8 @@ mod tests {
     #[derive(Debug, Default)]
     struct Spy(Mutex<Vec<String>>);
     impl DmaMapper for Spy {
+        /// # Safety
+        /// Records the call only; maps nothing.
         unsafe fn map(&self, _vaddr: *mut u8, len: usize) -> Result<u64> {
             self.0.lock().unwrap().push(format!("map {len}"));
             Ok(0x10_0000)

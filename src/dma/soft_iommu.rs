@@ -177,6 +177,8 @@ impl SoftIommu {
 }
 
 impl DmaMapper for SoftIommu {
+    /// # Safety
+    /// The caller upholds [`DmaMapper::map`]'s contract: the range stays valid until unmapped.
     unsafe fn map(&self, vaddr: *mut u8, len: usize) -> Result<u64> {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         let iova = inner.alloc.alloc(len as u64, 4096)?;

@@ -267,6 +267,8 @@ fn map_error(len: u64, iova: u64, e: Errno) -> Error {
 }
 
 impl DmaMapper for Container {
+    /// # Safety
+    /// The caller upholds [`DmaMapper::map`]'s contract: the range stays valid until unmapped.
     unsafe fn map(&self, vaddr: *mut u8, len: usize) -> Result<u64> {
         let size = len as u64;
         if size == 0 || size % PAGE != 0 || vaddr as u64 % PAGE != 0 {

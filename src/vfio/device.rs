@@ -316,10 +316,10 @@ impl Device {
             _device: self.inner.clone(),
         });
         tracing::debug!(%name, len, "BAR mapped");
-        // SAFETY: `base` is the start of a fresh shared mapping of `len` bytes of the BAR, readable
-        // and writable (memmap2 maps PROT_READ|PROT_WRITE), page-aligned and so 4-byte aligned. It
-        // is owned by the `BarMapping` in `owner`, so it stays mapped while the region holds
-        // `owner`; nothing creates references to it.
+        // The mapping is owned by the `BarMapping` in `owner`, so it stays mapped while the region
+        // holds `owner`; nothing creates references to it.
+        // SAFETY: `base` starts a fresh read-write shared mapping of `len` bytes of the BAR,
+        // page-aligned (so 4-byte aligned), alive as long as `owner` (see above).
         Ok(unsafe { MmioRegion::from_raw(base, len, name, owner) })
     }
 
