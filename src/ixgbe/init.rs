@@ -178,6 +178,18 @@ impl<B: Bus> IxgbePort<B> {
         for i in 1..r::RXPBSIZE.count() {
             m.write(r::RXPBSIZE.at(i), 0);
         }
+        // Per-queue statistics: queue q (< 16) counts into QPRC/QBRC/QPRDC index q (reset maps
+        // every queue to index 0, which would sum all queues' drops in QPRDC0).
+        for i in 0..4u32 {
+            let q = 4 * i;
+            m.write(
+                r::RQSMR.at(i),
+                r::rqsmr::Q_MAP0.val(q)
+                    | r::rqsmr::Q_MAP1.val(q + 1)
+                    | r::rqsmr::Q_MAP2.val(q + 2)
+                    | r::rqsmr::Q_MAP3.val(q + 3),
+            );
+        }
         // CRC strip must be set in both places (datasheet 8.2.3.8.8: RDRXCTL.CRCSTRIP must
         // match HLREG0.RXCRCSTRP), jumbo and loopback live in HLREG0 too.
         let mut set = r::hlreg0::RXCRCSTRP.bit();

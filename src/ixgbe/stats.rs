@@ -5,8 +5,7 @@
 //! ([`crate::intel::stats`]), this file holds the 82599's table.
 //!
 //! Per-queue drop counters (QPRDC) count per *statistics index*, and queues map to indices
-//! through RQSMR. The register map has no RQSMR yet, so every queue keeps the reset mapping to
-//! index 0: QPRDC0 holds the drops of all queues.
+//! through RQSMR; init maps queue q to index q (queues 0..15), so QPRDCq is queue q's.
 
 use crate::intel::stats::{read_counter, CounterTable, Counters, Src};
 use crate::mmio::Mmio;
