@@ -5,6 +5,8 @@
 //! checked: a frame too short for the header its ethertype promises is simply "not that kind of
 //! frame" (untagged, no L3), never a panic.
 
+use crate::wire::{checksum, checksum_add, checksum_finish};
+
 /// Big-endian 16-bit word at `off`, if the frame is long enough.
 pub(super) fn be16(f: &[u8], off: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*f.get(off)?, *f.get(off + 1)?]))
@@ -205,24 +207,6 @@ pub(super) struct Csum {
     pub errors: u32,
 }
 
-fn sum16(data: &[u8], mut acc: u32) -> u32 {
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        acc += u32::from(u16::from_be_bytes([c[0], c[1]]));
-    }
-    if let [last] = chunks.remainder() {
-        acc += u32::from(*last) << 8;
-    }
-    acc
-}
-
-fn fold(mut acc: u32) -> u16 {
-    while acc > 0xffff {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    acc as u16
-}
-
 /// Verifies the IPv4 header checksum and the TCP/UDP checksum, as the 82599 always does.
 pub(super) fn checksums(f: &[u8], h: Option<Headers>) -> Csum {
     let Some(h) = h else {
@@ -231,7 +215,7 @@ pub(super) fn checksums(f: &[u8], h: Option<Headers>) -> Csum {
     let mut c = Csum::default();
     if !h.v6 {
         c.status |= 1 << 6;
-        if fold(sum16(&f[h.l3..h.l4_off], 0)) != 0xffff {
+        if checksum_finish(checksum_add(0, &f[h.l3..h.l4_off])) != 0 {
             c.errors |= 1 << 31;
         }
     }
@@ -250,11 +234,11 @@ pub(super) fn checksums(f: &[u8], h: Option<Headers>) -> Csum {
     }
     c.status |= 1 << 5;
     let pseudo = if h.v6 {
-        sum16(&f[h.l3 + 8..h.l3 + 40], proto + seg.len() as u32)
+        checksum_add(proto + seg.len() as u32, &f[h.l3 + 8..h.l3 + 40])
     } else {
-        sum16(&f[h.l3 + 12..h.l3 + 20], proto + seg.len() as u32)
+        checksum_add(proto + seg.len() as u32, &f[h.l3 + 12..h.l3 + 20])
     };
-    if fold(sum16(seg, pseudo)) != 0xffff {
+    if checksum_finish(checksum_add(pseudo, seg)) != 0 {
         c.errors |= 1 << 30;
     }
     c
@@ -286,7 +270,7 @@ pub(super) fn udp_frame(dst: [u8; 6], src: [u8; 6], ports: (u16, u16), size: usi
     ip[9] = 17;
     ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
     ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
-    let c = !fold(sum16(ip, 0));
+    let c = checksum(ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     let udp_len = ip_len - 20;
     f[34..36].copy_from_slice(&ports.0.to_be_bytes());
@@ -296,8 +280,8 @@ pub(super) fn udp_frame(dst: [u8; 6], src: [u8; 6], ports: (u16, u16), size: usi
         *b = i as u8;
     }
     let end = 34 + usize::from(udp_len);
-    let pseudo = sum16(&f[26..34], 17 + u32::from(udp_len));
-    let c = match !fold(sum16(&f[34..end], pseudo)) {
+    let pseudo = checksum_add(17 + u32::from(udp_len), &f[26..34]);
+    let c = match checksum_finish(checksum_add(pseudo, &f[34..end])) {
         0 => 0xffff,
         c => c,
     };
