@@ -29,11 +29,28 @@ pub fn forward_burst<R: RxQueue + ?Sized, T: TxQueue + ?Sized>(
     burst: usize,
     stats: &mut FwdStats,
 ) -> Result<usize, QueueError> {
+    forward_burst_with(rx, tx, batch, burst, stats, |_, _| {})
+}
+
+/// [`forward_burst`] with application work: `work` sees the receive queue (for state its burst
+/// left, such as the VLAN receive context) and the received packets before they are sent (to
+/// read headers, take or set VLAN tags, rewrite addresses). Everything else (counting,
+/// freeing what the transmitter could not take) is the same loop.
+#[inline]
+pub fn forward_burst_with<R: RxQueue + ?Sized, T: TxQueue + ?Sized>(
+    rx: &mut R,
+    tx: &mut T,
+    batch: &mut Vec<Packet>,
+    burst: usize,
+    stats: &mut FwdStats,
+    work: impl FnOnce(&R, &mut [Packet]),
+) -> Result<usize, QueueError> {
     let n = rx.rx_burst(batch, burst)?;
     if n == 0 {
         stats.empty_polls += 1;
         return Ok(0);
     }
+    work(rx, batch);
     let sent = tx.tx_burst(batch)?;
     stats.rx += n as u64;
     stats.tx += sent as u64;

@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use vfio_nic::device::{Port, RxQueue, TxQueue};
-use vfio_nic::dma::{Packet, Pool, PoolConfig};
-use vfio_nic::forward::{forward_burst, FwdStats};
+use vfio_nic::dma::{Packet, PoolConfig};
+use vfio_nic::forward::{forward_burst, forward_burst_with, FwdStats};
 use vfio_nic::ixgbe::{IxgbeConfig, IxgbePort};
 use vfio_nic::null::{NullConfig, NullPort};
 use vfio_nic::sim::{pin_current_thread, DeviceThread, Mode, SimConfig, SimPort, Source};
@@ -155,32 +155,22 @@ fn l2_burst<R: RxQueue, T: TxQueue>(
     st: &mut FwdStats,
     acc: &mut u64,
 ) -> std::result::Result<(), vfio_nic::device::QueueError> {
-    let n = rx.rx_burst(batch, burst)?;
-    if n == 0 {
-        st.empty_polls += 1;
-        return Ok(());
-    }
-    let ctx = rx.ctx();
-    for p in batch.iter_mut() {
-        let tci = p.take_vlan(ctx);
-        let d = p.data();
-        let dst = d.get(..6).map_or(0, |m| {
-            u64::from_le_bytes([m[0], m[1], m[2], m[3], m[4], m[5], 0, 0])
-        });
-        let t = tci.map_or(0, |t| t.raw());
-        *acc = acc.rotate_left(5) ^ dst ^ u64::from(t);
-        if let Some(t) = tci {
-            // Cannot fail: the tag was received, so its VID is not 4095.
-            let _ = p.set_tx_vlan(t);
+    forward_burst_with(rx, tx, batch, burst, st, |rx, batch| {
+        let ctx = rx.ctx();
+        for p in batch {
+            let tci = p.take_vlan(ctx);
+            let d = p.data();
+            let dst = d.get(..6).map_or(0, |m| {
+                u64::from_le_bytes([m[0], m[1], m[2], m[3], m[4], m[5], 0, 0])
+            });
+            let t = tci.map_or(0, |t| t.raw());
+            *acc = acc.rotate_left(5) ^ dst ^ u64::from(t);
+            if let Some(t) = tci {
+                // Cannot fail: the tag was received, so its VID is not 4095.
+                let _ = p.set_tx_vlan(t);
+            }
         }
-    }
-    let sent = tx.tx_burst(batch)?;
-    st.rx += n as u64;
-    st.tx += sent as u64;
-    if !batch.is_empty() {
-        st.tx_dropped += batch.len() as u64;
-        Pool::free_bulk(batch.drain(..));
-    }
+    })?;
     Ok(())
 }
 

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Map};
-use vfio_nic::device::{Port, QueueError, RxQueue, TxQueue};
-use vfio_nic::dma::{Meta, Packet, Pool};
-use vfio_nic::forward::{forward_burst, FwdStats};
+use vfio_nic::device::{Port, QueueError};
+use vfio_nic::dma::{Meta, Packet};
+use vfio_nic::forward::{forward_burst, forward_burst_with, FwdStats};
 use vfio_nic::port::{self, AnyRx, AnyTx};
 use vfio_nic::vlan::{PacketVlan, Tci, VlanControl};
 use vfio_nic::{Error, Result};
@@ -71,26 +71,15 @@ fn vlan_burst(
     burst: usize,
     st: &mut FwdStats,
 ) -> Result<usize, QueueError> {
-    let n = rx.rx_burst(batch, burst)?;
-    if n == 0 {
-        st.empty_polls += 1;
-        return Ok(0);
-    }
-    for p in batch.iter_mut() {
-        if p.meta.has(Meta::VLAN_STRIPPED) {
-            // A stripped TCI came off the wire, so it is not 4095 unless the wire carried it;
-            // such a frame is sent on without its tag rather than dropped.
-            let _ = p.set_tx_vlan(Tci::from_raw(p.meta.vlan_tci));
+    forward_burst_with(rx, tx, batch, burst, st, |_, batch| {
+        for p in batch {
+            if p.meta.has(Meta::VLAN_STRIPPED) {
+                // A stripped TCI came off the wire, so it is not 4095 unless the wire carried
+                // it; such a frame is sent on without its tag rather than dropped.
+                let _ = p.set_tx_vlan(Tci::from_raw(p.meta.vlan_tci));
+            }
         }
-    }
-    let sent = tx.tx_burst(batch)?;
-    st.rx += n as u64;
-    st.tx += sent as u64;
-    if !batch.is_empty() {
-        st.tx_dropped += batch.len() as u64;
-        Pool::free_bulk(batch.drain(..));
-    }
-    Ok(n)
+    })
 }
 
 fn publish(ch: &Channel, st: &FwdStats) {
