@@ -136,7 +136,7 @@ impl<B: Bus> IgbPort<B> {
             RX_RING.ctl(q.into()).clear(m);
         }
         if self.cfg.rx_queues > 1 {
-            setup_rss(m, self.cfg.rx_queues);
+            rss::setup(m, &RSS, self.cfg.rx_queues);
         }
 
         // Step 8: transmit rings, enabled before the transmitter.
@@ -265,28 +265,24 @@ impl<B: Bus> IgbPort<B> {
     }
 }
 
-/// RSS over `queues` queues (notes 1.2 step 7, 5.4): key, redirection table, hash fields, and
-/// the RSS hash in the descriptor (RXCSUM.PCSD, which QEMU also requires to use RSS at all).
-fn setup_rss<M: Mmio + ?Sized>(m: &M, queues: u16) {
-    for (i, w) in rss::key_words().enumerate() {
-        m.write(r::RSSRK.at(i as u32), w);
-    }
-    for i in 0..r::RETA.count() {
-        m.write(r::RETA.at(i), rss::reta_word(i, queues));
-    }
-    m.modify(r::RXCSUM, 0, r::rxcsum::PCSD.bit());
+/// The RSS registers (notes 1.2 step 7, 5.4; QEMU also requires RXCSUM.PCSD to use RSS at all).
+const RSS: rss::RssRegs = {
     use r::mrqc::*;
-    m.write(
-        r::MRQC,
-        MRQE.val(2)
+    rss::RssRegs {
+        key: r::RSSRK,
+        reta: r::RETA,
+        rxcsum: r::RXCSUM,
+        pcsd: r::rxcsum::PCSD.bit(),
+        mrqc: r::MRQC,
+        mrqc_rss: MRQE.val(2)
             | RSS_FIELD_IPV4.bit()
             | RSS_FIELD_IPV4_TCP.bit()
             | RSS_FIELD_IPV4_UDP.bit()
             | RSS_FIELD_IPV6.bit()
             | RSS_FIELD_IPV6_TCP.bit()
             | RSS_FIELD_IPV6_UDP.bit(),
-    );
-}
+    }
+};
 
 /// Stops every queue, receive and transmit, and resets the device. Never fails: problems are
 /// logged, because it runs in `Drop`.

@@ -1,6 +1,9 @@
 //! The contents of the RSS registers, the same on both chips: a 40-byte key in ten registers and
 //! a 128-entry redirection table, one byte per entry, four entries per register.
 
+use crate::mmio::Mmio;
+use crate::regs::{Reg, RegArray};
+
 /// The RSS key: the 16-bit pattern 0x6d5a repeated. With a key whose bytes repeat every 16
 /// bits the Toeplitz hash is symmetric (Woo & Park, "Scalable TCP Session Monitoring with
 /// Symmetric Receive-side Scaling"), so both directions of a flow land on the same queue, which
@@ -28,6 +31,33 @@ pub(crate) fn reta_word(i: u32, queues: u16) -> u32 {
     (0..4).fold(0u32, |v, b| {
         v | ((i * 4 + b) % u32::from(queues)) << (8 * b)
     })
+}
+
+/// Where one chip keeps its RSS registers, and what turns RSS on there.
+pub(crate) struct RssRegs {
+    /// The ten key registers.
+    pub key: RegArray,
+    /// The 32 redirection registers.
+    pub reta: RegArray,
+    /// RXCSUM, and its PCSD bit (RSS hash in the descriptor instead of the checksum).
+    pub rxcsum: Reg,
+    pub pcsd: u32,
+    /// MRQC, and the value that enables RSS over IPv4/IPv6 with TCP and UDP.
+    pub mrqc: Reg,
+    pub mrqc_rss: u32,
+}
+
+/// Programs RSS over `queues` queues: key, round-robin redirection table, the hash in the
+/// descriptor, and MRQC last (so no frame is steered by a half-written table).
+pub(crate) fn setup<M: Mmio + ?Sized>(m: &M, r: &RssRegs, queues: u16) {
+    for (i, w) in key_words().enumerate() {
+        m.write(r.key.at(i as u32), w);
+    }
+    for i in 0..r.reta.count() {
+        m.write(r.reta.at(i), reta_word(i, queues));
+    }
+    m.modify(r.rxcsum, 0, r.pcsd);
+    m.write(r.mrqc, r.mrqc_rss);
 }
 
 #[cfg(test)]

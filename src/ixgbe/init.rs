@@ -115,7 +115,7 @@ impl<B: Bus> IxgbePort<B> {
             m.modify(r::DCA_RXCTRL.at(q), r::dca_rxctrl::RSVD12.bit(), 0);
         }
         if self.cfg.rx_queues > 1 {
-            setup_rss(m, self.cfg.rx_queues);
+            rss::setup(m, &RSS, self.cfg.rx_queues);
         }
         m.modify(r::RXCTRL, 0, r::rxctrl::RXEN.bit());
 
@@ -252,29 +252,24 @@ fn setup_link<M: Mmio + ?Sized>(m: &M, loopback: bool) {
     m.modify(r::AUTOC, 0, r::autoc::AN_RESTART.bit());
 }
 
-/// RSS over `queues` queues (datasheet 7.1.2.8): key, redirection table, hash fields, and the
-/// RSS hash in the descriptor instead of the fragment checksum (RXCSUM.PCSD).
-pub(crate) fn setup_rss<M: Mmio + ?Sized>(m: &M, queues: u16) {
-    for (i, w) in rss::key_words().enumerate() {
-        m.write(r::RSSRK.at(i as u32), w);
-    }
-    // 128 one-byte entries, four per register, entry 4n in the low byte: round robin.
-    for i in 0..r::RETA.count() {
-        m.write(r::RETA.at(i), rss::reta_word(i, queues));
-    }
-    m.modify(r::RXCSUM, 0, r::rxcsum::PCSD.bit());
+/// The RSS registers (datasheet 7.1.2.8).
+const RSS: rss::RssRegs = {
     use r::mrqc::*;
-    m.write(
-        r::MRQC,
-        MRQE.val(1)
+    rss::RssRegs {
+        key: r::RSSRK,
+        reta: r::RETA,
+        rxcsum: r::RXCSUM,
+        pcsd: r::rxcsum::PCSD.bit(),
+        mrqc: r::MRQC,
+        mrqc_rss: MRQE.val(1)
             | RSS_FIELD_IPV4.bit()
             | RSS_FIELD_IPV4_TCP.bit()
             | RSS_FIELD_IPV4_UDP.bit()
             | RSS_FIELD_IPV6.bit()
             | RSS_FIELD_IPV6_TCP.bit()
             | RSS_FIELD_IPV6_UDP.bit(),
-    );
-}
+    }
+};
 
 /// Stops every queue and resets the device (datasheet 4.6.7.1 / 4.6.8.1 queue disable, then
 /// 4.6.3.2 global reset). Never fails: problems are logged, because it runs in `Drop`.
