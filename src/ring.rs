@@ -9,10 +9,14 @@
 //!   the rest of the write-back are read after the device wrote them;
 //! - every burst ends with at most one doorbell, written by [`Mmio::doorbell`], which puts a
 //!   release fence in front of it so the device sees descriptors before the new tail;
-//! - receive refills in bulk (one pool round trip per burst) and every received slot is re-armed
-//!   in place, so the ring never has holes; a short allocation receives fewer packets;
-//! - transmit asks for a write-back (RS) only every `RS_INTERVAL` descriptors and reclaims whole
-//!   groups of buffers at once.
+//! - slots hold 4-byte buffer offsets, not packets ([`RxSlots`], [`TxSlots`]); a packet is built
+//!   when a frame reaches the application, and a transmitted one is reduced to its offset;
+//! - receive refills from a reserve topped up once per burst (one pool lock) and every received
+//!   slot is re-armed in place, so the ring never has holes; a short reserve receives fewer;
+//! - receive has a fast path for the common case (whole frame, no error: one mask test and a
+//!   table lookup for the flags) and a cold path for everything else, one descriptor at a time;
+//! - transmit asks for a write-back (RS) at the end of a burst once `RS_INTERVAL` descriptors
+//!   have gone out since the last request, and reclaims whole groups of buffers at once.
 //!
 //! A ring does not own its queue's enable bit: the driver's queue type disables the queue in its
 //! `Drop` before the ring (and its memory) is dropped.
@@ -27,7 +31,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
 
 use crate::device::{QueueError, QueueStats};
-use crate::dma::{DescTable, Meta, Packet, Pool};
+use crate::dma::{DescTable, Meta, Packet, Pool, RxSlots, TxSlots};
 use crate::error::{Error, Result};
 use crate::mmio::Mmio;
 
@@ -110,21 +114,61 @@ pub fn check_ring_size(n: usize) -> Result<()> {
     Ok(())
 }
 
+/// Arms receive slot `i` with a buffer at `iova` (advanced read format: packet address, header
+/// address 0, which also clears the previous write-back's DD).
+#[inline(always)]
+fn arm(desc: &DescTable, i: usize, iova: u64) {
+    desc.store(i, 0, iova, Relaxed);
+    desc.store(i, 1, 0, Relaxed);
+}
+
+/// What the fast receive path stores as the low half of [`Meta`] (TCI mask in bits 15:0, flags
+/// in bits 31:16), indexed by the low byte of the status (VP, L4CS, IPCS are bits 3, 5, 6).
+/// Frames with an error bit never use it (they take the slow path), so only the "checked and
+/// good" flags appear.
+fn flag_table(chip: ChipRx, hw_strip: bool) -> Box<[u32; 256]> {
+    let vp_stripped = hw_strip || chip.vp_means_stripped;
+    let mut t = Box::new([0u32; 256]);
+    for (i, e) in t.iter_mut().enumerate() {
+        let status = i as u32;
+        let vp = status & rx::VP != 0;
+        let mut flags = 0u16;
+        if vp {
+            flags |= if vp_stripped {
+                Meta::VLAN_STRIPPED
+            } else {
+                Meta::RX_VLAN_SEEN
+            };
+        }
+        if status & rx::L4CS != 0 {
+            flags |= Meta::RX_L4_CSUM_OK;
+        }
+        if status & rx::IPCS != 0 {
+            flags |= Meta::RX_IP_CSUM_OK;
+        }
+        let tci_mask = if vp && vp_stripped { 0xffff } else { 0 };
+        *e = u32::from(flags) << 16 | tci_mask;
+    }
+    t
+}
+
 /// A receive ring.
 pub struct RxRing<M: Mmio> {
     mmio: Arc<M>,
     tail: usize,
     head: usize,
     desc: DescTable,
-    bufs: Box<[Option<Packet>]>,
+    slots: RxSlots,
     mask: usize,
     next: usize,
-    spare: Vec<Packet>,
-    pool: Pool,
     chip: ChipRx,
     /// Hardware strips tags on this queue: VP means "stripped, TCI in the descriptor".
-    /// Change it only while the queue is stopped and drained (see the module doc).
-    pub hw_strip: bool,
+    hw_strip: bool,
+    /// Metadata of the fast path by status bits (see [`flag_table`]).
+    flags: Box<[u32; 256]>,
+    /// Bits of the write-back's second word that the fast path requires to read exactly
+    /// DD | EOP: done, whole frame, no error, and no length bit at or above `fast_len`.
+    fast_mask: u64,
     /// Inside a frame that spans descriptors: drop until its EOP.
     in_fragment: bool,
     idle_polls: u32,
@@ -147,31 +191,25 @@ impl<M: Mmio> RxRing<M> {
     ) -> Result<Self> {
         check_ring_size(size)?;
         let desc = DescTable::new(size, pool.memory().mapper().clone())?;
-        let mut spare = Vec::with_capacity(size);
-        if pool.alloc_bulk(size, &mut spare) < size {
-            return Err(Error::InvalidConfig(format!(
-                "the receive pool has fewer free buffers than the ring's {size} slots; give it more buffers"
-            )));
-        }
-        let mut bufs: Vec<Option<Packet>> = Vec::with_capacity(size);
-        for (i, mut p) in spare.drain(..).enumerate() {
-            let addr = p.reset_for_rx();
-            desc.store(i, 0, addr, Relaxed);
-            desc.store(i, 1, 0, Relaxed);
-            bufs.push(Some(p));
+        let slots = RxSlots::new(pool, size)?;
+        let fast_len = slots.fast_len();
+        for i in 0..size {
+            arm(&desc, i, slots.data_iova(i));
         }
         Ok(RxRing {
             mmio,
             tail,
             head,
             desc,
-            bufs: bufs.into_boxed_slice(),
+            slots,
             mask: size - 1,
             next: 0,
-            spare,
-            pool,
             chip,
             hw_strip: false,
+            flags: flag_table(chip, false),
+            fast_mask: u64::from(
+                rx::DD | rx::EOP | chip.frame_error | chip.ip_error | chip.l4_error,
+            ) | u64::from(!fast_len) << 32,
             in_fragment: false,
             idle_polls: 0,
             stats: QueueStats::default(),
@@ -185,12 +223,24 @@ impl<M: Mmio> RxRing<M> {
 
     /// Descriptor ring length in bytes (for RDLEN).
     pub fn desc_len(&self) -> u32 {
-        (self.bufs.len() * DESC_SIZE) as u32
+        (self.size() * DESC_SIZE) as u32
     }
 
     /// Number of slots.
     pub fn size(&self) -> usize {
-        self.bufs.len()
+        self.mask + 1
+    }
+
+    /// Whether the hardware strips tags on this queue (VP then means "stripped, TCI in the
+    /// descriptor").
+    pub fn hw_strip(&self) -> bool {
+        self.hw_strip
+    }
+
+    /// Changes how VP is read. Only while the queue is stopped and drained (module doc).
+    pub fn set_hw_strip(&mut self, on: bool) {
+        self.hw_strip = on;
+        self.flags = flag_table(self.chip, on);
     }
 
     /// Hands every slot but one to the device (RDT = size - 1).
@@ -203,6 +253,11 @@ impl<M: Mmio> RxRing<M> {
     /// its DD bit; no register access).
     pub fn done_pending(&self) -> bool {
         self.desc.load_dword(self.next, 2, Acquire) & rx::DD != 0
+    }
+
+    /// Whether a finished slot could be harvested now (a buffer to re-arm it with exists).
+    pub fn can_refill(&self) -> bool {
+        self.slots.can_refill()
     }
 
     /// For a restart of a stopped and drained queue: the slot the device must resume at
@@ -227,7 +282,7 @@ impl<M: Mmio> RxRing<M> {
 
     /// The pool buffers come from.
     pub fn pool(&self) -> &Pool {
-        &self.pool
+        self.slots.pool()
     }
 
     /// Software counters.
@@ -236,79 +291,138 @@ impl<M: Mmio> RxRing<M> {
     }
 
     /// Receives up to `max` frames into `batch`.
+    ///
+    /// The fast path harvests runs of whole, error-free frames (status exactly DD | EOP among
+    /// the bits that matter) with a table lookup for their flags; the first descriptor that is
+    /// anything else stops it, and [`RxRing::slow_one`] deals with that one descriptor.
     #[inline]
     pub fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
-        // Count the finished descriptors first, so exactly that many buffers are allocated.
-        let mut ready = 0;
         let max = max.min(self.mask);
-        while ready < max {
-            if self.desc.load_dword(self.next + ready, 2, Acquire) & rx::DD == 0 {
+        let size = self.mask + 1;
+        let mut got = 0;
+        let mut busy = false;
+        let mut bytes = 0u64;
+        while got < max {
+            let left = max - got;
+            if self.slots.reserved() < left {
+                if !self.done_pending() {
+                    break;
+                }
+                busy = true;
+                if self.slots.reserve(left) == 0 {
+                    self.stats.no_room += 1;
+                    break;
+                }
+            }
+            let start = self.next;
+            let want = left.min(size - start).min(self.slots.reserved());
+            let k = if self.in_fragment {
+                0
+            } else {
+                let (table, fast) = (&*self.flags, self.fast_mask);
+                self.slots.harvest(
+                    start,
+                    &self.desc.descs()[start..start + want],
+                    batch,
+                    |d| {
+                        let wb = d.load(1, Acquire);
+                        if wb & fast != u64::from(rx::DD | rx::EOP) {
+                            return None;
+                        }
+                        let len = (wb >> 32) as u16;
+                        bytes += u64::from(len);
+                        let e = table[wb as u8 as usize];
+                        Some((len, Meta::from_low(e & ((wb >> 48) as u32 | 0xffff_0000))))
+                    },
+                    |d, iova| {
+                        d.store(0, iova, Relaxed);
+                        d.store(1, 0, Relaxed);
+                    },
+                )
+            };
+            got += k;
+            self.next = (start + k) & self.mask;
+            if k == want {
+                busy |= k > 0;
+                continue;
+            }
+            if !self.done_pending() {
+                busy |= k > 0;
                 break;
             }
-            ready += 1;
+            busy = true;
+            got += self.slow_one(batch);
         }
-        if ready == 0 {
+        if !busy {
             return self.idle();
         }
         self.idle_polls = 0;
-        let got = self.pool.alloc_bulk(ready, &mut self.spare);
-        if got < ready {
-            self.stats.no_room += 1;
-        }
-        let before = batch.len();
-        let mut bytes = 0u64;
-        let vp_stripped = self.hw_strip || self.chip.vp_means_stripped;
-        let vp_flag = if vp_stripped {
-            Meta::VLAN_STRIPPED
-        } else {
-            Meta::RX_VLAN_SEEN
-        };
-        for _ in 0..got {
-            let i = self.next;
-            let wb = self.desc.load(i, 1, Acquire);
-            let status = wb as u32;
-            let len = (wb >> 32) as u16;
-            let vlan = (wb >> 48) as u16;
-            // Fresh from the pool: default headroom, length 0, no metadata.
-            let fresh = self.spare.pop().expect("allocated above");
-            self.desc.store(i, 0, fresh.data_iova(), Relaxed);
-            self.desc.store(i, 1, 0, Relaxed);
-            let mut p = self.bufs[i]
-                .replace(fresh)
-                .expect("every slot holds a buffer");
-            self.next = (i + 1) & self.mask;
-
-            let eop = status & rx::EOP != 0;
-            if self.in_fragment || !eop || status & self.chip.frame_error != 0 || !p.set_rx_len(len)
-            {
-                // Frames spanning descriptors (larger than a buffer) and frames with MAC errors
-                // are dropped whole; the buffer goes back to the pool with `p`.
-                self.in_fragment = !eop;
-                self.stats.dropped += u64::from(eop);
-                continue;
-            }
-            // Flags without branches: each "checked" bit selects OK or BAD by the error bit.
-            let vp = status & rx::VP != 0;
-            let ip = u16::from(status & rx::IPCS != 0);
-            let ip_bad = u16::from(status & self.chip.ip_error != 0);
-            let l4 = u16::from(status & rx::L4CS != 0);
-            let l4_bad = u16::from(status & self.chip.l4_error != 0);
-            p.meta.flags = if vp { vp_flag } else { 0 }
-                | (ip * Meta::RX_IP_CSUM_OK) << ip_bad
-                | (l4 * Meta::RX_L4_CSUM_OK) << l4_bad;
-            if vp && vp_stripped {
-                p.meta.vlan_tci = vlan;
-            }
-            bytes += len as u64;
-            batch.push(p);
-        }
         // Hand the re-armed slots back: the device owns everything up to the slot before `next`.
         self.mmio
             .doorbell(self.tail, (self.next.wrapping_sub(1) & self.mask) as u32);
-        let n = batch.len() - before;
-        self.stats.packets += n as u64;
+        self.stats.packets += got as u64;
         self.stats.bytes += bytes;
-        Ok(n)
+        Ok(got)
+    }
+
+    /// The descriptor at `next` is done but not a plain good frame: a fragment of a frame
+    /// larger than a buffer, a frame with a MAC error or too long (dropped whole; the slot is
+    /// re-armed with its own buffer), or a frame with a checksum error (delivered with BAD
+    /// flags). Returns the packets delivered (0 or 1). Needs one reserved buffer.
+    #[cold]
+    #[inline(never)]
+    fn slow_one(&mut self, batch: &mut Vec<Packet>) -> usize {
+        let i = self.next;
+        let wb = self.desc.load(i, 1, Acquire);
+        let status = wb as u32;
+        let len = (wb >> 32) as u16;
+        let vlan = (wb >> 48) as u16;
+        self.next = (i + 1) & self.mask;
+        let eop = status & rx::EOP != 0;
+        if self.in_fragment
+            || !eop
+            || status & self.chip.frame_error != 0
+            || len > self.slots.max_len()
+        {
+            self.in_fragment = !eop;
+            self.stats.dropped += u64::from(eop);
+            arm(&self.desc, i, self.slots.data_iova(i));
+            return 0;
+        }
+        // Flags without branches: each "checked" bit selects OK or BAD by the error bit.
+        let vp = status & rx::VP != 0;
+        let vp_stripped = self.hw_strip || self.chip.vp_means_stripped;
+        let ip = u16::from(status & rx::IPCS != 0);
+        let ip_bad = u16::from(status & self.chip.ip_error != 0);
+        let l4 = u16::from(status & rx::L4CS != 0);
+        let l4_bad = u16::from(status & self.chip.l4_error != 0);
+        let flags = if vp {
+            if vp_stripped {
+                Meta::VLAN_STRIPPED
+            } else {
+                Meta::RX_VLAN_SEEN
+            }
+        } else {
+            0
+        } | (ip * Meta::RX_IP_CSUM_OK) << ip_bad
+            | (l4 * Meta::RX_L4_CSUM_OK) << l4_bad;
+        let meta = Meta {
+            vlan_tci: if vp && vp_stripped { vlan } else { 0 },
+            flags,
+            rss_hash: 0,
+        };
+        let desc = &self.desc;
+        if self
+            .slots
+            .take(i, len, meta, batch, |iova| arm(desc, i, iova))
+        {
+            self.stats.bytes += u64::from(len);
+            1
+        } else {
+            // No reserve (the caller makes sure there is one): leave the slot for later.
+            self.next = i;
+            0
+        }
     }
 
     #[cold]
@@ -333,7 +447,6 @@ pub struct TxRing<M: Mmio> {
     tail: usize,
     head: usize,
     desc: DescTable,
-    bufs: Box<[Option<Packet>]>,
     mask: usize,
     /// Next slot to fill.
     next: usize,
@@ -341,17 +454,21 @@ pub struct TxRing<M: Mmio> {
     clean: usize,
     /// TCI programmed in context slot 0, if any.
     ctx_tci: Option<u16>,
-    /// Data descriptors written since the last one that asked for a write-back.
+    /// Descriptors written since the last one that asked for a write-back.
     since_rs: usize,
     /// Descriptors between two write-back requests: `RS_INTERVAL`, or half the ring for rings
     /// so small that a full ring might otherwise hold no descriptor with RS (and never drain).
     rs_interval: usize,
-    /// Slots of descriptors with RS set, oldest first: each one, when done, completes every
-    /// slot before it.
-    rs_marks: std::collections::VecDeque<usize>,
-    reclaim: Vec<Packet>,
+    /// Descriptors with RS set, oldest first, with the buffer position queued up to them: when
+    /// one is done, every slot up to it and every buffer before that position are.
+    rs_marks: std::collections::VecDeque<(usize, usize)>,
+    /// The buffers of the queued data descriptors, in order.
+    slots: TxSlots,
     stats: QueueStats,
 }
+
+/// cmd_type_len of every data descriptor (the length goes in bits 15:0).
+const TX_DATA_CMD: u32 = tx::DTYP_DATA | tx::DEXT | tx::IFCS | tx::EOP;
 
 impl<M: Mmio> TxRing<M> {
     /// Allocates `size` descriptors through `mapper`-backed memory of `pool_for_mapper`.
@@ -369,15 +486,14 @@ impl<M: Mmio> TxRing<M> {
             tail,
             head,
             desc,
-            bufs: (0..size).map(|_| None).collect(),
             mask: size - 1,
             next: 0,
             clean: 0,
             ctx_tci: None,
             since_rs: 0,
             rs_interval: RS_INTERVAL.min(size / 2),
-            rs_marks: std::collections::VecDeque::with_capacity(size / RS_INTERVAL + 1),
-            reclaim: Vec::with_capacity(RS_INTERVAL),
+            rs_marks: std::collections::VecDeque::with_capacity(size / 2 + 1),
+            slots: TxSlots::new(size),
             stats: QueueStats::default(),
         })
     }
@@ -389,7 +505,7 @@ impl<M: Mmio> TxRing<M> {
 
     /// Descriptor ring length in bytes (for TDLEN).
     pub fn desc_len(&self) -> u32 {
-        (self.bufs.len() * DESC_SIZE) as u32
+        ((self.mask + 1) * DESC_SIZE) as u32
     }
 
     /// Software counters.
@@ -408,147 +524,141 @@ impl<M: Mmio> TxRing<M> {
         self.next.wrapping_sub(self.clean) & self.mask
     }
 
-    /// Reclaims the buffers of every finished group of descriptors.
+    /// Reclaims the buffers of every finished group of descriptors: the newest done mark
+    /// completes all before it, so their buffers go back in one release.
     #[inline]
     fn reclaim(&mut self) {
-        while let Some(&mark) = self.rs_marks.front() {
-            if self.desc.load_dword(mark, 3, Acquire) & tx::DD == 0 {
+        let mut done = None;
+        while let Some(&(slot, pos)) = self.rs_marks.front() {
+            if self.desc.load_dword(slot, 3, Acquire) & tx::DD == 0 {
                 break;
             }
             self.rs_marks.pop_front();
-            // Slots clean..=mark are done: free their buffers straight from the ring, in one
-            // or two contiguous runs (the range may wrap), with one pool round trip per run.
-            let end = mark + 1;
-            if end > self.clean {
-                Pool::free_bulk(
-                    self.bufs[self.clean..end]
-                        .iter_mut()
-                        .filter_map(Option::take),
-                );
-            } else {
-                Pool::free_bulk(self.bufs[self.clean..].iter_mut().filter_map(Option::take));
-                Pool::free_bulk(self.bufs[..end].iter_mut().filter_map(Option::take));
-            }
-            self.clean = end & self.mask;
+            done = Some((slot, pos));
         }
-    }
-
-    /// Writes one descriptor. Data descriptors ask for a write-back every `rs_interval`
-    /// descriptors (context descriptors never do: not every chip writes them back).
-    #[inline(always)]
-    fn put(&mut self, qword0: u64, mut cmd: u32, olinfo: u32, data: bool) {
-        let i = self.next;
-        self.since_rs += 1;
-        if data && self.since_rs >= self.rs_interval {
-            cmd |= tx::RS;
-            self.since_rs = 0;
-            self.rs_marks.push_back(i);
+        if let Some((slot, pos)) = done {
+            self.slots.release(pos);
+            self.clean = (slot + 1) & self.mask;
         }
-        self.desc.store(i, 0, qword0, Relaxed);
-        self.desc
-            .store(i, 1, u64::from(cmd) | (u64::from(olinfo) << 32), Relaxed);
-        self.next = (i + 1) & self.mask;
     }
 
     /// Queues packets from the front of `batch`; leaves the rest there.
+    ///
+    /// Each packet takes one data descriptor, plus a context descriptor when it asks for a
+    /// tag other than the one the context slot holds. The descriptor that ends the burst asks
+    /// for a write-back when `rs_interval` descriptors have gone out since the last request.
     #[inline]
     pub fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
         self.reclaim();
         // One slot stays empty so that tail == head means "empty", never "full".
-        let mut room = self.mask - self.in_flight();
-        // How many packets fit, counting the context descriptors that a change of tag needs.
-        let mut n = 0;
-        let mut ctx = self.ctx_tci;
-        for p in batch.iter() {
-            let mut need = 1;
-            if p.meta.has(Meta::TX_VLAN) && ctx != Some(p.meta.vlan_tci) {
-                need = 2;
-                ctx = Some(p.meta.vlan_tci);
-            }
-            if room < need {
-                break;
-            }
-            room -= need;
-            n += 1;
-        }
-        if n < batch.len() {
-            self.stats.no_room += (batch.len() - n) as u64;
-            if n == 0 {
-                if !batch.is_empty() && self.mmio.read32(self.head) == u32::MAX {
-                    return Err(QueueError::DeviceGone);
-                }
-                return Ok(0);
-            }
-        }
+        let room = self.mask - self.in_flight();
+        let total = batch.len();
+        let want = total.min(room);
+        let mask = self.mask;
+        let start = self.next;
+        let mut next = start;
         let mut bytes = 0u64;
-        for p in batch.drain(..n) {
-            let len = p.len() as u32;
-            let mut cmd = tx::DTYP_DATA | tx::DEXT | tx::IFCS | tx::EOP | len;
-            if p.meta.has(Meta::TX_VLAN) {
-                let tci = p.meta.vlan_tci;
-                if self.ctx_tci != Some(tci) {
-                    // A context descriptor carrying the tag; it stays valid for later packets.
-                    self.put(
-                        u64::from(tci) << 16 | 14 << tx::MACLEN_SHIFT,
-                        tx::DTYP_CTXT | tx::DEXT | tx::L4T_RSV,
-                        0,
-                        false,
-                    );
-                    self.ctx_tci = Some(tci);
+        let mut ctx_tci = self.ctx_tci;
+        let desc = self.desc.view();
+        let sent = if want == 0 {
+            0
+        } else {
+            self.slots.send(batch, want, |k, p| {
+                let len = p.len() as u32;
+                let mut cmd = TX_DATA_CMD | len;
+                if p.meta.flags & Meta::TX_VLAN != 0 {
+                    let tci = p.meta.vlan_tci;
+                    if ctx_tci != Some(tci) {
+                        // A context descriptor carrying the tag; it stays valid for later
+                        // packets. The packets after this one still need a slot each.
+                        let used = next.wrapping_sub(start) & mask;
+                        if used + 2 + (want - k - 1) > room {
+                            return false;
+                        }
+                        let d = desc.at(next);
+                        d.store(0, u64::from(tci) << 16 | 14 << tx::MACLEN_SHIFT, Relaxed);
+                        d.store(
+                            1,
+                            u64::from(tx::DTYP_CTXT | tx::DEXT | tx::L4T_RSV),
+                            Relaxed,
+                        );
+                        next = (next + 1) & mask;
+                        ctx_tci = Some(tci);
+                    }
+                    cmd |= tx::VLE;
                 }
-                cmd |= tx::VLE;
+                let d = desc.at(next);
+                d.store(0, p.data_iova(), Relaxed);
+                d.store(
+                    1,
+                    u64::from(cmd) | u64::from(len) << (32 + tx::PAYLEN_SHIFT),
+                    Relaxed,
+                );
+                next = (next + 1) & mask;
+                bytes += u64::from(len);
+                true
+            })
+        };
+        self.stats.no_room += (total - sent) as u64;
+        if sent == 0 {
+            if total > 0 && self.mmio.read32(self.head) == u32::MAX {
+                return Err(QueueError::DeviceGone);
             }
-            let slot = self.next;
-            self.put(p.data_iova(), cmd, len << tx::PAYLEN_SHIFT, true);
-            bytes += u64::from(len);
-            // The slot is empty (reclaimed, or a context slot); `replace` spares the drop check
-            // that an assignment would make.
-            let old = self.bufs[slot].replace(p);
-            debug_assert!(old.is_none(), "transmit slot {slot} still held a packet");
-            std::mem::forget(old);
+            return Ok(0);
         }
-        self.mmio.doorbell(self.tail, self.next as u32);
-        self.stats.packets += n as u64;
+        self.ctx_tci = ctx_tci;
+        self.since_rs += next.wrapping_sub(start) & mask;
+        if self.since_rs >= self.rs_interval {
+            // The burst's last descriptor is a data descriptor (a context one always precedes
+            // its packet's), and still ours: the tail has not moved past it yet.
+            let last = next.wrapping_sub(1) & mask;
+            let cmd = self.desc.load_dword(last, 2, Relaxed);
+            self.desc.store_dword(last, 2, cmd | tx::RS, Relaxed);
+            self.rs_marks.push_back((last, self.slots.tail()));
+            self.since_rs = 0;
+        }
+        self.next = next;
+        self.mmio.doorbell(self.tail, next as u32);
+        self.stats.packets += sent as u64;
         self.stats.bytes += bytes;
-        Ok(n)
+        Ok(sent)
     }
 
     /// Reclaims everything the device has finished, according to its head register (an MMIO
-    /// read; for idle queues and shutdown, not for the fast path). Returns the descriptors still
-    /// in flight.
+    /// read; for idle queues and shutdown, not for the fast path): every group whose RS
+    /// descriptor is behind the head, and everything once the head has caught up with the
+    /// tail. Returns the descriptors still in flight.
     pub fn reclaim_by_head(&mut self) -> Result<usize, QueueError> {
         let head = self.mmio.read32(self.head);
         if head == u32::MAX {
             return Err(QueueError::DeviceGone);
         }
         let head = head as usize & self.mask;
-        while self.clean != head {
-            if let Some(p) = self.bufs[self.clean].take() {
-                self.reclaim.push(p);
-            }
-            self.clean = (self.clean + 1) & self.mask;
+        if head == self.next {
+            self.rs_marks.clear();
+            self.slots.release(self.slots.tail());
+            self.clean = head;
+            return Ok(0);
         }
-        while let Some(&m) = self.rs_marks.front() {
-            // Marks behind the head are done.
-            if (m.wrapping_sub(self.clean) & self.mask) < self.in_flight() {
+        let behind = head.wrapping_sub(self.clean) & self.mask;
+        let mut done = None;
+        while let Some(&(slot, pos)) = self.rs_marks.front() {
+            if slot.wrapping_sub(self.clean) & self.mask >= behind {
                 break;
             }
             self.rs_marks.pop_front();
+            done = Some((slot, pos));
         }
-        Pool::free_bulk(self.reclaim.drain(..));
+        if let Some((slot, pos)) = done {
+            self.slots.release(pos);
+            self.clean = (slot + 1) & self.mask;
+        }
         Ok(self.in_flight())
     }
 
     /// Forgets the cached context (after a reset the device lost it).
     pub fn reset_context(&mut self) {
         self.ctx_tci = None;
-    }
-}
-
-impl<M: Mmio> Drop for TxRing<M> {
-    fn drop(&mut self) {
-        // The driver stopped the queue before dropping the ring; return what is still queued.
-        Pool::free_bulk(self.bufs.iter_mut().filter_map(Option::take));
     }
 }
 
@@ -561,7 +671,7 @@ mod tests {
     /// Plays the device: marks every descriptor with RS done, as a write-back would.
     fn complete_rs(ring: &TxRing<RecordingMmio>) -> usize {
         let mut done = 0;
-        for i in 0..ring.bufs.len() {
+        for i in 0..ring.desc.len() {
             let cmd = ring.desc.load_dword(i, 2, Relaxed);
             if cmd & tx::RS != 0 {
                 ring.desc.store_dword(i, 3, tx::DD, Relaxed);

@@ -6,6 +6,8 @@
 //! least that large, so every access is in bounds by construction. The accessors below mask the
 //! index and the word number instead of checking them, and stay safe for any argument.
 
+use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -56,6 +58,27 @@ impl DescTable {
         self.len() * DESC_BYTES
     }
 
+    /// The table as a slice of descriptors, for loops over runs that do not wrap.
+    #[inline(always)]
+    pub fn descs(&self) -> &[Desc] {
+        // SAFETY: the allocation holds `len()` descriptors (checked in `new`), is page-aligned
+        // (so 16-byte aligned), and `Desc` is two atomic words: shared references to it are
+        // how memory shared with the device may be accessed (atomically, never as plain data).
+        unsafe { std::slice::from_raw_parts(self.mem.as_ptr().cast::<Desc>(), self.len()) }
+    }
+
+    /// A copy of the table's address and size for a hot loop. Accesses through `&self` reload
+    /// both after every store the compiler cannot prove unrelated (a descriptor, a packet);
+    /// a view is a local value that stays in registers.
+    #[inline(always)]
+    pub fn view(&self) -> DescView<'_> {
+        DescView {
+            base: NonNull::new(self.mem.as_ptr()).expect("DMA memory is never null"),
+            mask: self.mask,
+            _table: PhantomData,
+        }
+    }
+
     /// Pointer to 64-bit word `q` (0 or 1, masked) of descriptor `i` (reduced modulo the size).
     #[inline(always)]
     fn qword(&self, i: usize, q: usize) -> *mut u64 {
@@ -98,6 +121,42 @@ impl DescTable {
     }
 }
 
+/// One 16-byte descriptor: two 64-bit words, only ever accessed atomically.
+#[repr(C, align(16))]
+pub struct Desc([AtomicU64; 2]);
+
+impl Desc {
+    /// Atomically loads word `q` (0 or 1, masked).
+    #[inline(always)]
+    pub fn load(&self, q: usize, order: Ordering) -> u64 {
+        self.0[q & 1].load(order)
+    }
+
+    /// Atomically stores word `q` (0 or 1, masked).
+    #[inline(always)]
+    pub fn store(&self, q: usize, value: u64, order: Ordering) {
+        self.0[q & 1].store(value, order)
+    }
+}
+
+/// A table's address and index mask, copied out for a hot loop ([`DescTable::view`]).
+#[derive(Clone, Copy)]
+pub struct DescView<'a> {
+    base: NonNull<u8>,
+    mask: usize,
+    _table: PhantomData<&'a DescTable>,
+}
+
+impl<'a> DescView<'a> {
+    /// Descriptor `i`, reduced modulo the table size.
+    #[inline(always)]
+    pub fn at(self, i: usize) -> &'a Desc {
+        // SAFETY: `i & mask` is below the table's length, the table outlives `'a`, and the
+        // element is 16-byte aligned inside the page-aligned allocation (see `descs`).
+        unsafe { &*self.base.as_ptr().cast::<Desc>().add(i & self.mask) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +177,10 @@ mod tests {
         // Out-of-range word numbers are masked, never out of bounds.
         t.store_dword(7, 7, 5, Relaxed);
         assert_eq!(t.load_dword(7, 3, Relaxed), 5);
+        assert_eq!(t.descs()[1].load(1, Relaxed), 0x1111_2222_3333_4444);
+        assert_eq!(t.view().at(9).load(1, Relaxed), 0x1111_2222_3333_4444);
+        t.view().at(15).store(0, 3, Relaxed);
+        assert_eq!(t.load(7, 0, Relaxed), 3);
         let mut raw = [0u8; 8];
         t.mem.read_bytes(16 + 8, &mut raw);
         assert_eq!(u64::from_le_bytes(raw), 0x1111_2222_3333_4444);

@@ -7,10 +7,12 @@ mod desc;
 pub mod iova;
 mod memory;
 pub mod pool;
+pub mod slots;
 mod soft_iommu;
 
-pub use desc::{DescTable, DESC_BYTES};
+pub use desc::{Desc, DescTable, DescView, DESC_BYTES};
 pub use iova::IovaAllocator;
 pub use memory::{DmaMapper, DmaMemory, IdentityMapper, HUGE_PAGE};
 pub use pool::{Meta, Packet, Pool, PoolConfig, PoolStats};
+pub use slots::{RxSlots, TxSlots};
 pub use soft_iommu::{DmaFault, SoftIommu};

@@ -1,10 +1,14 @@
 //! The packet buffer pool and the [`Packet`] that owns one buffer.
 //!
 //! Why it looks like this:
-//! - Buffers are fixed-size slots in one [`DmaMemory`] block, so a buffer's bus address is
-//!   `iova + index * size` and no per-buffer bookkeeping lives in DMA memory.
-//! - Free buffers are a LIFO stack of indices: the buffer freed last (still warm in cache) is the
-//!   one handed out next.
+//! - Buffers are fixed-size slots in one [`DmaMemory`] block, so a buffer is named by its byte
+//!   offset in the block: its address is `base + offset`, its bus address `iova + offset`, and
+//!   no per-buffer bookkeeping lives in DMA memory. Offsets rather than indices because the
+//!   per-packet paths then add instead of multiplying (a pool is at most 4 GiB).
+//! - Free buffers are a LIFO stack of offsets: the buffer freed last (still warm in cache) is
+//!   the one handed out next.
+//! - Descriptor rings keep offsets, not packets, in their slots ([`super::slots`]): a
+//!   [`Packet`] is built only when a frame is handed to the application.
 //! - Every buffer has `headroom` bytes in front of the frame; software VLAN insertion prepends the
 //!   4-byte tag there and moves only the 12 MAC bytes.
 //! - Bursts allocate and free in bulk: one lock round trip per burst, not per packet. The lock is
@@ -57,35 +61,38 @@ pub struct PoolStats {
     pub alloc_failures: u64,
 }
 
-struct State {
-    free: Vec<u32>,
+pub(super) struct State {
+    /// Offsets of the free buffers.
+    pub(super) free: Vec<u32>,
     handles: usize,
-    alloc_failures: u64,
+    pub(super) alloc_failures: u64,
 }
 
 /// The shared part of a pool; freed by whoever drops the last handle or the last buffer.
-struct Shared {
+pub(super) struct Shared {
     mem: DmaMemory,
-    base: NonNull<u8>,
-    iova: u64,
-    buf_size: usize,
-    headroom: u16,
+    pub(super) base: NonNull<u8>,
+    pub(super) iova: u64,
+    pub(super) buf_size: usize,
+    pub(super) headroom: u16,
     capacity: usize,
-    state: Mutex<State>,
+    pub(super) state: Mutex<State>,
 }
 
 impl Shared {
-    /// Returns buffer indices to the stack; frees everything if nothing references the pool.
+    /// Returns buffer offsets to the stack; frees everything if nothing references the pool.
     ///
     /// # Safety
-    /// `ptr` must point to a live `Shared` created by `Pool::new`, and each index must come from
+    /// `ptr` must point to a live `Shared` created by `Pool::new`, and each offset must come from
     /// a buffer this pool handed out that is not referenced any more.
-    unsafe fn release(ptr: NonNull<Shared>, indices: impl Iterator<Item = u32>) {
+    pub(super) unsafe fn release(ptr: NonNull<Shared>, offsets: &[&[u32]]) {
         // SAFETY: the caller guarantees `ptr` is live; we only take a shared reference.
         let shared = unsafe { ptr.as_ref() };
         let last = {
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-            st.free.extend(indices);
+            for run in offsets {
+                st.free.extend_from_slice(run);
+            }
             st.handles == 0 && st.free.len() == shared.capacity
         };
         if last {
@@ -138,11 +145,20 @@ impl Pool {
                 config.headroom, config.buf_size
             )));
         }
+        if config.buffers as u64 * config.buf_size as u64 > 1 << 32 {
+            return Err(Error::InvalidConfig(format!(
+                "a pool is at most 4 GiB ({} buffers of {} bytes is more); use fewer buffers or several pools",
+                config.buffers, config.buf_size
+            )));
+        }
         let mem = DmaMemory::allocate(config.buffers * config.buf_size, mapper)?;
         let base = NonNull::new(mem.as_ptr()).expect("DMA memory is never null");
         let iova = mem.iova();
         // Reverse order so that the first allocations get the lowest addresses.
-        let free: Vec<u32> = (0..config.buffers as u32).rev().collect();
+        let free: Vec<u32> = (0..config.buffers)
+            .rev()
+            .map(|i| (i * config.buf_size) as u32)
+            .collect();
         let shared = Box::new(Shared {
             mem,
             base,
@@ -161,8 +177,14 @@ impl Pool {
         })
     }
 
+    /// The shared part, for the ring slot types of this module's siblings.
     #[inline(always)]
-    fn shared(&self) -> &Shared {
+    pub(super) fn shared_ptr(&self) -> NonNull<Shared> {
+        self.shared
+    }
+
+    #[inline(always)]
+    pub(super) fn shared(&self) -> &Shared {
         // SAFETY: a live handle keeps `Shared` allocated (handles > 0).
         unsafe { self.shared.as_ref() }
     }
@@ -217,17 +239,19 @@ impl Pool {
             st.alloc_failures += 1;
         }
         let keep = st.free.len() - got;
-        for &index in st.free[keep..].iter().rev() {
-            let offset = index as usize * s.buf_size;
-            out.push(Packet {
-                // SAFETY: `offset` is inside the pool's memory (index < capacity).
-                buf: unsafe { NonNull::new_unchecked(s.base.as_ptr().add(offset)) },
-                pool: self.shared,
-                iova: s.iova + offset as u64,
-                index,
-                data: s.headroom,
-                len: 0,
-                meta: Meta::default(),
+        for &off in st.free[keep..].iter().rev() {
+            // SAFETY: `off` is the offset of a free buffer of this pool, which the stack hands
+            // over to the new packet alone.
+            out.push(unsafe {
+                Packet::from_parts(
+                    self.shared,
+                    s.base,
+                    s.iova + u64::from(s.headroom),
+                    off,
+                    s.headroom,
+                    0,
+                    Meta::default(),
+                )
             });
         }
         st.free.truncate(keep);
@@ -262,7 +286,7 @@ impl Pool {
         // buffers of that pool are still out (they are returned under the lock below).
         let mut shared: &Shared = unsafe { current.as_ref() };
         let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.free.push(first.index);
+        st.free.push(first.off);
         for p in iter {
             let p = std::mem::ManuallyDrop::new(p);
             if p.pool != current {
@@ -277,7 +301,7 @@ impl Pool {
                 shared = unsafe { current.as_ref() };
                 st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             }
-            st.free.push(p.index);
+            st.free.push(p.off);
         }
         let last = st.handles == 0 && st.free.len() == shared.capacity;
         drop(st);
@@ -325,6 +349,7 @@ impl Drop for Pool {
 /// Per-packet metadata: what the device or the driver learnt about the frame, and what the
 /// application asks of the transmitter.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct Meta {
     /// The VLAN TCI (PCP, DEI, VID). Meaningful when `flags` has [`Meta::VLAN_STRIPPED`] (it was
     /// removed from the frame on receive) or [`Meta::TX_VLAN`] (insert it on transmit).
@@ -361,6 +386,17 @@ impl Meta {
     /// it is delivered as is and reported untagged (set with [`Meta::VLAN_HANDLED`]).
     pub const VLAN_MALFORMED: u16 = 1 << 9;
 
+    /// Metadata from its low half as one word (TCI in bits 15:0, flags in bits 31:16), the form
+    /// the receive fast path computes it in; no RSS hash.
+    #[inline(always)]
+    pub fn from_low(word: u32) -> Meta {
+        Meta {
+            vlan_tci: word as u16,
+            flags: (word >> 16) as u16,
+            rss_hash: 0,
+        }
+    }
+
     /// Whether all bits of `flag` are set.
     #[inline(always)]
     pub fn has(&self, flag: u16) -> bool {
@@ -375,9 +411,12 @@ impl Meta {
 /// pool (prefer [`Pool::free_bulk`] for many at once).
 pub struct Packet {
     buf: NonNull<u8>,
-    pool: NonNull<Shared>,
-    iova: u64,
-    index: u32,
+    pub(super) pool: NonNull<Shared>,
+    /// Bus address of the first frame byte (kept in step with `data`, so that a transmit
+    /// descriptor takes it as is).
+    dma: u64,
+    /// Offset of the buffer in its pool (what goes back on the free stack).
+    pub(super) off: u32,
     data: u16,
     len: u16,
     /// Metadata (VLAN, checksum flags, RSS hash).
@@ -391,7 +430,7 @@ unsafe impl Send for Packet {}
 impl fmt::Debug for Packet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Packet")
-            .field("index", &self.index)
+            .field("offset", &self.off)
             .field("headroom", &self.data)
             .field("len", &self.len)
             .field("meta", &self.meta)
@@ -400,6 +439,36 @@ impl fmt::Debug for Packet {
 }
 
 impl Packet {
+    /// The packet owning the buffer at offset `off` of the pool `shared` points to, whose
+    /// memory starts at `base`; `data_iova` is the pool's bus address plus `data` (all passed
+    /// in so that loops compute them once).
+    ///
+    /// # Safety
+    /// `shared` must be a live pool with that `base` and bus address, `off` the offset of one of its
+    /// buffers that nothing else owns (it is off the free stack and no other packet or ring
+    /// slot holds it), and `data + len` must not exceed the buffer size.
+    #[inline(always)]
+    pub(super) unsafe fn from_parts(
+        shared: NonNull<Shared>,
+        base: NonNull<u8>,
+        data_iova: u64,
+        off: u32,
+        data: u16,
+        len: u16,
+        meta: Meta,
+    ) -> Packet {
+        Packet {
+            // SAFETY: `off` is a buffer offset inside the pool's memory (the caller's contract).
+            buf: unsafe { NonNull::new_unchecked(base.as_ptr().add(off as usize)) },
+            pool: shared,
+            dma: data_iova + u64::from(off),
+            off,
+            data,
+            len,
+            meta,
+        }
+    }
+
     #[inline(always)]
     fn buf_size(&self) -> usize {
         // SAFETY: a packet keeps its pool's `Shared` alive.
@@ -484,6 +553,7 @@ impl Packet {
             return None;
         }
         self.data -= n as u16;
+        self.dma -= n as u64;
         self.len += n as u16;
         Some(self.data_mut())
     }
@@ -496,6 +566,7 @@ impl Packet {
             return false;
         }
         self.data += n as u16;
+        self.dma += n as u64;
         self.len -= n as u16;
         true
     }
@@ -503,13 +574,13 @@ impl Packet {
     /// Bus address of the first frame byte (what a transmit descriptor points at).
     #[inline(always)]
     pub fn data_iova(&self) -> u64 {
-        self.iova + self.data as u64
+        self.dma
     }
 
     /// Bus address of the buffer start.
     #[inline(always)]
     pub fn buf_iova(&self) -> u64 {
-        self.iova
+        self.dma - u64::from(self.data)
     }
 
     /// Resets the packet for receive: headroom back to the pool default, length 0, metadata
@@ -517,7 +588,9 @@ impl Packet {
     #[inline(always)]
     pub fn reset_for_rx(&mut self) -> u64 {
         // SAFETY: a packet keeps its pool's `Shared` alive.
-        self.data = unsafe { self.pool.as_ref() }.headroom;
+        let headroom = unsafe { self.pool.as_ref() }.headroom;
+        self.dma = self.buf_iova() + u64::from(headroom);
+        self.data = headroom;
         self.len = 0;
         self.meta = Meta::default();
         self.data_iova()
@@ -538,7 +611,7 @@ impl Packet {
 impl Drop for Packet {
     fn drop(&mut self) {
         // SAFETY: the packet keeps the pool alive, and its buffer is not referenced any more.
-        unsafe { Shared::release(self.pool, std::iter::once(self.index)) };
+        unsafe { Shared::release(self.pool, &[&[self.off]]) };
     }
 }
 

@@ -163,7 +163,7 @@ impl<B: Bus> IxgbeRx<B> {
             CHIP_RX,
         )?;
         let on = strip.applied();
-        ring.hw_strip = on;
+        ring.set_hw_strip(on);
         let q = IxgbeRx {
             ring,
             regs,
@@ -208,7 +208,7 @@ impl<B: Bus> IxgbeRx<B> {
 
     /// Whether the device strips VLAN tags on this queue now (RXDCTL.VME as the ring uses it).
     pub fn vlan_strip(&self) -> bool {
-        self.ring.hw_strip
+        self.ring.hw_strip()
     }
 
     /// Turns VLAN stripping on this queue on or off, synchronously (see the module doc):
@@ -230,7 +230,7 @@ impl<B: Bus> IxgbeRx<B> {
     /// The synchronous switch: stop, harvest everything into `out`, switch, restart.
     pub(crate) fn switch_now(&mut self, out: &mut Vec<Packet>) -> Result<()> {
         let on = self.strip.wanted();
-        if self.stopping.is_none() && on == self.ring.hw_strip {
+        if self.stopping.is_none() && on == self.ring.hw_strip() {
             return Ok(());
         }
         let m = &*self.regs;
@@ -241,10 +241,10 @@ impl<B: Bus> IxgbeRx<B> {
         wait_for(m, &self.name, reg, "RXDCTL.ENABLE", en, 0, self.timeout)?;
         let size = self.ring.size();
         while self.ring.done_pending() {
-            if self.ring.pool().stats().free == 0 {
+            if !self.ring.can_refill() {
                 // Finished frames but no buffers to re-arm their slots with: keep the old
                 // setting rather than report them wrongly.
-                let old = self.ring.hw_strip;
+                let old = self.ring.hw_strip();
                 self.strip.request(old);
                 self.restart(old)?;
                 return Err(Error::InvalidConfig(format!(
@@ -270,7 +270,7 @@ impl<B: Bus> IxgbeRx<B> {
         m.write(reg, v | if on { vme } else { 0 } | en);
         self.stopping = None;
         wait_for(m, &self.name, reg, "RXDCTL.ENABLE", en, en, self.timeout)?;
-        self.ring.hw_strip = on;
+        self.ring.set_hw_strip(on);
         self.strip.applied.store(on, Ordering::Release);
         self.ring.rearm_all();
         tracing::debug!(port = %self.name, queue = self.queue, strip = on, "VLAN strip switched");
@@ -286,7 +286,7 @@ impl<B: Bus> IxgbeRx<B> {
             let n = self.held.len().min(max);
             batch.extend(self.held.drain(..n));
             if !self.held.is_empty()
-                || self.stopping.is_none() && self.strip.wanted() == self.ring.hw_strip
+                || self.stopping.is_none() && self.strip.wanted() == self.ring.hw_strip()
             {
                 return Ok(n);
             }
@@ -317,7 +317,7 @@ impl<B: Bus> IxgbeRx<B> {
                 );
                 m.write(reg, v | en);
                 self.stopping = None;
-                self.strip.request(self.ring.hw_strip);
+                self.strip.request(self.ring.hw_strip());
             }
             return Ok(batch.len() - before);
         }
@@ -335,7 +335,7 @@ impl<B: Bus> IxgbeRx<B> {
 impl<B: Bus> RxQueue for IxgbeRx<B> {
     #[inline]
     fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
-        if self.strip.wanted() != self.ring.hw_strip
+        if self.strip.wanted() != self.ring.hw_strip()
             || self.stopping.is_some()
             || !self.held.is_empty()
         {

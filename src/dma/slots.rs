@@ -1,0 +1,547 @@
+//! The buffers behind a descriptor ring's slots.
+//!
+//! Why this exists: a ring touches a buffer three times per packet (arm a receive slot with it,
+//! hand its frame to the application, take it back after transmit). Moving a whole [`Packet`]
+//! (40 bytes) through ring arrays each time cost more than the descriptor work itself, so rings
+//! keep only the buffer's 4-byte pool offset and a [`Packet`] exists only while the application
+//! holds the frame:
+//! - [`RxSlots`]: one buffer per receive slot, all from the queue's pool, plus a small reserve
+//!   taken from the pool in one lock per burst. Harvesting a slot swaps its buffer for a
+//!   reserved one and builds the packet directly in the caller's batch.
+//! - [`TxSlots`]: a FIFO of the offsets of buffers queued for transmit, in send order, with the
+//!   pool each run of them came from; finished buffers go back to their pools a whole run at a
+//!   time (one lock, one copy), not packet by packet.
+//!
+//! Ownership: an offset held here is owned here exactly as a packet owns its buffer, and these
+//! types never hand an offset out, so safe code cannot make two owners of one buffer. The
+//! descriptor format stays with the ring, which passes closures that decode a write-back and
+//! arm a slot. Both loops keep their bookkeeping in a guard that commits on unwind too, so a
+//! panicking closure loses at most buffers (leaked, never doubly owned).
+
+use std::collections::VecDeque;
+use std::ptr::NonNull;
+
+use super::pool::{Meta, Packet, Pool, Shared};
+use crate::error::{Error, Result};
+
+/// Most buffers a receive ring keeps in reserve beyond its slots.
+pub const RX_RESERVE: usize = 64;
+
+/// The buffers of a receive ring: one per slot, all from one pool.
+pub struct RxSlots {
+    pool: Pool,
+    shared: NonNull<Shared>,
+    base: NonNull<u8>,
+    iova: u64,
+    headroom: u16,
+    max_len: u16,
+    fast_len: u16,
+    /// Offset of the buffer armed in each slot.
+    bufs: Box<[u32]>,
+    /// Offsets taken from the pool for re-arming, used from the top.
+    fresh: Vec<u32>,
+}
+
+// SAFETY: the offsets are owned data, the pool handle is Send + Sync, and `shared`/`base` point
+// into the pool that handle keeps alive; nothing here is tied to a thread.
+unsafe impl Send for RxSlots {}
+
+/// Commits a harvest (also on unwind): the packets written into the batch's spare capacity
+/// become part of it, and the reserved offsets moved into slots leave the reserve.
+struct Harvest<'a> {
+    fresh: &'a mut Vec<u32>,
+    batch: &'a mut Vec<Packet>,
+    batch_len: usize,
+    used: usize,
+}
+
+impl Drop for Harvest<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // SAFETY: the `used` elements behind `batch_len` were initialised with packets before
+        // `used` counted them, and capacity for them was reserved.
+        unsafe { self.batch.set_len(self.batch_len + self.used) };
+        let top = self.fresh.len() - self.used;
+        self.fresh.truncate(top);
+    }
+}
+
+impl RxSlots {
+    /// Takes `n` buffers of `pool` for `n` slots.
+    pub fn new(pool: Pool, n: usize) -> Result<RxSlots> {
+        let s = pool.shared();
+        let mut bufs = Vec::with_capacity(n);
+        {
+            let mut st = s.state.lock().unwrap_or_else(|e| e.into_inner());
+            if st.free.len() < n {
+                return Err(Error::InvalidConfig(format!(
+                    "the receive pool has {} free buffers, fewer than the ring's {n} slots; give it more buffers",
+                    st.free.len()
+                )));
+            }
+            let keep = st.free.len() - n;
+            bufs.extend(st.free[keep..].iter().rev());
+            st.free.truncate(keep);
+        }
+        let max_len = (s.buf_size - usize::from(s.headroom)).min(usize::from(u16::MAX)) as u16;
+        let fast_len = ((1u32 << (31 - (u32::from(max_len) + 1).leading_zeros())) - 1) as u16;
+        Ok(RxSlots {
+            shared: pool.shared_ptr(),
+            base: s.base,
+            iova: s.iova,
+            headroom: s.headroom,
+            max_len,
+            fast_len,
+            bufs: bufs.into_boxed_slice(),
+            fresh: Vec::with_capacity(RX_RESERVE),
+            pool,
+        })
+    }
+
+    /// Number of slots.
+    pub fn len(&self) -> usize {
+        self.bufs.len()
+    }
+
+    /// Never empty (a ring has slots); for clippy's `len_without_is_empty`.
+    pub fn is_empty(&self) -> bool {
+        self.bufs.is_empty()
+    }
+
+    /// The pool the buffers come from.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The longest frame a buffer takes behind its headroom ([`take`](Self::take) delivers
+    /// frames up to this length).
+    pub fn max_len(&self) -> u16 {
+        self.max_len
+    }
+
+    /// Bus address of the frame start in slot `i`'s buffer: what its descriptor points at.
+    pub fn data_iova(&self, i: usize) -> u64 {
+        self.iova + u64::from(self.bufs[i]) + u64::from(self.headroom)
+    }
+
+    /// Buffers in reserve.
+    #[inline(always)]
+    pub fn reserved(&self) -> usize {
+        self.fresh.len()
+    }
+
+    /// Whether a slot could be harvested now (a reserved or free buffer exists).
+    pub fn can_refill(&self) -> bool {
+        !self.fresh.is_empty() || self.pool.stats().free > 0
+    }
+
+    /// Tops the reserve up to `want` buffers (at most [`RX_RESERVE`]) with one pool lock;
+    /// returns the reserve's size. A pool that cannot fill it counts an allocation failure.
+    pub fn reserve(&mut self, want: usize) -> usize {
+        let want = want.min(RX_RESERVE);
+        let have = self.fresh.len();
+        if have < want {
+            let s = self.pool.shared();
+            let mut st = s.state.lock().unwrap_or_else(|e| e.into_inner());
+            let take = (want - have).min(st.free.len());
+            if take < want - have {
+                st.alloc_failures += 1;
+            }
+            let keep = st.free.len() - take;
+            self.fresh.extend_from_slice(&st.free[keep..]);
+            st.free.truncate(keep);
+        }
+        self.fresh.len()
+    }
+
+    /// The slow path's harvest of one slot `i`, for frames up to [`max_len`](Self::max_len):
+    /// swaps its buffer for a reserved one (re-armed through `arm(data_iova)`) and appends the
+    /// frame to `batch` as a packet. Returns false, changing nothing, when the frame is too
+    /// long or the reserve is empty.
+    pub fn take(
+        &mut self,
+        i: usize,
+        len: u16,
+        meta: Meta,
+        batch: &mut Vec<Packet>,
+        arm: impl FnOnce(u64),
+    ) -> bool {
+        if len > self.max_len || i >= self.bufs.len() {
+            return false;
+        }
+        let Some(new) = self.fresh.pop() else {
+            return false;
+        };
+        let data_iova = self.iova + u64::from(self.headroom);
+        arm(data_iova + u64::from(new));
+        let old = std::mem::replace(&mut self.bufs[i], new);
+        // SAFETY: as in `harvest`: `old` passes from the slot to the packet alone, and `len`
+        // fits behind the headroom (checked above).
+        batch.push(unsafe {
+            Packet::from_parts(
+                self.shared,
+                self.base,
+                data_iova,
+                old,
+                self.headroom,
+                len,
+                meta,
+            )
+        });
+        true
+    }
+
+    /// The longest frame [`harvest`](Self::harvest) takes as is: the largest `2^k - 1` that
+    /// fits behind the headroom. A decoder can test it with a mask, and longer frames (which
+    /// standard frames never are) go to its careful path.
+    pub fn fast_len(&self) -> u16 {
+        self.fast_len
+    }
+
+    /// Harvests the slots of `descs`, the descriptors of slots `start..start + descs.len()`
+    /// (a run that does not wrap, no longer than [`reserved`](Self::reserved)). For each in
+    /// turn, `decode(desc)` reads the write-back and returns the frame's length and metadata,
+    /// or `None` to stop there (not done yet, or anything unusual, which the caller handles on
+    /// its slow path). The length must not exceed [`fast_len`](Self::fast_len); it is masked to
+    /// it, so that no decoder can make a packet reach past its buffer. The slot is re-armed
+    /// with a reserved buffer through `arm(desc, data_iova)`, and its old buffer is appended
+    /// to `batch` as a packet. Returns how many slots were harvested.
+    ///
+    /// # Panics
+    /// If the run exceeds the slots or the reserve.
+    #[inline(always)]
+    pub fn harvest<D>(
+        &mut self,
+        start: usize,
+        descs: &[D],
+        batch: &mut Vec<Packet>,
+        mut decode: impl FnMut(&D) -> Option<(u16, Meta)>,
+        mut arm: impl FnMut(&D, u64),
+    ) -> usize {
+        let n = descs.len();
+        assert!(n <= self.fresh.len(), "harvest beyond the reserve");
+        let bufs = &mut self.bufs[start..start + n];
+        batch.reserve(n);
+        let (shared, base, headroom, len_mask) =
+            (self.shared, self.base, self.headroom, self.fast_len);
+        let data_iova = self.iova + u64::from(headroom);
+        let mut g = Harvest {
+            batch_len: batch.len(),
+            fresh: &mut self.fresh,
+            batch,
+            used: 0,
+        };
+        // SAFETY: one past the reserve's end, inside (or at the end of) its allocation; the
+        // loop reads the last `n <= fresh.len()` (asserted) offsets below it.
+        let fresh = unsafe { g.fresh.as_ptr().add(g.fresh.len()) };
+        // SAFETY: `batch_len + n <= capacity` after the reserve above: the `n` spare slots.
+        let out = unsafe { g.batch.as_mut_ptr().add(g.batch_len) };
+        for (k, (d, slot)) in descs.iter().zip(bufs.iter_mut()).enumerate() {
+            let Some((len, meta)) = decode(d) else {
+                break;
+            };
+            debug_assert!(
+                len <= len_mask,
+                "decoder passed a frame longer than fast_len"
+            );
+            let len = len & len_mask;
+            // SAFETY: `k < n`, so the element is one of the last `n` reserved offsets.
+            let new = unsafe { *fresh.sub(k + 1) };
+            arm(d, data_iova + u64::from(new));
+            let old = std::mem::replace(slot, new);
+            // SAFETY: `old` was this slot's buffer, owned by the slot alone until now and
+            // handed to the new packet alone (the slot holds `new` from here on); the length
+            // fits behind the headroom (masked above). `out + k` is a reserved spare slot.
+            unsafe {
+                out.add(k).write(Packet::from_parts(
+                    shared, base, data_iova, old, headroom, len, meta,
+                ))
+            };
+            g.used = k + 1;
+        }
+        g.used
+    }
+}
+
+impl Drop for RxSlots {
+    /// Returns every buffer to the pool. The ring's owner stopped the queue first, so the
+    /// device no longer writes them.
+    fn drop(&mut self) {
+        // SAFETY: the pool handle in `self` keeps `shared` alive, and the offsets are buffers
+        // this ring owns and nothing references any more.
+        unsafe { Shared::release(self.shared, &[&self.bufs, &self.fresh]) };
+    }
+}
+
+impl std::fmt::Debug for RxSlots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RxSlots")
+            .field("slots", &self.bufs.len())
+            .field("reserved", &self.fresh.len())
+            .finish()
+    }
+}
+
+/// The buffers a transmit ring has queued, in send order.
+pub struct TxSlots {
+    fifo: Box<[u32]>,
+    mask: usize,
+    /// Position (free-running) of the oldest queued buffer.
+    head: usize,
+    /// Position of the next buffer queued.
+    tail: usize,
+    /// Runs of buffers from one pool, oldest first: the pool and the position of the run's
+    /// first buffer. The last run is the current one and stays when it empties.
+    runs: VecDeque<(NonNull<Shared>, usize)>,
+}
+
+// SAFETY: the offsets are owned buffers of the pools named in `runs`, which stay alive while
+// any of their buffers is out; the pools' shared state is synchronized.
+unsafe impl Send for TxSlots {}
+
+/// Commits a send (also on unwind): the first `taken` packets leave the batch without being
+/// dropped, since their buffers are now queued.
+struct Taken<'a> {
+    batch: &'a mut Vec<Packet>,
+    taken: usize,
+}
+
+impl Drop for Taken<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        let len = self.batch.len();
+        let rest = len - self.taken;
+        // SAFETY: the first `taken` packets are owned by the FIFO now; moving the remaining
+        // `rest` to the front (overlapping copy) and shortening the vector forgets them
+        // without dropping them.
+        unsafe {
+            let p = self.batch.as_mut_ptr();
+            if rest > 0 {
+                std::ptr::copy(p.add(self.taken), p, rest);
+            }
+            self.batch.set_len(rest);
+        }
+    }
+}
+
+impl TxSlots {
+    /// A FIFO for up to `capacity` buffers (rounded up to a power of two).
+    pub fn new(capacity: usize) -> TxSlots {
+        let cap = capacity.next_power_of_two();
+        TxSlots {
+            fifo: vec![0; cap].into_boxed_slice(),
+            mask: cap - 1,
+            head: 0,
+            tail: 0,
+            runs: VecDeque::with_capacity(4),
+        }
+    }
+
+    /// Position after the newest queued buffer: [`release`](Self::release) up to it frees
+    /// everything queued so far.
+    #[inline(always)]
+    pub fn tail(&self) -> usize {
+        self.tail
+    }
+
+    /// Buffers queued.
+    pub fn queued(&self) -> usize {
+        self.tail.wrapping_sub(self.head)
+    }
+
+    /// Takes the buffers of up to `n` packets from the front of `batch`: for each in order,
+    /// `put(k, &packet)` writes its descriptors and returns `true`, or returns `false` to stop
+    /// before it (no room). The packets taken leave `batch`; the rest stay, in order. Returns
+    /// how many were taken.
+    ///
+    /// # Panics
+    /// If `n` exceeds `batch.len()` or the FIFO's free room.
+    #[inline(always)]
+    pub fn send(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        n: usize,
+        mut put: impl FnMut(usize, &Packet) -> bool,
+    ) -> usize {
+        assert!(
+            n <= batch.len() && n <= self.fifo.len() - self.queued(),
+            "send beyond the batch or the FIFO"
+        );
+        let mut cur = self.runs.back().map_or(NonNull::dangling(), |r| r.0);
+        let mut g = Taken { batch, taken: 0 };
+        let src = g.batch.as_ptr();
+        let fifo = self.fifo.as_mut_ptr();
+        let mut tail = self.tail;
+        for k in 0..n {
+            // SAFETY: `k < n <= len`; the packet stays in the vector (borrowed, not moved)
+            // until the guard removes it.
+            let p = unsafe { &*src.add(k) };
+            if !put(k, p) {
+                break;
+            }
+            if p.pool != cur {
+                self.new_run(p.pool, tail);
+                cur = p.pool;
+            }
+            // SAFETY: the index is masked to the FIFO's power-of-two length; the slot is free
+            // (fewer than `len` buffers are queued, checked above).
+            unsafe { *fifo.add(tail & self.mask) = p.off };
+            tail = tail.wrapping_add(1);
+            g.taken = k + 1;
+        }
+        // (A panic in `put` skips this: the buffers already queued are leaked, never doubly
+        // owned, since the guard still removes their packets from the batch.)
+        self.tail = tail;
+        g.taken
+    }
+
+    #[cold]
+    fn new_run(&mut self, pool: NonNull<Shared>, at: usize) {
+        match self.runs.back_mut() {
+            Some(last) if last.1 == at => last.0 = pool,
+            _ => self.runs.push_back((pool, at)),
+        }
+    }
+
+    /// Returns the buffers queued before position `upto` (a [`tail`](Self::tail) seen earlier)
+    /// to their pools, one lock per run. The caller knows the device is done with them.
+    pub fn release(&mut self, upto: usize) {
+        debug_assert!(upto.wrapping_sub(self.head) <= self.queued());
+        while self.head != upto {
+            let (pool, _) = self.runs[0];
+            let run_end = self.runs.get(1).map_or(self.tail, |r| r.1);
+            let end = if run_end.wrapping_sub(self.head) < upto.wrapping_sub(self.head) {
+                run_end
+            } else {
+                upto
+            };
+            let a = self.head & self.mask;
+            let len = end.wrapping_sub(self.head);
+            let (first, second) = if a + len <= self.fifo.len() {
+                (&self.fifo[a..a + len], &[][..])
+            } else {
+                (&self.fifo[a..], &self.fifo[..a + len - self.fifo.len()])
+            };
+            // SAFETY: these buffers came from packets of `pool` (a run holds one pool's
+            // buffers), which stays alive while they are out; they are owned by this FIFO
+            // alone and leave it here.
+            unsafe { Shared::release(pool, &[first, second]) };
+            self.head = end;
+            if end == run_end && self.runs.len() > 1 {
+                self.runs.pop_front();
+            }
+        }
+    }
+}
+
+impl Drop for TxSlots {
+    /// Returns every queued buffer (the ring's owner stopped the queue first).
+    fn drop(&mut self) {
+        self.release(self.tail);
+    }
+}
+
+impl std::fmt::Debug for TxSlots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxSlots")
+            .field("queued", &self.queued())
+            .field("runs", &self.runs.len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dma::{IdentityMapper, PoolConfig};
+    use std::sync::Arc;
+
+    fn pool(n: usize) -> Pool {
+        Pool::new(
+            PoolConfig {
+                buffers: n,
+                ..PoolConfig::default()
+            },
+            Arc::new(IdentityMapper),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn receive_slots_swap_buffers_and_give_everything_back() {
+        let p = pool(16);
+        let mut s = RxSlots::new(p.clone(), 8).unwrap();
+        assert!(RxSlots::new(p.clone(), 9).is_err());
+        assert_eq!(p.stats().free, 8);
+        assert_eq!(s.reserve(4), 4);
+        let before: Vec<u64> = (0..8).map(|i| s.data_iova(i)).collect();
+        let mut armed = Vec::new();
+        let mut batch = Vec::new();
+        let meta = Meta {
+            vlan_tci: 7,
+            ..Meta::default()
+        };
+        // Slot 4 stops the harvest.
+        let idx: Vec<usize> = (0..8).collect();
+        let n = s.harvest(
+            2,
+            &idx[2..6],
+            &mut batch,
+            |&i| (i < 4).then_some((60, meta)),
+            |&i, a| armed.push((i, a)),
+        );
+        assert_eq!(n, 2);
+        assert_eq!(batch.len(), 2);
+        assert_eq!(batch[0].data_iova(), before[2]);
+        assert_eq!(batch[1].data_iova(), before[3]);
+        assert_eq!((batch[0].len(), batch[0].meta), (60, meta));
+        assert_eq!(armed.len(), 2);
+        assert_eq!(armed[0].0, 2);
+        assert_eq!(s.data_iova(2), armed[0].1);
+        assert!(!before.contains(&armed[0].1));
+        assert_eq!(s.reserved(), 2);
+        assert_eq!(s.fast_len(), 2047);
+        assert!(
+            !s.take(4, 4000, meta, &mut batch, |_| ()),
+            "longer than a buffer"
+        );
+        assert!(s.take(4, 2048, meta, &mut batch, |a| armed.push((4, a))));
+        assert_eq!((batch[2].len(), s.data_iova(4)), (2048, armed[2].1));
+        assert_eq!(s.reserved(), 1);
+        assert!(batch.iter().all(|b| b.is_from(&p)));
+        assert_eq!(p.stats().in_use, 8 + 3 + 1);
+        drop(batch);
+        drop(s);
+        assert_eq!(p.stats().free, 16);
+    }
+
+    #[test]
+    fn transmit_fifo_keeps_runs_of_pools_and_releases_them_home() {
+        let a = pool(8);
+        let b = pool(8);
+        let mut t = TxSlots::new(8);
+        let mut batch = Vec::new();
+        a.alloc_bulk(3, &mut batch);
+        b.alloc_bulk(2, &mut batch);
+        a.alloc_bulk(2, &mut batch);
+        // The fifth packet is refused: it and the two behind it stay in the batch.
+        let n = t.send(&mut batch, 7, |k, _| k < 4);
+        assert_eq!((n, batch.len(), t.queued()), (4, 3, 4));
+        assert!(batch[0].is_from(&b) && batch[1].is_from(&a));
+        let mark = t.tail();
+        assert_eq!(t.send(&mut batch, 3, |_, _| true), 3);
+        assert_eq!((a.stats().free, b.stats().free), (3, 6));
+        t.release(2);
+        assert_eq!((a.stats().free, b.stats().free), (5, 6));
+        t.release(mark);
+        assert_eq!((a.stats().free, b.stats().free), (6, 7));
+        // Wrap around the FIFO a few times with one pool.
+        for _ in 0..5 {
+            t.release(t.tail());
+            a.alloc_bulk(5, &mut batch);
+            assert_eq!(t.send(&mut batch, 5, |_, _| true), 5);
+        }
+        drop(t);
+        assert_eq!((a.stats().free, b.stats().free), (8, 8));
+    }
+}
