@@ -153,11 +153,45 @@ pub trait RxQueue: Send {
     fn pool(&self) -> &Pool;
 }
 
+/// What a transmit burst with software tag insertion did ([`TxQueue::tx_burst_sw_vlan`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SwVlanTx {
+    /// Packets queued.
+    pub sent: usize,
+    /// Tags pushed into frames.
+    pub inserted: u64,
+    /// Packets dropped because their frame could not take the tag (shorter than 12 bytes, or
+    /// no 4 bytes to spare in the buffer): never sent untagged onto the wrong VLAN.
+    pub malformed: u64,
+}
+
 /// A transmit queue.
 pub trait TxQueue: Send {
     /// Queues packets from the front of `batch` and removes them from it; the rest stay in the
     /// batch for the caller to retry or drop. Returns how many were queued.
     fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError>;
+
+    /// [`tx_burst`](Self::tx_burst) with software VLAN insertion: every packet marked
+    /// [`Meta::TX_VLAN`](crate::dma::Meta::TX_VLAN) gets its tag pushed into the frame (TPID
+    /// `tpid`) and the mark cleared before it is queued; a packet that cannot take it is
+    /// dropped and counted. Dropped packets leave the batch too.
+    ///
+    /// The default makes one pass over the batch, then calls `tx_burst`. A driver that looks at
+    /// every packet's flags anyway overrides it to insert on its way, so that a burst without
+    /// tagged packets costs nothing extra.
+    fn tx_burst_sw_vlan(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        tpid: crate::vlan::Tpid,
+    ) -> Result<SwVlanTx, QueueError> {
+        let (inserted, malformed) = crate::vlan::insert_all(batch, tpid);
+        Ok(SwVlanTx {
+            sent: self.tx_burst(batch)?,
+            inserted,
+            malformed,
+        })
+    }
+
     /// The queue's software counters.
     fn stats(&self) -> QueueStats;
 }

@@ -10,7 +10,8 @@ use std::str::FromStr;
 
 use crate::bus::{Bus, PciBus};
 use crate::device::{
-    LinkStatus, Port, PortInfo, PortStats, QueueError, QueueSet, QueueStats, RxQueue, TxQueue,
+    LinkStatus, Port, PortInfo, PortStats, QueueError, QueueSet, QueueStats, RxQueue, SwVlanTx,
+    TxQueue,
 };
 use crate::dma::{Packet, Pool};
 use crate::error::{Error, Result};
@@ -20,6 +21,7 @@ use crate::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx, IxgbeTx};
 use crate::null::{NullConfig, NullPort, NullRx, NullTx};
 use crate::pci::PciAddress;
 use crate::sim::{SimConfig, SimPort};
+use crate::vlan::Tpid;
 
 /// A parsed port name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -253,6 +255,19 @@ impl TxQueue for AnyTx {
             AnyTx::Igb(q) => q.tx_burst(batch),
             AnyTx::Ixgbe(q) => q.tx_burst(batch),
             AnyTx::IxgbeSim(q) => q.tx_burst(batch),
+        }
+    }
+    #[inline]
+    fn tx_burst_sw_vlan(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        tpid: Tpid,
+    ) -> Result<SwVlanTx, QueueError> {
+        match self {
+            AnyTx::Null(q) => q.tx_burst_sw_vlan(batch, tpid),
+            AnyTx::Igb(q) => q.tx_burst_sw_vlan(batch, tpid),
+            AnyTx::Ixgbe(q) => q.tx_burst_sw_vlan(batch, tpid),
+            AnyTx::IxgbeSim(q) => q.tx_burst_sw_vlan(batch, tpid),
         }
     }
     fn stats(&self) -> QueueStats {

@@ -30,10 +30,11 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
 
-use crate::device::{QueueError, QueueStats};
+use crate::device::{QueueError, QueueStats, SwVlanTx};
 use crate::dma::{DescTable, Meta, Packet, Pool, RxSlots, TxSlots};
 use crate::error::{Error, Result};
 use crate::mmio::Mmio;
+use crate::vlan::{PacketVlan, Tci, Tpid};
 
 /// Descriptor size in bytes (both directions, both chips).
 pub const DESC_SIZE: usize = 16;
@@ -467,6 +468,16 @@ pub struct TxRing<M: Mmio> {
     stats: QueueStats,
 }
 
+/// What [`TxRing::put_tagged`] did with the packet at the front of the batch.
+enum Tagged {
+    /// Queued; its frame length.
+    Sent(u32),
+    /// Dropped: software mode, and the frame could not take its tag.
+    Dropped,
+    /// Left in the batch: no room for it (and its context descriptor) in this burst.
+    NoRoom,
+}
+
 /// cmd_type_len of every data descriptor (the length goes in bits 15:0).
 const TX_DATA_CMD: u32 = tx::DTYP_DATA | tx::DEXT | tx::IFCS | tx::EOP;
 
@@ -545,83 +556,155 @@ impl<M: Mmio> TxRing<M> {
     /// Queues packets from the front of `batch`; leaves the rest there.
     ///
     /// Each packet takes one data descriptor, plus a context descriptor when it asks for a
-    /// tag other than the one the context slot holds. The descriptor that ends the burst asks
-    /// for a write-back when `rs_interval` descriptors have gone out since the last request.
+    /// tag other than the one the context slot holds. Runs of packets without a tag go through
+    /// the fast loop (one descriptor each, no wrap inside a run); a tagged packet goes through
+    /// [`TxRing::put_tagged`]. The descriptor that ends the burst asks for a write-back when
+    /// `rs_interval` descriptors have gone out since the last request.
     #[inline]
     pub fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
+        Ok(self.burst(batch, None)?.sent)
+    }
+
+    /// [`TxRing::tx_burst`] with software tag insertion (TPID `tpid`) for the packets that ask
+    /// for a tag, done where the fast loop stops for them anyway: untagged bursts pay nothing.
+    #[inline]
+    pub fn tx_burst_sw_vlan(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        tpid: Tpid,
+    ) -> Result<SwVlanTx, QueueError> {
+        self.burst(batch, Some(tpid))
+    }
+
+    #[inline(always)]
+    fn burst(&mut self, batch: &mut Vec<Packet>, sw: Option<Tpid>) -> Result<SwVlanTx, QueueError> {
         self.reclaim();
         // One slot stays empty so that tail == head means "empty", never "full".
         let room = self.mask - self.in_flight();
         let total = batch.len();
-        let want = total.min(room);
-        let mask = self.mask;
         let start = self.next;
-        let mut next = start;
+        let size = self.mask + 1;
+        let mut r = SwVlanTx::default();
         let mut bytes = 0u64;
-        let mut ctx_tci = self.ctx_tci;
-        let desc = self.desc.view();
-        let sent = if want == 0 {
-            0
-        } else {
-            self.slots.send(batch, want, |k, p| {
-                let len = p.len() as u32;
-                let mut cmd = TX_DATA_CMD | len;
+        loop {
+            let left = room - (self.next.wrapping_sub(start) & self.mask);
+            let want = batch.len().min(left);
+            if want == 0 {
+                break;
+            }
+            let run = want.min(size - self.next);
+            let descs = &self.desc.descs()[self.next..self.next + run];
+            let k = self.slots.send(batch, descs, |d, p| {
                 if p.meta.flags & Meta::TX_VLAN != 0 {
-                    let tci = p.meta.vlan_tci;
-                    if ctx_tci != Some(tci) {
-                        // A context descriptor carrying the tag; it stays valid for later
-                        // packets. The packets after this one still need a slot each.
-                        let used = next.wrapping_sub(start) & mask;
-                        if used + 2 + (want - k - 1) > room {
-                            return false;
-                        }
-                        let d = desc.at(next);
-                        d.store(0, u64::from(tci) << 16 | 14 << tx::MACLEN_SHIFT, Relaxed);
-                        d.store(
-                            1,
-                            u64::from(tx::DTYP_CTXT | tx::DEXT | tx::L4T_RSV),
-                            Relaxed,
-                        );
-                        next = (next + 1) & mask;
-                        ctx_tci = Some(tci);
-                    }
-                    cmd |= tx::VLE;
+                    return false;
                 }
-                let d = desc.at(next);
+                let len = p.len() as u32;
                 d.store(0, p.data_iova(), Relaxed);
                 d.store(
                     1,
-                    u64::from(cmd) | u64::from(len) << (32 + tx::PAYLEN_SHIFT),
+                    u64::from(TX_DATA_CMD | len) | u64::from(len) << (32 + tx::PAYLEN_SHIFT),
                     Relaxed,
                 );
-                next = (next + 1) & mask;
                 bytes += u64::from(len);
                 true
-            })
-        };
-        self.stats.no_room += (total - sent) as u64;
-        if sent == 0 {
-            if total > 0 && self.mmio.read32(self.head) == u32::MAX {
+            });
+            r.sent += k;
+            self.next = (self.next + k) & self.mask;
+            if k < run {
+                match self.put_tagged(batch, left - k, want - k, sw) {
+                    Tagged::Sent(len) => {
+                        r.sent += 1;
+                        bytes += u64::from(len);
+                        r.inserted += u64::from(sw.is_some());
+                    }
+                    Tagged::Dropped => r.malformed += 1,
+                    Tagged::NoRoom => break,
+                }
+            }
+        }
+        self.stats.no_room += (total - r.sent - r.malformed as usize) as u64;
+        if r.sent == 0 {
+            if total > 0 && r.malformed == 0 && self.mmio.read32(self.head) == u32::MAX {
                 return Err(QueueError::DeviceGone);
             }
-            return Ok(0);
+            return Ok(r);
         }
-        self.ctx_tci = ctx_tci;
-        self.since_rs += next.wrapping_sub(start) & mask;
+        self.since_rs += self.next.wrapping_sub(start) & self.mask;
         if self.since_rs >= self.rs_interval {
             // The burst's last descriptor is a data descriptor (a context one always precedes
             // its packet's), and still ours: the tail has not moved past it yet.
-            let last = next.wrapping_sub(1) & mask;
+            let last = self.next.wrapping_sub(1) & self.mask;
             let cmd = self.desc.load_dword(last, 2, Relaxed);
             self.desc.store_dword(last, 2, cmd | tx::RS, Relaxed);
             self.rs_marks.push_back((last, self.slots.tail()));
             self.since_rs = 0;
         }
-        self.next = next;
-        self.mmio.doorbell(self.tail, next as u32);
-        self.stats.packets += sent as u64;
+        self.mmio.doorbell(self.tail, self.next as u32);
+        self.stats.packets += r.sent as u64;
         self.stats.bytes += bytes;
-        Ok(sent)
+        Ok(r)
+    }
+
+    /// Queues the packet at the front of `batch`, which asks for a tag. In hardware mode
+    /// (`sw` is `None`): a context descriptor first when the context slot holds another tag,
+    /// then the data descriptor with VLE. In software mode: the tag is pushed into the frame
+    /// and the packet goes out plain; a frame that cannot take it is dropped.
+    /// `room` is the descriptors left in this burst and `packets` the packets still to queue
+    /// in it (this one included); a context descriptor is written only if every one of them
+    /// still gets its slot.
+    #[cold]
+    #[inline(never)]
+    fn put_tagged(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        room: usize,
+        packets: usize,
+        sw: Option<Tpid>,
+    ) -> Tagged {
+        let Some(p) = batch.first_mut() else {
+            return Tagged::NoRoom;
+        };
+        let tci = p.meta.vlan_tci;
+        let mut cmd = TX_DATA_CMD;
+        if let Some(tpid) = sw {
+            if !p.push_vlan(tpid, Tci::from_raw(tci)) {
+                tracing::debug!("VLAN: dropping a frame that cannot take its transmit tag");
+                drop(batch.remove(0));
+                return Tagged::Dropped;
+            }
+            p.meta.flags &= !Meta::TX_VLAN;
+        } else {
+            if self.ctx_tci != Some(tci) {
+                if packets + 1 > room {
+                    return Tagged::NoRoom;
+                }
+                // A context descriptor carrying the tag; it stays valid for later packets.
+                let d = self.desc.view().at(self.next);
+                d.store(0, u64::from(tci) << 16 | 14 << tx::MACLEN_SHIFT, Relaxed);
+                d.store(
+                    1,
+                    u64::from(tx::DTYP_CTXT | tx::DEXT | tx::L4T_RSV),
+                    Relaxed,
+                );
+                self.next = (self.next + 1) & self.mask;
+                self.ctx_tci = Some(tci);
+            }
+            cmd |= tx::VLE;
+        }
+        let len = p.len() as u32;
+        let i = self.next;
+        let taken = self.slots.send(batch, &self.desc.descs()[i..=i], |d, p| {
+            d.store(0, p.data_iova(), Relaxed);
+            d.store(
+                1,
+                u64::from(cmd | len) | u64::from(len) << (32 + tx::PAYLEN_SHIFT),
+                Relaxed,
+            );
+            true
+        });
+        debug_assert_eq!(taken, 1);
+        self.next = (i + 1) & self.mask;
+        Tagged::Sent(len)
     }
 
     /// Reclaims everything the device has finished, according to its head register (an MMIO

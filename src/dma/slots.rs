@@ -299,16 +299,19 @@ pub struct TxSlots {
 // any of their buffers is out; the pools' shared state is synchronized.
 unsafe impl Send for TxSlots {}
 
-/// Commits a send (also on unwind): the first `taken` packets leave the batch without being
-/// dropped, since their buffers are now queued.
+/// Commits a send (also on unwind): the FIFO's new tail, and the first `taken` packets leave
+/// the batch without being dropped, since their buffers are now queued.
 struct Taken<'a> {
     batch: &'a mut Vec<Packet>,
     taken: usize,
+    fifo_tail: &'a mut usize,
+    tail: usize,
 }
 
 impl Drop for Taken<'_> {
     #[inline(always)]
     fn drop(&mut self) {
+        *self.fifo_tail = self.tail;
         let len = self.batch.len();
         let rest = len - self.taken;
         // SAFETY: the first `taken` packets are owned by the FIFO now; moving the remaining
@@ -349,58 +352,53 @@ impl TxSlots {
         self.tail.wrapping_sub(self.head)
     }
 
-    /// Takes the buffers of up to `n` packets from the front of `batch`: for each in order,
-    /// `put(k, &packet)` writes its descriptors and returns `true`, or returns `false` to stop
-    /// before it (no room). The packets taken leave `batch`; the rest stay, in order. Returns
-    /// how many were taken.
+    /// Takes the buffers of packets from the front of `batch`, one per element of `descs`
+    /// (the descriptors they go to): for each packet in order, `put(desc, &packet)` writes its
+    /// descriptor and returns `true`, or returns `false` to stop before it. The packets taken
+    /// leave `batch`; the rest stay, in order. Returns how many were taken.
     ///
     /// # Panics
-    /// If `n` exceeds `batch.len()` or the FIFO's free room.
+    /// If `descs` is longer than `batch` or the FIFO's free room.
     #[inline(always)]
-    pub fn send(
+    pub fn send<D>(
         &mut self,
         batch: &mut Vec<Packet>,
-        n: usize,
-        mut put: impl FnMut(usize, &Packet) -> bool,
+        descs: &[D],
+        mut put: impl FnMut(&D, &Packet) -> bool,
     ) -> usize {
+        let n = descs.len();
         assert!(
             n <= batch.len() && n <= self.fifo.len() - self.queued(),
             "send beyond the batch or the FIFO"
         );
         let mut cur = self.runs.back().map_or(NonNull::dangling(), |r| r.0);
-        let mut g = Taken { batch, taken: 0 };
-        let src = g.batch.as_ptr();
-        let fifo = self.fifo.as_mut_ptr();
-        let mut tail = self.tail;
-        for k in 0..n {
+        let (fifo, mask) = (self.fifo.as_mut_ptr(), self.mask);
+        let runs = &mut self.runs;
+        let mut g = Taken {
+            batch,
+            taken: 0,
+            tail: self.tail,
+            fifo_tail: &mut self.tail,
+        };
+        let packets = g.batch[..n].as_ptr();
+        for (k, d) in descs.iter().enumerate() {
             // SAFETY: `k < n <= len`; the packet stays in the vector (borrowed, not moved)
             // until the guard removes it.
-            let p = unsafe { &*src.add(k) };
-            if !put(k, p) {
+            let p = unsafe { &*packets.add(k) };
+            if !put(d, p) {
                 break;
             }
             if p.pool != cur {
-                self.new_run(p.pool, tail);
+                new_run(runs, p.pool, g.tail);
                 cur = p.pool;
             }
             // SAFETY: the index is masked to the FIFO's power-of-two length; the slot is free
             // (fewer than `len` buffers are queued, checked above).
-            unsafe { *fifo.add(tail & self.mask) = p.off };
-            tail = tail.wrapping_add(1);
+            unsafe { *fifo.add(g.tail & mask) = p.off };
+            g.tail = g.tail.wrapping_add(1);
             g.taken = k + 1;
         }
-        // (A panic in `put` skips this: the buffers already queued are leaked, never doubly
-        // owned, since the guard still removes their packets from the batch.)
-        self.tail = tail;
         g.taken
-    }
-
-    #[cold]
-    fn new_run(&mut self, pool: NonNull<Shared>, at: usize) {
-        match self.runs.back_mut() {
-            Some(last) if last.1 == at => last.0 = pool,
-            _ => self.runs.push_back((pool, at)),
-        }
     }
 
     /// Returns the buffers queued before position `upto` (a [`tail`](Self::tail) seen earlier)
@@ -431,6 +429,16 @@ impl TxSlots {
                 self.runs.pop_front();
             }
         }
+    }
+}
+
+/// Starts a run of buffers from `pool` at FIFO position `at` (or renames the last run, if it
+/// starts there and so is empty).
+#[cold]
+fn new_run(runs: &mut VecDeque<(NonNull<Shared>, usize)>, pool: NonNull<Shared>, at: usize) {
+    match runs.back_mut() {
+        Some(last) if last.1 == at => last.0 = pool,
+        _ => runs.push_back((pool, at)),
     }
 }
 
@@ -525,11 +533,12 @@ mod tests {
         b.alloc_bulk(2, &mut batch);
         a.alloc_bulk(2, &mut batch);
         // The fifth packet is refused: it and the two behind it stay in the batch.
-        let n = t.send(&mut batch, 7, |k, _| k < 4);
+        let d: Vec<usize> = (0..8).collect();
+        let n = t.send(&mut batch, &d[..7], |&k, _| k < 4);
         assert_eq!((n, batch.len(), t.queued()), (4, 3, 4));
         assert!(batch[0].is_from(&b) && batch[1].is_from(&a));
         let mark = t.tail();
-        assert_eq!(t.send(&mut batch, 3, |_, _| true), 3);
+        assert_eq!(t.send(&mut batch, &d[..3], |_, _| true), 3);
         assert_eq!((a.stats().free, b.stats().free), (3, 6));
         t.release(2);
         assert_eq!((a.stats().free, b.stats().free), (5, 6));
@@ -539,7 +548,7 @@ mod tests {
         for _ in 0..5 {
             t.release(t.tail());
             a.alloc_bulk(5, &mut batch);
-            assert_eq!(t.send(&mut batch, 5, |_, _| true), 5);
+            assert_eq!(t.send(&mut batch, &d[..5], |_, _| true), 5);
         }
         drop(t);
         assert_eq!((a.stats().free, b.stats().free), (8, 8));

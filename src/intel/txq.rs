@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bus::Bus;
-use crate::device::{QueueError, QueueStats, TxQueue};
+use crate::device::{QueueError, QueueStats, SwVlanTx, TxQueue};
 use crate::dma::Packet;
 use crate::error::Result;
 use crate::mmio::Mmio;
 use crate::ring::TxRing;
+use crate::vlan::Tpid;
 
 use super::queue::{QueueCtl, RingRegs};
 
@@ -94,6 +95,15 @@ impl<B: Bus> TxQueue for IntelTx<B> {
     #[inline]
     fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
         self.ring.tx_burst(batch)
+    }
+
+    #[inline]
+    fn tx_burst_sw_vlan(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        tpid: Tpid,
+    ) -> Result<SwVlanTx, QueueError> {
+        self.ring.tx_burst_sw_vlan(batch, tpid)
     }
 
     fn stats(&self) -> QueueStats {

@@ -59,6 +59,7 @@ pub use control::{VlanCaps, VlanConfig, VlanControl, VlanHardware};
 pub use filter::VlanFilter;
 pub use frame::{find_tag, tx_wire_frame, tx_wire_frame_into, Lookup, VlanRxCtx};
 pub use packet::PacketVlan;
+pub(crate) use queue::insert_all;
 pub use queue::{VlanRx, VlanStats, VlanTx};
 pub use tag::{ReservedVid, RxMode, Tci, Tpid, TxMode, Vid};
 

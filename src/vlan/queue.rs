@@ -23,7 +23,7 @@ use crate::dma::{Meta, Packet, Pool};
 use super::control::VlanControl;
 use super::frame::{find_tag, Lookup, VlanRxCtx, TAG_LEN};
 use super::packet::PacketVlan;
-use super::tag::{RxMode, Tci, TxMode};
+use super::tag::{RxMode, Tci, Tpid, TxMode};
 
 /// What the VLAN layer did on one queue.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -269,32 +269,44 @@ impl<Q: TxQueue> TxQueue for VlanTx<Q> {
         if snap.tx_mode() == TxMode::Hardware {
             return self.inner.tx_burst(batch);
         }
-        let tpid = snap.rx_ctx().push_tpid();
-        let mut failed = 0usize;
-        for p in batch.iter_mut() {
-            if p.meta.flags & Meta::TX_VLAN != 0 {
-                if p.push_vlan(tpid, Tci::from_raw(p.meta.vlan_tci)) {
-                    p.meta.flags &= !Meta::TX_VLAN;
-                    self.stats.inserted += 1;
-                } else {
-                    failed += 1;
-                }
-            }
-        }
-        if failed > 0 {
-            tracing::debug!(
-                failed,
-                "VLAN: dropping frames that cannot take their transmit tag"
-            );
-            batch.retain(|p| p.meta.flags & Meta::TX_VLAN == 0);
-            self.stats.malformed += failed as u64;
-        }
-        Ok(self.inner.tx_burst(batch)? + failed)
+        let r = self
+            .inner
+            .tx_burst_sw_vlan(batch, snap.rx_ctx().push_tpid())?;
+        self.stats.inserted += r.inserted;
+        self.stats.malformed += r.malformed;
+        Ok(r.sent + r.malformed as usize)
     }
 
     fn stats(&self) -> QueueStats {
         self.inner.stats()
     }
+}
+
+/// Software insertion over a whole batch (the default of
+/// [`TxQueue::tx_burst_sw_vlan`]): pushes the tag of every packet marked
+/// [`Meta::TX_VLAN`] and clears the mark; drops (and counts) the packets that cannot take it.
+/// Returns (inserted, malformed).
+pub(crate) fn insert_all(batch: &mut Vec<Packet>, tpid: Tpid) -> (u64, u64) {
+    let mut inserted = 0;
+    let mut failed = 0u64;
+    for p in batch.iter_mut() {
+        if p.meta.flags & Meta::TX_VLAN != 0 {
+            if p.push_vlan(tpid, Tci::from_raw(p.meta.vlan_tci)) {
+                p.meta.flags &= !Meta::TX_VLAN;
+                inserted += 1;
+            } else {
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        tracing::debug!(
+            failed,
+            "VLAN: dropping frames that cannot take their transmit tag"
+        );
+        batch.retain(|p| p.meta.flags & Meta::TX_VLAN == 0);
+    }
+    (inserted, failed)
 }
 
 impl VlanControl {
