@@ -321,7 +321,7 @@ impl<M: Mmio> RxRing<M> {
                 0
             } else {
                 let (table, fast) = (&*self.flags, self.fast_mask);
-                self.slots.harvest(
+                let (k, b) = self.slots.harvest(
                     start,
                     &self.desc.descs()[start..start + want],
                     batch,
@@ -331,7 +331,6 @@ impl<M: Mmio> RxRing<M> {
                             return None;
                         }
                         let len = (wb >> 32) as u16;
-                        bytes += u64::from(len);
                         let e = table[wb as u8 as usize];
                         Some((len, Meta::from_low(e & ((wb >> 48) as u32 | 0xffff_0000))))
                     },
@@ -339,7 +338,9 @@ impl<M: Mmio> RxRing<M> {
                         d.store(0, iova, Relaxed);
                         d.store(1, 0, Relaxed);
                     },
-                )
+                );
+                bytes += b;
+                k
             };
             got += k;
             self.next = (start + k) & self.mask;
@@ -462,10 +463,54 @@ pub struct TxRing<M: Mmio> {
     rs_interval: usize,
     /// Descriptors with RS set, oldest first, with the buffer position queued up to them: when
     /// one is done, every slot up to it and every buffer before that position are.
-    rs_marks: std::collections::VecDeque<(usize, usize)>,
+    rs_marks: Marks,
     /// The buffers of the queued data descriptors, in order.
     slots: TxSlots,
     stats: QueueStats,
+}
+
+/// The write-back requests in flight, oldest first: a descriptor slot with RS set and the
+/// transmit FIFO position queued up to it. A fixed ring: there are never more than one per
+/// `rs_interval` descriptors in flight, plus one.
+struct Marks {
+    buf: Box<[(usize, usize)]>,
+    head: usize,
+    tail: usize,
+}
+
+impl Marks {
+    fn new(at_most: usize) -> Marks {
+        Marks {
+            buf: vec![(0, 0); at_most.next_power_of_two()].into_boxed_slice(),
+            head: 0,
+            tail: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn front(&self) -> Option<(usize, usize)> {
+        (self.head != self.tail).then(|| self.buf[self.head & (self.buf.len() - 1)])
+    }
+
+    #[inline(always)]
+    fn pop_front(&mut self) {
+        self.head = self.head.wrapping_add(1);
+    }
+
+    #[inline(always)]
+    fn push_back(&mut self, mark: (usize, usize)) {
+        let mask = self.buf.len() - 1;
+        assert!(
+            self.tail.wrapping_sub(self.head) <= mask,
+            "more write-back marks than descriptors"
+        );
+        self.buf[self.tail & mask] = mark;
+        self.tail = self.tail.wrapping_add(1);
+    }
+
+    fn clear(&mut self) {
+        self.head = self.tail;
+    }
 }
 
 /// What [`TxRing::put_tagged`] did with the packet at the front of the batch.
@@ -503,7 +548,7 @@ impl<M: Mmio> TxRing<M> {
             ctx_tci: None,
             since_rs: 0,
             rs_interval: RS_INTERVAL.min(size / 2),
-            rs_marks: std::collections::VecDeque::with_capacity(size / 2 + 1),
+            rs_marks: Marks::new(size / RS_INTERVAL.min(size / 2) + 2),
             slots: TxSlots::new(size),
             stats: QueueStats::default(),
         })
@@ -540,7 +585,7 @@ impl<M: Mmio> TxRing<M> {
     #[inline]
     fn reclaim(&mut self) {
         let mut done = None;
-        while let Some(&(slot, pos)) = self.rs_marks.front() {
+        while let Some((slot, pos)) = self.rs_marks.front() {
             if self.desc.load_dword(slot, 3, Acquire) & tx::DD == 0 {
                 break;
             }
@@ -725,7 +770,7 @@ impl<M: Mmio> TxRing<M> {
         }
         let behind = head.wrapping_sub(self.clean) & self.mask;
         let mut done = None;
-        while let Some(&(slot, pos)) = self.rs_marks.front() {
+        while let Some((slot, pos)) = self.rs_marks.front() {
             if slot.wrapping_sub(self.clean) & self.mask >= behind {
                 break;
             }

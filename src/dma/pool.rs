@@ -80,18 +80,20 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    /// Returns buffer offsets to the stack; frees everything if nothing references the pool.
+    /// Returns buffer offsets (`a`, then `b`) to the stack; frees everything if nothing
+    /// references the pool.
     ///
     /// # Safety
     /// `ptr` must point to a live `Shared` created by `Pool::new`, and each offset must come from
     /// a buffer this pool handed out that is not referenced any more.
-    pub(super) unsafe fn release(ptr: NonNull<Shared>, offsets: &[&[u32]]) {
+    pub(super) unsafe fn release(ptr: NonNull<Shared>, a: &[u32], b: &[u32]) {
         // SAFETY: the caller guarantees `ptr` is live; we only take a shared reference.
         let shared = unsafe { ptr.as_ref() };
         let last = {
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-            for run in offsets {
-                st.free.extend_from_slice(run);
+            st.free.extend_from_slice(a);
+            if !b.is_empty() {
+                st.free.extend_from_slice(b);
             }
             st.handles == 0 && st.free.len() == shared.capacity
         };
@@ -245,7 +247,6 @@ impl Pool {
             out.push(unsafe {
                 Packet::from_parts(
                     self.shared,
-                    s.base,
                     s.iova + u64::from(s.headroom),
                     off,
                     s.headroom,
@@ -267,7 +268,8 @@ impl Pool {
         let got = self.alloc_bulk(n, out);
         let len = len.min(self.buf_size() - self.headroom()) as u16;
         for p in &mut out[start..] {
-            p.len = len;
+            let hr = p.hr();
+            p.set_hr_ln(hr, len);
         }
         got
     }
@@ -286,7 +288,7 @@ impl Pool {
         // buffers of that pool are still out (they are returned under the lock below).
         let mut shared: &Shared = unsafe { current.as_ref() };
         let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.free.push(first.off);
+        st.free.push(first.off());
         for p in iter {
             let p = std::mem::ManuallyDrop::new(p);
             if p.pool != current {
@@ -301,7 +303,7 @@ impl Pool {
                 shared = unsafe { current.as_ref() };
                 st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             }
-            st.free.push(p.off);
+            st.free.push(p.off());
         }
         let last = st.handles == 0 && st.free.len() == shared.capacity;
         drop(st);
@@ -409,16 +411,16 @@ impl Meta {
 /// The packet owns its buffer exclusively: while the application holds it no device can touch
 /// the bytes, so it is safe to look at them as a slice. Dropping it returns the buffer to its
 /// pool (prefer [`Pool::free_bulk`] for many at once).
+#[repr(C)]
 pub struct Packet {
-    buf: NonNull<u8>,
     pub(super) pool: NonNull<Shared>,
     /// Bus address of the first frame byte (kept in step with `data`, so that a transmit
     /// descriptor takes it as is).
     dma: u64,
-    /// Offset of the buffer in its pool (what goes back on the free stack).
-    pub(super) off: u32,
-    data: u16,
-    len: u16,
+    /// Bits 31:0: offset of the buffer in its pool (what goes back on the free stack);
+    /// bits 47:32: headroom (where the frame starts in the buffer); bits 63:48: frame length.
+    /// One word, so that building a packet is one store for the three.
+    loc: u64,
     /// Metadata (VLAN, checksum flags, RSS hash).
     pub meta: Meta,
 }
@@ -430,27 +432,27 @@ unsafe impl Send for Packet {}
 impl fmt::Debug for Packet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Packet")
-            .field("offset", &self.off)
-            .field("headroom", &self.data)
-            .field("len", &self.len)
+            .field("offset", &self.off())
+            .field("headroom", &self.hr())
+            .field("len", &self.ln())
             .field("meta", &self.meta)
             .finish()
     }
 }
 
 impl Packet {
-    /// The packet owning the buffer at offset `off` of the pool `shared` points to, whose
-    /// memory starts at `base`; `data_iova` is the pool's bus address plus `data` (all passed
-    /// in so that loops compute them once).
+    /// The packet owning the buffer at offset `off` of the pool `shared` points to;
+    /// `data_iova` is the pool's bus address plus `data` (passed in so that loops compute it
+    /// once). A packet is 32 bytes: the buffer's address is not kept but computed from the
+    /// pool's base when the frame is read, which the forwarding path never does.
     ///
     /// # Safety
-    /// `shared` must be a live pool with that `base` and bus address, `off` the offset of one of its
+    /// `shared` must be a live pool with that bus address, `off` the offset of one of its
     /// buffers that nothing else owns (it is off the free stack and no other packet or ring
     /// slot holds it), and `data + len` must not exceed the buffer size.
     #[inline(always)]
     pub(super) unsafe fn from_parts(
         shared: NonNull<Shared>,
-        base: NonNull<u8>,
         data_iova: u64,
         off: u32,
         data: u16,
@@ -458,15 +460,32 @@ impl Packet {
         meta: Meta,
     ) -> Packet {
         Packet {
-            // SAFETY: `off` is a buffer offset inside the pool's memory (the caller's contract).
-            buf: unsafe { NonNull::new_unchecked(base.as_ptr().add(off as usize)) },
             pool: shared,
             dma: data_iova + u64::from(off),
-            off,
-            data,
-            len,
+            loc: u64::from(off) | u64::from(data) << 32 | u64::from(len) << 48,
             meta,
         }
+    }
+
+    /// Offset of the buffer in its pool.
+    #[inline(always)]
+    pub(super) fn off(&self) -> u32 {
+        self.loc as u32
+    }
+
+    #[inline(always)]
+    fn hr(&self) -> u16 {
+        (self.loc >> 32) as u16
+    }
+
+    #[inline(always)]
+    fn ln(&self) -> u16 {
+        (self.loc >> 48) as u16
+    }
+
+    #[inline(always)]
+    fn set_hr_ln(&mut self, hr: u16, ln: u16) {
+        self.loc = self.loc & 0xffff_ffff | u64::from(hr) << 32 | u64::from(ln) << 48;
     }
 
     #[inline(always)]
@@ -475,54 +494,61 @@ impl Packet {
         unsafe { self.pool.as_ref() }.buf_size
     }
 
+    /// Address of the first frame byte.
+    #[inline(always)]
+    fn start(&self) -> *mut u8 {
+        // SAFETY: a packet keeps its pool's `Shared` alive; `off + data` is inside the pool's
+        // memory (`off` is one of its buffers and `data <= buf_size`).
+        unsafe {
+            self.pool
+                .as_ref()
+                .base
+                .as_ptr()
+                .add(self.off() as usize + self.hr() as usize)
+        }
+    }
+
     /// The frame.
     #[inline(always)]
     pub fn data(&self) -> &[u8] {
         // SAFETY: `data + len <= buf_size` is an invariant of every mutator; the buffer is owned
         // by this packet, so no device or other packet writes it while the slice lives.
-        unsafe {
-            std::slice::from_raw_parts(self.buf.as_ptr().add(self.data as usize), self.len as usize)
-        }
+        unsafe { std::slice::from_raw_parts(self.start(), self.ln() as usize) }
     }
 
     /// The frame, writable.
     #[inline(always)]
     pub fn data_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `data`, and `&mut self` makes the access exclusive.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.buf.as_ptr().add(self.data as usize),
-                self.len as usize,
-            )
-        }
+        unsafe { std::slice::from_raw_parts_mut(self.start(), self.ln() as usize) }
     }
 
     /// Frame length in bytes.
     #[inline(always)]
     pub fn len(&self) -> usize {
-        self.len as usize
+        self.ln() as usize
     }
 
     /// Whether the frame is empty.
     #[inline(always)]
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.ln() == 0
     }
 
     /// Bytes free in front of the frame.
     #[inline(always)]
     pub fn headroom(&self) -> usize {
-        self.data as usize
+        self.hr() as usize
     }
 
     /// Bytes free behind the frame.
     pub fn tailroom(&self) -> usize {
-        self.buf_size() - self.data as usize - self.len as usize
+        self.buf_size() - self.hr() as usize - self.ln() as usize
     }
 
     /// Largest frame that fits behind the current headroom.
     pub fn capacity(&self) -> usize {
-        self.buf_size() - self.data as usize
+        self.buf_size() - self.hr() as usize
     }
 
     /// Sets the frame length (bytes beyond the old length keep whatever the buffer held).
@@ -532,7 +558,7 @@ impl Packet {
         if len > self.capacity() {
             return false;
         }
-        self.len = len as u16;
+        self.set_hr_ln(self.hr(), len as u16);
         true
     }
 
@@ -549,12 +575,11 @@ impl Packet {
     /// new frame, or `None` if the headroom is too small.
     #[inline]
     pub fn push_front(&mut self, n: usize) -> Option<&mut [u8]> {
-        if n > self.data as usize {
+        if n > self.hr() as usize {
             return None;
         }
-        self.data -= n as u16;
+        self.set_hr_ln(self.hr() - n as u16, self.ln() + n as u16);
         self.dma -= n as u64;
-        self.len += n as u16;
         Some(self.data_mut())
     }
 
@@ -562,12 +587,11 @@ impl Packet {
     /// changing nothing, if the frame is shorter than `n`.
     #[inline]
     pub fn pull_front(&mut self, n: usize) -> bool {
-        if n > self.len as usize {
+        if n > self.ln() as usize {
             return false;
         }
-        self.data += n as u16;
+        self.set_hr_ln(self.hr() + n as u16, self.ln() - n as u16);
         self.dma += n as u64;
-        self.len -= n as u16;
         true
     }
 
@@ -580,7 +604,7 @@ impl Packet {
     /// Bus address of the buffer start.
     #[inline(always)]
     pub fn buf_iova(&self) -> u64 {
-        self.dma - u64::from(self.data)
+        self.dma - u64::from(self.hr())
     }
 
     /// Resets the packet for receive: headroom back to the pool default, length 0, metadata
@@ -590,8 +614,7 @@ impl Packet {
         // SAFETY: a packet keeps its pool's `Shared` alive.
         let headroom = unsafe { self.pool.as_ref() }.headroom;
         self.dma = self.buf_iova() + u64::from(headroom);
-        self.data = headroom;
-        self.len = 0;
+        self.set_hr_ln(headroom, 0);
         self.meta = Meta::default();
         self.data_iova()
     }
@@ -611,9 +634,11 @@ impl Packet {
 impl Drop for Packet {
     fn drop(&mut self) {
         // SAFETY: the packet keeps the pool alive, and its buffer is not referenced any more.
-        unsafe { Shared::release(self.pool, &[&[self.off]]) };
+        unsafe { Shared::release(self.pool, &[self.off()], &[]) };
     }
 }
+
+const _: () = assert!(std::mem::size_of::<Packet>() == 32);
 
 #[cfg(test)]
 mod tests {

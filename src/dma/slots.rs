@@ -31,7 +31,6 @@ pub const RX_RESERVE: usize = 64;
 pub struct RxSlots {
     pool: Pool,
     shared: NonNull<Shared>,
-    base: NonNull<u8>,
     iova: u64,
     headroom: u16,
     max_len: u16,
@@ -42,8 +41,8 @@ pub struct RxSlots {
     fresh: Vec<u32>,
 }
 
-// SAFETY: the offsets are owned data, the pool handle is Send + Sync, and `shared`/`base` point
-// into the pool that handle keeps alive; nothing here is tied to a thread.
+// SAFETY: the offsets are owned data, the pool handle is Send + Sync, and `shared` points to
+// the pool that handle keeps alive; nothing here is tied to a thread.
 unsafe impl Send for RxSlots {}
 
 /// Commits a harvest (also on unwind): the packets written into the batch's spare capacity
@@ -61,8 +60,12 @@ impl Drop for Harvest<'_> {
         // SAFETY: the `used` elements behind `batch_len` were initialised with packets before
         // `used` counted them, and capacity for them was reserved.
         unsafe { self.batch.set_len(self.batch_len + self.used) };
-        let top = self.fresh.len() - self.used;
-        self.fresh.truncate(top);
+        // The reserve is used from its bottom: keep what is above the used part.
+        let rest = self.fresh.len() - self.used;
+        if rest > 0 {
+            self.fresh.copy_within(self.used.., 0);
+        }
+        self.fresh.truncate(rest);
     }
 }
 
@@ -87,7 +90,6 @@ impl RxSlots {
         let fast_len = ((1u32 << (31 - (u32::from(max_len) + 1).leading_zeros())) - 1) as u16;
         Ok(RxSlots {
             shared: pool.shared_ptr(),
-            base: s.base,
             iova: s.iova,
             headroom: s.headroom,
             max_len,
@@ -178,15 +180,7 @@ impl RxSlots {
         // SAFETY: as in `harvest`: `old` passes from the slot to the packet alone, and `len`
         // fits behind the headroom (checked above).
         batch.push(unsafe {
-            Packet::from_parts(
-                self.shared,
-                self.base,
-                data_iova,
-                old,
-                self.headroom,
-                len,
-                meta,
-            )
+            Packet::from_parts(self.shared, data_iova, old, self.headroom, len, meta)
         });
         true
     }
@@ -205,7 +199,7 @@ impl RxSlots {
     /// its slow path). The length must not exceed [`fast_len`](Self::fast_len); it is masked to
     /// it, so that no decoder can make a packet reach past its buffer. The slot is re-armed
     /// with a reserved buffer through `arm(desc, data_iova)`, and its old buffer is appended
-    /// to `batch` as a packet. Returns how many slots were harvested.
+    /// to `batch` as a packet. Returns how many slots were harvested and their frames' bytes.
     ///
     /// # Panics
     /// If the run exceeds the slots or the reserve.
@@ -217,13 +211,12 @@ impl RxSlots {
         batch: &mut Vec<Packet>,
         mut decode: impl FnMut(&D) -> Option<(u16, Meta)>,
         mut arm: impl FnMut(&D, u64),
-    ) -> usize {
+    ) -> (usize, u64) {
         let n = descs.len();
         assert!(n <= self.fresh.len(), "harvest beyond the reserve");
         let bufs = &mut self.bufs[start..start + n];
         batch.reserve(n);
-        let (shared, base, headroom, len_mask) =
-            (self.shared, self.base, self.headroom, self.fast_len);
+        let (shared, headroom, len_mask) = (self.shared, self.headroom, self.fast_len);
         let data_iova = self.iova + u64::from(headroom);
         let mut g = Harvest {
             batch_len: batch.len(),
@@ -231,12 +224,13 @@ impl RxSlots {
             batch,
             used: 0,
         };
-        // SAFETY: one past the reserve's end, inside (or at the end of) its allocation; the
-        // loop reads the last `n <= fresh.len()` (asserted) offsets below it.
-        let fresh = unsafe { g.fresh.as_ptr().add(g.fresh.len()) };
+        let fresh = g.fresh.as_ptr();
         // SAFETY: `batch_len + n <= capacity` after the reserve above: the `n` spare slots.
         let out = unsafe { g.batch.as_mut_ptr().add(g.batch_len) };
-        for (k, (d, slot)) in descs.iter().zip(bufs.iter_mut()).enumerate() {
+        let mut bytes = 0u64;
+        for k in 0..n {
+            // SAFETY: `k < n == descs.len()`.
+            let d = unsafe { descs.get_unchecked(k) };
             let Some((len, meta)) = decode(d) else {
                 break;
             };
@@ -245,21 +239,23 @@ impl RxSlots {
                 "decoder passed a frame longer than fast_len"
             );
             let len = len & len_mask;
-            // SAFETY: `k < n`, so the element is one of the last `n` reserved offsets.
-            let new = unsafe { *fresh.sub(k + 1) };
+            bytes += u64::from(len);
+            // SAFETY: `k < n <= fresh.len()` (asserted).
+            let new = unsafe { *fresh.add(k) };
             arm(d, data_iova + u64::from(new));
-            let old = std::mem::replace(slot, new);
+            // SAFETY: `k < n == bufs.len()`.
+            let old = std::mem::replace(unsafe { bufs.get_unchecked_mut(k) }, new);
             // SAFETY: `old` was this slot's buffer, owned by the slot alone until now and
             // handed to the new packet alone (the slot holds `new` from here on); the length
             // fits behind the headroom (masked above). `out + k` is a reserved spare slot.
             unsafe {
                 out.add(k).write(Packet::from_parts(
-                    shared, base, data_iova, old, headroom, len, meta,
+                    shared, data_iova, old, headroom, len, meta,
                 ))
             };
             g.used = k + 1;
         }
-        g.used
+        (g.used, bytes)
     }
 }
 
@@ -269,7 +265,7 @@ impl Drop for RxSlots {
     fn drop(&mut self) {
         // SAFETY: the pool handle in `self` keeps `shared` alive, and the offsets are buffers
         // this ring owns and nothing references any more.
-        unsafe { Shared::release(self.shared, &[&self.bufs, &self.fresh]) };
+        unsafe { Shared::release(self.shared, &self.bufs, &self.fresh) };
     }
 }
 
@@ -305,13 +301,12 @@ struct Taken<'a> {
     batch: &'a mut Vec<Packet>,
     taken: usize,
     fifo_tail: &'a mut usize,
-    tail: usize,
 }
 
 impl Drop for Taken<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        *self.fifo_tail = self.tail;
+        *self.fifo_tail = self.fifo_tail.wrapping_add(self.taken);
         let len = self.batch.len();
         let rest = len - self.taken;
         // SAFETY: the first `taken` packets are owned by the FIFO now; moving the remaining
@@ -372,39 +367,69 @@ impl TxSlots {
             "send beyond the batch or the FIFO"
         );
         let mut cur = self.runs.back().map_or(NonNull::dangling(), |r| r.0);
-        let (fifo, mask) = (self.fifo.as_mut_ptr(), self.mask);
+        let cap = self.fifo.len();
+        let first = self.tail & self.mask;
         let runs = &mut self.runs;
+        let (fifo_a, fifo_b) = self.fifo.split_at_mut(first);
+        let tail0 = self.tail;
         let mut g = Taken {
             batch,
             taken: 0,
-            tail: self.tail,
             fifo_tail: &mut self.tail,
         };
+        // The FIFO slots these packets go to: from `first` to the end, then from 0 on; one
+        // loop over each part, so that each is a plain walk over three arrays.
+        let n1 = n.min(cap - first);
         let packets = g.batch[..n].as_ptr();
-        for (k, d) in descs.iter().enumerate() {
-            // SAFETY: `k < n <= len`; the packet stays in the vector (borrowed, not moved)
-            // until the guard removes it.
-            let p = unsafe { &*packets.add(k) };
-            if !put(d, p) {
-                break;
+        let mut part = |descs: &[D], slots: &mut [u32], from: usize, g: &mut Taken| {
+            for (k, (d, slot)) in descs.iter().zip(slots).enumerate() {
+                // SAFETY: `from + k < n <= len`; the packet stays in the vector (borrowed, not
+                // moved) until the guard removes it.
+                let p = unsafe { &*packets.add(from + k) };
+                if !put(d, p) {
+                    return false;
+                }
+                if p.pool != cur {
+                    new_run(runs, p.pool, tail0.wrapping_add(from + k));
+                    cur = p.pool;
+                }
+                *slot = p.off();
+                g.taken = from + k + 1;
             }
-            if p.pool != cur {
-                new_run(runs, p.pool, g.tail);
-                cur = p.pool;
-            }
-            // SAFETY: the index is masked to the FIFO's power-of-two length; the slot is free
-            // (fewer than `len` buffers are queued, checked above).
-            unsafe { *fifo.add(g.tail & mask) = p.off };
-            g.tail = g.tail.wrapping_add(1);
-            g.taken = k + 1;
+            true
+        };
+        if part(&descs[..n1], &mut fifo_b[..n1], 0, &mut g) && n > n1 {
+            part(&descs[n1..], &mut fifo_a[..n - n1], n1, &mut g);
         }
         g.taken
     }
 
     /// Returns the buffers queued before position `upto` (a [`tail`](Self::tail) seen earlier)
     /// to their pools, one lock per run. The caller knows the device is done with them.
+    #[inline]
     pub fn release(&mut self, upto: usize) {
         debug_assert!(upto.wrapping_sub(self.head) <= self.queued());
+        if self.runs.len() == 1 && self.head != upto {
+            // One pool (the usual case): one copy, or two when the range wraps.
+            let pool = self.runs[0].0;
+            let a = self.head & self.mask;
+            let len = upto.wrapping_sub(self.head);
+            let cap = self.fifo.len();
+            let (first, second) = if a + len <= cap {
+                (&self.fifo[a..a + len], &[][..])
+            } else {
+                (&self.fifo[a..], &self.fifo[..a + len - cap])
+            };
+            // SAFETY: as below.
+            unsafe { Shared::release(pool, first, second) };
+            self.head = upto;
+            return;
+        }
+        self.release_runs(upto);
+    }
+
+    #[cold]
+    fn release_runs(&mut self, upto: usize) {
         while self.head != upto {
             let (pool, _) = self.runs[0];
             let run_end = self.runs.get(1).map_or(self.tail, |r| r.1);
@@ -423,7 +448,7 @@ impl TxSlots {
             // SAFETY: these buffers came from packets of `pool` (a run holds one pool's
             // buffers), which stays alive while they are out; they are owned by this FIFO
             // alone and leave it here.
-            unsafe { Shared::release(pool, &[first, second]) };
+            unsafe { Shared::release(pool, first, second) };
             self.head = end;
             if end == run_end && self.runs.len() > 1 {
                 self.runs.pop_front();
@@ -491,14 +516,14 @@ mod tests {
         };
         // Slot 4 stops the harvest.
         let idx: Vec<usize> = (0..8).collect();
-        let n = s.harvest(
+        let (n, bytes) = s.harvest(
             2,
             &idx[2..6],
             &mut batch,
             |&i| (i < 4).then_some((60, meta)),
             |&i, a| armed.push((i, a)),
         );
-        assert_eq!(n, 2);
+        assert_eq!((n, bytes), (2, 120));
         assert_eq!(batch.len(), 2);
         assert_eq!(batch[0].data_iova(), before[2]);
         assert_eq!(batch[1].data_iova(), before[3]);
