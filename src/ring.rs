@@ -31,6 +31,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
 
 use crate::device::{QueueError, QueueStats, SwVlanTx};
+use crate::dma::slots::RX_RESERVE;
 use crate::dma::{DescTable, Meta, Packet, Pool, RxSlots, TxSlots};
 use crate::error::{Error, Result};
 use crate::mmio::Mmio;
@@ -310,7 +311,7 @@ impl<M: Mmio> RxRing<M> {
                     break;
                 }
                 busy = true;
-                if self.slots.reserve(left) == 0 {
+                if self.slots.reserve(left, RX_RESERVE) == 0 {
                     self.stats.no_room += 1;
                     break;
                 }
@@ -461,6 +462,9 @@ pub struct TxRing<M: Mmio> {
     /// Descriptors between two write-back requests: `RS_INTERVAL`, or half the ring for rings
     /// so small that a full ring might otherwise hold no descriptor with RS (and never drain).
     rs_interval: usize,
+    /// Descriptors in flight from which a burst first reclaims: two write-back groups, or
+    /// half a small ring.
+    reclaim_at: usize,
     /// Descriptors with RS set, oldest first, with the buffer position queued up to them: when
     /// one is done, every slot up to it and every buffer before that position are.
     rs_marks: Marks,
@@ -548,6 +552,7 @@ impl<M: Mmio> TxRing<M> {
             ctx_tci: None,
             since_rs: 0,
             rs_interval: RS_INTERVAL.min(size / 2),
+            reclaim_at: (2 * RS_INTERVAL).min(size / 2),
             rs_marks: Marks::new(size / RS_INTERVAL.min(size / 2) + 2),
             slots: TxSlots::new(size),
             stats: QueueStats::default(),
@@ -623,7 +628,11 @@ impl<M: Mmio> TxRing<M> {
 
     #[inline(always)]
     fn burst(&mut self, batch: &mut Vec<Packet>, sw: Option<Tpid>) -> Result<SwVlanTx, QueueError> {
-        self.reclaim();
+        // Reclaim only once two write-back groups could be done: each release then returns
+        // about two bursts' worth of buffers in one pool lock.
+        if self.in_flight() >= self.reclaim_at {
+            self.reclaim();
+        }
         // One slot stays empty so that tail == head means "empty", never "full".
         let room = self.mask - self.in_flight();
         let total = batch.len();
@@ -639,7 +648,7 @@ impl<M: Mmio> TxRing<M> {
             }
             let run = want.min(size - self.next);
             let descs = &self.desc.descs()[self.next..self.next + run];
-            let k = self.slots.send(batch, descs, |d, p| {
+            let (k, b) = self.slots.send(batch, descs, |d, p| {
                 if p.meta.flags & Meta::TX_VLAN != 0 {
                     return false;
                 }
@@ -650,9 +659,9 @@ impl<M: Mmio> TxRing<M> {
                     u64::from(TX_DATA_CMD | len) | u64::from(len) << (32 + tx::PAYLEN_SHIFT),
                     Relaxed,
                 );
-                bytes += u64::from(len);
                 true
             });
+            bytes += b;
             r.sent += k;
             self.next = (self.next + k) & self.mask;
             if k < run {
@@ -738,7 +747,7 @@ impl<M: Mmio> TxRing<M> {
         }
         let len = p.len() as u32;
         let i = self.next;
-        let taken = self.slots.send(batch, &self.desc.descs()[i..=i], |d, p| {
+        let (taken, _) = self.slots.send(batch, &self.desc.descs()[i..=i], |d, p| {
             d.store(0, p.data_iova(), Relaxed);
             d.store(
                 1,
@@ -795,6 +804,7 @@ mod tests {
     use super::*;
     use crate::dma::{IdentityMapper, PoolConfig};
     use crate::mmio::RecordingMmio;
+    use crate::vlan::Tpid;
 
     /// Plays the device: marks every descriptor with RS done, as a write-back would.
     fn complete_rs(ring: &TxRing<RecordingMmio>) -> usize {
@@ -836,5 +846,106 @@ mod tests {
         drop(batch);
         drop(ring);
         assert_eq!(pool.stats().in_use, 0);
+    }
+
+    #[test]
+    fn tagged_packets_get_a_context_or_software_insertion_and_short_frames_are_dropped() {
+        let mmio = Arc::new(RecordingMmio::new(0x100));
+        let mapper: Arc<dyn crate::dma::DmaMapper> = Arc::new(IdentityMapper);
+        let pool = Pool::new(
+            PoolConfig {
+                buffers: 64,
+                ..PoolConfig::default()
+            },
+            mapper.clone(),
+        )
+        .unwrap();
+        let mut ring = TxRing::new(mmio, 0x18, 0x10, 64, mapper).unwrap();
+        let mut batch = Vec::new();
+        pool.alloc_bulk_len(4, 60, &mut batch);
+        for (p, tci) in batch[1..].iter_mut().zip([100u16, 100, 200]) {
+            p.meta.vlan_tci = tci;
+            p.meta.flags |= Meta::TX_VLAN;
+        }
+        assert_eq!(ring.tx_burst(&mut batch).unwrap(), 4);
+        // data, context(100), data+VLE, data+VLE (same tag), context(200), data+VLE
+        let dtyp = |r: &TxRing<RecordingMmio>, i| r.desc.load_dword(i, 2, Relaxed) & (0xf << 20);
+        let vle = |r: &TxRing<RecordingMmio>, i| r.desc.load_dword(i, 2, Relaxed) & tx::VLE != 0;
+        assert_eq!(ring.tail_slot(), 6);
+        assert_eq!(
+            (0..6).map(|i| dtyp(&ring, i)).collect::<Vec<_>>(),
+            [
+                tx::DTYP_DATA,
+                tx::DTYP_CTXT,
+                tx::DTYP_DATA,
+                tx::DTYP_DATA,
+                tx::DTYP_CTXT,
+                tx::DTYP_DATA
+            ]
+        );
+        assert_eq!(
+            (vle(&ring, 0), vle(&ring, 2), vle(&ring, 3), vle(&ring, 5)),
+            (false, true, true, true)
+        );
+        assert_eq!(
+            ring.desc.load(4, 0, Relaxed) >> 16,
+            200,
+            "the second context's TCI"
+        );
+
+        // Software mode: the tag goes into the frame; a frame too short for it is dropped.
+        pool.alloc_bulk_len(3, 60, &mut batch);
+        batch[0].meta.flags |= Meta::TX_VLAN;
+        batch[0].meta.vlan_tci = 5;
+        batch[1].set_len(8);
+        batch[1].meta.flags |= Meta::TX_VLAN;
+        let r = ring.tx_burst_sw_vlan(&mut batch, Tpid::C_TAG).unwrap();
+        assert_eq!((r.sent, r.inserted, r.malformed), (2, 1, 1));
+        assert!(batch.is_empty());
+        assert_eq!(ring.tail_slot(), 8);
+        assert_eq!(
+            ring.desc.load_dword(6, 2, Relaxed) & 0xffff,
+            64,
+            "60 + the tag"
+        );
+        assert!(!vle(&ring, 6) && dtyp(&ring, 6) == tx::DTYP_DATA);
+        assert_eq!(ring.desc.load_dword(7, 2, Relaxed) & 0xffff, 60);
+        assert_eq!(
+            pool.stats().in_use,
+            6,
+            "the dropped frame went back to the pool"
+        );
+        drop(ring);
+        assert_eq!(pool.stats().in_use, 0);
+    }
+
+    #[test]
+    fn buffers_of_several_pools_go_home_when_their_group_is_done() {
+        let mmio = Arc::new(RecordingMmio::new(0x100));
+        let mapper: Arc<dyn crate::dma::DmaMapper> = Arc::new(IdentityMapper);
+        let cfg = PoolConfig {
+            buffers: 256,
+            ..PoolConfig::default()
+        };
+        let a = Pool::new(cfg, mapper.clone()).unwrap();
+        let b = Pool::new(cfg, mapper.clone()).unwrap();
+        let mut ring = TxRing::new(mmio, 0x18, 0x10, 256, mapper).unwrap();
+        let mut batch = Vec::new();
+        for round in 0..20 {
+            for _ in 0..4 {
+                a.alloc_bulk_len(5, 60, &mut batch);
+                b.alloc_bulk_len(3, 60, &mut batch);
+            }
+            let n = batch.len();
+            assert_eq!(ring.tx_burst(&mut batch).unwrap(), n, "round {round}");
+            complete_rs(&ring);
+        }
+        ring.tx_burst(&mut batch).unwrap();
+        // Everything up to the last write-back request is home; the rest is in flight.
+        let (ua, ub) = (a.stats().in_use, b.stats().in_use);
+        assert!(ua + ub <= 32 + 32, "{ua} {ub}");
+        assert_eq!(ring.in_flight(), ua + ub);
+        drop(ring);
+        assert_eq!((a.stats().in_use, b.stats().in_use), (0, 0));
     }
 }

@@ -137,16 +137,19 @@ impl RxSlots {
         !self.fresh.is_empty() || self.pool.stats().free > 0
     }
 
-    /// Tops the reserve up to `want` buffers (at most [`RX_RESERVE`]) with one pool lock;
-    /// returns the reserve's size. A pool that cannot fill it counts an allocation failure.
-    pub fn reserve(&mut self, want: usize) -> usize {
-        let want = want.min(RX_RESERVE);
+    /// Tops the reserve up towards `target` buffers (at most [`RX_RESERVE`]) with one pool
+    /// lock, when it holds fewer than `need`; returns the reserve's size. A pool that cannot
+    /// give `need` counts an allocation failure. (Topping up beyond what a burst needs halves
+    /// the pool round trips of a busy queue.)
+    pub fn reserve(&mut self, need: usize, target: usize) -> usize {
+        let need = need.min(RX_RESERVE);
+        let want = target.clamp(need, RX_RESERVE);
         let have = self.fresh.len();
-        if have < want {
+        if have < need {
             let s = self.pool.shared();
             let mut st = s.state.lock().unwrap_or_else(|e| e.into_inner());
             let take = (want - have).min(st.free.len());
-            if take < want - have {
+            if have + take < need {
                 st.alloc_failures += 1;
             }
             let keep = st.free.len() - take;
@@ -350,7 +353,8 @@ impl TxSlots {
     /// Takes the buffers of packets from the front of `batch`, one per element of `descs`
     /// (the descriptors they go to): for each packet in order, `put(desc, &packet)` writes its
     /// descriptor and returns `true`, or returns `false` to stop before it. The packets taken
-    /// leave `batch`; the rest stay, in order. Returns how many were taken.
+    /// leave `batch`; the rest stay, in order. Returns how many were taken and their frames'
+    /// bytes.
     ///
     /// # Panics
     /// If `descs` is longer than `batch` or the FIFO's free room.
@@ -360,7 +364,7 @@ impl TxSlots {
         batch: &mut Vec<Packet>,
         descs: &[D],
         mut put: impl FnMut(&D, &Packet) -> bool,
-    ) -> usize {
+    ) -> (usize, u64) {
         let n = descs.len();
         assert!(
             n <= batch.len() && n <= self.fifo.len() - self.queued(),
@@ -381,6 +385,7 @@ impl TxSlots {
         // loop over each part, so that each is a plain walk over three arrays.
         let n1 = n.min(cap - first);
         let packets = g.batch[..n].as_ptr();
+        let mut bytes = 0u64;
         let mut part = |descs: &[D], slots: &mut [u32], from: usize, g: &mut Taken| {
             for (k, (d, slot)) in descs.iter().zip(slots).enumerate() {
                 // SAFETY: `from + k < n <= len`; the packet stays in the vector (borrowed, not
@@ -394,6 +399,7 @@ impl TxSlots {
                     cur = p.pool;
                 }
                 *slot = p.off();
+                bytes += p.len() as u64;
                 g.taken = from + k + 1;
             }
             true
@@ -401,7 +407,7 @@ impl TxSlots {
         if part(&descs[..n1], &mut fifo_b[..n1], 0, &mut g) && n > n1 {
             part(&descs[n1..], &mut fifo_a[..n - n1], n1, &mut g);
         }
-        g.taken
+        (g.taken, bytes)
     }
 
     /// Returns the buffers queued before position `upto` (a [`tail`](Self::tail) seen earlier)
@@ -506,7 +512,12 @@ mod tests {
         let mut s = RxSlots::new(p.clone(), 8).unwrap();
         assert!(RxSlots::new(p.clone(), 9).is_err());
         assert_eq!(p.stats().free, 8);
-        assert_eq!(s.reserve(4), 4);
+        assert_eq!(s.reserve(4, 4), 4);
+        assert_eq!(
+            s.reserve(2, 8),
+            4,
+            "enough for the need: no pool round trip"
+        );
         let before: Vec<u64> = (0..8).map(|i| s.data_iova(i)).collect();
         let mut armed = Vec::new();
         let mut batch = Vec::new();
@@ -559,11 +570,11 @@ mod tests {
         a.alloc_bulk(2, &mut batch);
         // The fifth packet is refused: it and the two behind it stay in the batch.
         let d: Vec<usize> = (0..8).collect();
-        let n = t.send(&mut batch, &d[..7], |&k, _| k < 4);
+        let (n, _) = t.send(&mut batch, &d[..7], |&k, _| k < 4);
         assert_eq!((n, batch.len(), t.queued()), (4, 3, 4));
         assert!(batch[0].is_from(&b) && batch[1].is_from(&a));
         let mark = t.tail();
-        assert_eq!(t.send(&mut batch, &d[..3], |_, _| true), 3);
+        assert_eq!(t.send(&mut batch, &d[..3], |_, _| true).0, 3);
         assert_eq!((a.stats().free, b.stats().free), (3, 6));
         t.release(2);
         assert_eq!((a.stats().free, b.stats().free), (5, 6));
@@ -573,7 +584,7 @@ mod tests {
         for _ in 0..5 {
             t.release(t.tail());
             a.alloc_bulk(5, &mut batch);
-            assert_eq!(t.send(&mut batch, &d[..5], |_, _| true), 5);
+            assert_eq!(t.send(&mut batch, &d[..5], |_, _| true), (5, 0));
         }
         drop(t);
         assert_eq!((a.stats().free, b.stats().free), (8, 8));
