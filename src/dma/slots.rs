@@ -351,8 +351,9 @@ impl TxSlots {
     }
 
     /// Takes the buffers of packets from the front of `batch`, one per element of `descs`
-    /// (the descriptors they go to): for each packet in order, `put(desc, &packet)` writes its
-    /// descriptor and returns `true`, or returns `false` to stop before it. The packets taken
+    /// (the descriptors they go to): for each packet in order, `put(desc, &mut packet)` writes
+    /// its descriptor (it may first adjust the frame, such as pushing a tag into it) and
+    /// returns `true`, or returns `false` to stop before it. The packets taken
     /// leave `batch`; the rest stay, in order. Returns how many were taken and their frames'
     /// bytes.
     ///
@@ -363,7 +364,7 @@ impl TxSlots {
         &mut self,
         batch: &mut Vec<Packet>,
         descs: &[D],
-        mut put: impl FnMut(&D, &Packet) -> bool,
+        mut put: impl FnMut(&D, &mut Packet) -> bool,
     ) -> (usize, u64) {
         let n = descs.len();
         assert!(
@@ -384,13 +385,13 @@ impl TxSlots {
         // The FIFO slots these packets go to: from `first` to the end, then from 0 on; one
         // loop over each part, so that each is a plain walk over three arrays.
         let n1 = n.min(cap - first);
-        let packets = g.batch[..n].as_ptr();
+        let packets = g.batch[..n].as_mut_ptr();
         let mut bytes = 0u64;
         let mut part = |descs: &[D], slots: &mut [u32], from: usize, g: &mut Taken| {
             for (k, (d, slot)) in descs.iter().zip(slots).enumerate() {
                 // SAFETY: `from + k < n <= len`; the packet stays in the vector (borrowed, not
                 // moved) until the guard removes it.
-                let p = unsafe { &*packets.add(from + k) };
+                let p = unsafe { &mut *packets.add(from + k) };
                 if !put(d, p) {
                     return false;
                 }
