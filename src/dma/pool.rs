@@ -641,12 +641,13 @@ impl Drop for Packet {
 const _: () = assert!(std::mem::size_of::<Packet>() == 32);
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::dma::IdentityMapper;
     use proptest::prelude::*;
 
-    fn pool(n: usize) -> Pool {
+    /// A pool of `n` default buffers in plain memory (tests of this module and its siblings).
+    pub(in crate::dma) fn pool(n: usize) -> Pool {
         Pool::new(
             PoolConfig {
                 buffers: n,

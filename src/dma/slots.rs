@@ -492,20 +492,8 @@ impl std::fmt::Debug for TxSlots {
 
 #[cfg(test)]
 mod tests {
+    use super::super::pool::tests::pool;
     use super::*;
-    use crate::dma::{IdentityMapper, PoolConfig};
-    use std::sync::Arc;
-
-    fn pool(n: usize) -> Pool {
-        Pool::new(
-            PoolConfig {
-                buffers: n,
-                ..PoolConfig::default()
-            },
-            Arc::new(IdentityMapper),
-        )
-        .unwrap()
-    }
 
     #[test]
     fn receive_slots_swap_buffers_and_give_everything_back() {
