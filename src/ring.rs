@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use crate::device::{QueueError, QueueStats, SwVlanTx};
 use crate::dma::slots::RX_RESERVE;
-use crate::dma::{DescTable, Meta, Packet, Pool, RxSlots, TxSlots};
+use crate::dma::{Desc, DescTable, Meta, Packet, Pool, RxSlots, TxSlots};
 use crate::error::{Error, Result};
 use crate::mmio::Mmio;
 use crate::vlan::{PacketVlan, Tci, Tpid};
@@ -116,12 +116,24 @@ pub fn check_ring_size(n: usize) -> Result<()> {
     Ok(())
 }
 
-/// Arms receive slot `i` with a buffer at `iova` (advanced read format: packet address, header
-/// address 0, which also clears the previous write-back's DD).
+/// Arms a receive descriptor with a buffer at `iova` (advanced read format: packet address,
+/// header address 0, which also clears the previous write-back's DD).
 #[inline(always)]
-fn arm(desc: &DescTable, i: usize, iova: u64) {
-    desc.store(i, 0, iova, Relaxed);
-    desc.store(i, 1, 0, Relaxed);
+fn arm(d: &Desc, iova: u64) {
+    d.store(0, iova, Relaxed);
+    d.store(1, 0, Relaxed);
+}
+
+/// Writes a transmit data descriptor for `p` with command bits `cmd` (type, EOP, VLE...).
+#[inline(always)]
+fn put_data(d: &Desc, p: &Packet, cmd: u32) {
+    let len = p.len() as u32;
+    d.store(0, p.data_iova(), Relaxed);
+    d.store(
+        1,
+        u64::from(cmd | len) | u64::from(len) << (32 + tx::PAYLEN_SHIFT),
+        Relaxed,
+    );
 }
 
 /// What the fast receive path stores as the low half of [`Meta`] (TCI mask in bits 15:0, flags
@@ -195,8 +207,8 @@ impl<M: Mmio> RxRing<M> {
         let desc = DescTable::new(size, pool.memory().mapper().clone())?;
         let slots = RxSlots::new(pool, size)?;
         let fast_len = slots.fast_len();
-        for i in 0..size {
-            arm(&desc, i, slots.data_iova(i));
+        for (i, d) in desc.descs().iter().enumerate() {
+            arm(d, slots.data_iova(i));
         }
         Ok(RxRing {
             mmio,
@@ -335,10 +347,7 @@ impl<M: Mmio> RxRing<M> {
                         let e = table[wb as u8 as usize];
                         Some((len, Meta::from_low(e & ((wb >> 48) as u32 | 0xffff_0000))))
                     },
-                    |d, iova| {
-                        d.store(0, iova, Relaxed);
-                        d.store(1, 0, Relaxed);
-                    },
+                    arm,
                 );
                 bytes += b;
                 k
@@ -389,36 +398,24 @@ impl<M: Mmio> RxRing<M> {
         {
             self.in_fragment = !eop;
             self.stats.dropped += u64::from(eop);
-            arm(&self.desc, i, self.slots.data_iova(i));
+            arm(self.desc.view().at(i), self.slots.data_iova(i));
             return 0;
         }
-        // Flags without branches: each "checked" bit selects OK or BAD by the error bit.
-        let vp = status & rx::VP != 0;
-        let vp_stripped = self.hw_strip || self.chip.vp_means_stripped;
-        let ip = u16::from(status & rx::IPCS != 0);
-        let ip_bad = u16::from(status & self.chip.ip_error != 0);
-        let l4 = u16::from(status & rx::L4CS != 0);
-        let l4_bad = u16::from(status & self.chip.l4_error != 0);
-        let flags = if vp {
-            if vp_stripped {
-                Meta::VLAN_STRIPPED
-            } else {
-                Meta::RX_VLAN_SEEN
+        // The fast path's table, then each "checked and good" flag that has its error bit set
+        // turns into its BAD twin (BAD is OK shifted left by one).
+        let e = self.flags[status as u8 as usize];
+        let mut flags = (e >> 16) as u16;
+        for (ok, err) in [
+            (Meta::RX_IP_CSUM_OK, self.chip.ip_error),
+            (Meta::RX_L4_CSUM_OK, self.chip.l4_error),
+        ] {
+            if flags & ok != 0 && status & err != 0 {
+                flags = flags & !ok | ok << 1;
             }
-        } else {
-            0
-        } | (ip * Meta::RX_IP_CSUM_OK) << ip_bad
-            | (l4 * Meta::RX_L4_CSUM_OK) << l4_bad;
-        let meta = Meta {
-            vlan_tci: if vp && vp_stripped { vlan } else { 0 },
-            flags,
-            rss_hash: 0,
-        };
-        let desc = &self.desc;
-        if self
-            .slots
-            .take(i, len, meta, batch, |iova| arm(desc, i, iova))
-        {
+        }
+        let meta = Meta::from_low(u32::from(flags) << 16 | u32::from(vlan) & e);
+        let d = self.desc.view().at(i);
+        if self.slots.take(i, len, meta, batch, |iova| arm(d, iova)) {
             self.stats.bytes += u64::from(len);
             1
         } else {
@@ -601,17 +598,37 @@ impl<M: Mmio> TxRing<M> {
     /// completes all before it, so their buffers go back in one release.
     #[inline]
     fn reclaim(&mut self) {
-        let mut done = None;
-        while let Some((slot, pos)) = self.rs_marks.front() {
-            if self.desc.load_dword(slot, 3, Acquire) & tx::DD == 0 {
+        let desc = &self.desc;
+        Self::release_marks(
+            &mut self.rs_marks,
+            &mut self.slots,
+            &mut self.clean,
+            self.mask,
+            |slot| desc.load_dword(slot, 3, Acquire) & tx::DD != 0,
+        );
+    }
+
+    /// Pops the oldest marks while `done(slot)` holds and releases everything up to the last
+    /// one popped, in one go.
+    #[inline(always)]
+    fn release_marks(
+        marks: &mut Marks,
+        slots: &mut TxSlots,
+        clean: &mut usize,
+        mask: usize,
+        done: impl Fn(usize) -> bool,
+    ) {
+        let mut last = None;
+        while let Some((slot, pos)) = marks.front() {
+            if !done(slot) {
                 break;
             }
-            self.rs_marks.pop_front();
-            done = Some((slot, pos));
+            marks.pop_front();
+            last = Some((slot, pos));
         }
-        if let Some((slot, pos)) = done {
-            self.slots.release(pos);
-            self.clean = (slot + 1) & self.mask;
+        if let Some((slot, pos)) = last {
+            slots.release(pos);
+            *clean = (slot + 1) & mask;
         }
     }
 
@@ -673,13 +690,7 @@ impl<M: Mmio> TxRing<M> {
                         _ => return false,
                     }
                 }
-                let len = p.len() as u32;
-                d.store(0, p.data_iova(), Relaxed);
-                d.store(
-                    1,
-                    u64::from(cmd | len) | u64::from(len) << (32 + tx::PAYLEN_SHIFT),
-                    Relaxed,
-                );
+                put_data(d, p, cmd);
                 true
             });
             r.inserted += inserted;
@@ -687,11 +698,10 @@ impl<M: Mmio> TxRing<M> {
             r.sent += k;
             self.next = (self.next + k) & self.mask;
             if k < run {
-                match self.put_tagged(batch, left - k, want - k, sw) {
+                match self.put_tagged(batch, left - k, want - k, sw.is_some()) {
                     Tagged::Sent(len) => {
                         r.sent += 1;
                         bytes += u64::from(len);
-                        r.inserted += u64::from(sw.is_some());
                     }
                     Tagged::Dropped => r.malformed += 1,
                     Tagged::NoRoom => break,
@@ -721,10 +731,10 @@ impl<M: Mmio> TxRing<M> {
         Ok(r)
     }
 
-    /// Queues the packet at the front of `batch`, which asks for a tag. In hardware mode
-    /// (`sw` is `None`): a context descriptor first when the context slot holds another tag,
-    /// then the data descriptor with VLE. In software mode: the tag is pushed into the frame
-    /// and the packet goes out plain; a frame that cannot take it is dropped.
+    /// Deals with the packet at the front of `batch`, which asks for a tag the transmit loop
+    /// could not give it inline. Hardware mode: a context descriptor with the new tag, then the
+    /// data descriptor with VLE. Software mode (`sw`): the frame could not take the tag, so it
+    /// is dropped.
     /// `room` is the descriptors left in this burst and `packets` the packets still to queue
     /// in it (this one included); a context descriptor is written only if every one of them
     /// still gets its slot.
@@ -735,46 +745,39 @@ impl<M: Mmio> TxRing<M> {
         batch: &mut Vec<Packet>,
         room: usize,
         packets: usize,
-        sw: Option<Tpid>,
+        sw: bool,
     ) -> Tagged {
         let Some(p) = batch.first_mut() else {
             return Tagged::NoRoom;
         };
-        let tci = p.meta.vlan_tci;
-        let mut cmd = TX_DATA_CMD;
-        if let Some(tpid) = sw {
-            if !push_tag(p, tpid) {
-                tracing::debug!("VLAN: dropping a frame that cannot take its transmit tag");
-                drop(batch.remove(0));
-                return Tagged::Dropped;
-            }
-        } else {
-            if self.ctx_tci != Some(tci) {
-                if packets + 1 > room {
-                    return Tagged::NoRoom;
-                }
-                // A context descriptor carrying the tag; it stays valid for later packets.
-                let d = self.desc.view().at(self.next);
-                d.store(0, u64::from(tci) << 16 | 14 << tx::MACLEN_SHIFT, Relaxed);
-                d.store(
-                    1,
-                    u64::from(tx::DTYP_CTXT | tx::DEXT | tx::L4T_RSV),
-                    Relaxed,
-                );
-                self.next = (self.next + 1) & self.mask;
-                self.ctx_tci = Some(tci);
-            }
-            cmd |= tx::VLE;
+        if sw {
+            // The loop tried the insertion and the frame could not take the tag.
+            tracing::debug!("VLAN: dropping a frame that cannot take its transmit tag");
+            drop(batch.remove(0));
+            return Tagged::Dropped;
         }
+        let tci = p.meta.vlan_tci;
+        // (The loop sends tagged packets inline while the context holds their tag.)
+        if self.ctx_tci != Some(tci) {
+            if packets + 1 > room {
+                return Tagged::NoRoom;
+            }
+            // A context descriptor carrying the tag; it stays valid for later packets.
+            let d = self.desc.view().at(self.next);
+            d.store(0, u64::from(tci) << 16 | 14 << tx::MACLEN_SHIFT, Relaxed);
+            d.store(
+                1,
+                u64::from(tx::DTYP_CTXT | tx::DEXT | tx::L4T_RSV),
+                Relaxed,
+            );
+            self.next = (self.next + 1) & self.mask;
+            self.ctx_tci = Some(tci);
+        }
+        let cmd = TX_DATA_CMD | tx::VLE;
         let len = p.len() as u32;
         let i = self.next;
         let (taken, _) = self.slots.send(batch, &self.desc.descs()[i..=i], |d, p| {
-            d.store(0, p.data_iova(), Relaxed);
-            d.store(
-                1,
-                u64::from(cmd | len) | u64::from(len) << (32 + tx::PAYLEN_SHIFT),
-                Relaxed,
-            );
+            put_data(d, p, cmd);
             true
         });
         debug_assert_eq!(taken, 1);
@@ -798,19 +801,17 @@ impl<M: Mmio> TxRing<M> {
             self.clean = head;
             return Ok(0);
         }
-        let behind = head.wrapping_sub(self.clean) & self.mask;
-        let mut done = None;
-        while let Some((slot, pos)) = self.rs_marks.front() {
-            if slot.wrapping_sub(self.clean) & self.mask >= behind {
-                break;
-            }
-            self.rs_marks.pop_front();
-            done = Some((slot, pos));
-        }
-        if let Some((slot, pos)) = done {
-            self.slots.release(pos);
-            self.clean = (slot + 1) & self.mask;
-        }
+        // Marks behind the head are done (measured from the clean slot, which moves only
+        // after the loop).
+        let (clean, mask) = (self.clean, self.mask);
+        let behind = head.wrapping_sub(clean) & mask;
+        Self::release_marks(
+            &mut self.rs_marks,
+            &mut self.slots,
+            &mut self.clean,
+            mask,
+            |slot| slot.wrapping_sub(clean) & mask < behind,
+        );
         Ok(self.in_flight())
     }
 
@@ -968,5 +969,78 @@ mod tests {
         assert_eq!(ring.in_flight(), ua + ub);
         drop(ring);
         assert_eq!((a.stats().in_use, b.stats().in_use), (0, 0));
+    }
+
+    #[test]
+    fn receive_flags_on_the_fast_and_the_slow_path() {
+        let mmio = Arc::new(RecordingMmio::new(0x100));
+        let mapper: Arc<dyn crate::dma::DmaMapper> = Arc::new(IdentityMapper);
+        let pool = Pool::new(
+            PoolConfig {
+                buffers: 256,
+                ..PoolConfig::default()
+            },
+            mapper,
+        )
+        .unwrap();
+        // The 82599's bits (VP does not by itself mean stripped).
+        let chip = ChipRx {
+            frame_error: 1 << 29,
+            ip_error: 1 << 31,
+            l4_error: 1 << 30,
+            vp_means_stripped: false,
+        };
+        let mut ring = RxRing::new(mmio, 0x18, 0x10, 64, pool.clone(), chip).unwrap();
+        ring.set_hw_strip(true);
+        // Plays the device: writes back slot `i` with `status` (DD | EOP added), 60 bytes,
+        // VLAN field 0x0064.
+        let wb = |r: &RxRing<RecordingMmio>, i: usize, status: u32| {
+            let w = u64::from(status | rx::DD | rx::EOP) | 60 << 32 | 0x64 << 48;
+            r.desc.store(i, 1, w, Relaxed);
+        };
+        let good = rx::IPCS | rx::L4CS;
+        wb(&ring, 0, good); // fast path
+        wb(&ring, 1, good | rx::VP); // fast path, stripped tag
+        wb(&ring, 2, good | chip.ip_error); // slow path: IP checksum bad, L4 good
+        wb(&ring, 3, good | rx::VP | chip.l4_error); // slow path: L4 bad, stripped tag
+        wb(&ring, 4, good); // fast path again
+        let mut batch = Vec::new();
+        assert_eq!(ring.rx_burst(&mut batch, 32).unwrap(), 5);
+        let ok = Meta::RX_IP_CSUM_OK | Meta::RX_L4_CSUM_OK;
+        let got: Vec<(u16, u16)> = batch
+            .iter()
+            .map(|p| (p.meta.flags, p.meta.vlan_tci))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (ok, 0),
+                (ok | Meta::VLAN_STRIPPED, 0x64),
+                (Meta::RX_IP_CSUM_BAD | Meta::RX_L4_CSUM_OK, 0),
+                (
+                    Meta::RX_IP_CSUM_OK | Meta::RX_L4_CSUM_BAD | Meta::VLAN_STRIPPED,
+                    0x64
+                ),
+                (ok, 0),
+            ]
+        );
+        assert!(batch.iter().all(|p| p.len() == 60));
+        // Without stripping, VP only says a tag was seen, and no TCI is reported.
+        ring.set_hw_strip(false);
+        wb(&ring, 5, good | rx::VP);
+        wb(&ring, 6, good | rx::VP | chip.ip_error);
+        batch.clear();
+        assert_eq!(ring.rx_burst(&mut batch, 32).unwrap(), 2);
+        assert_eq!(
+            (batch[0].meta.flags, batch[0].meta.vlan_tci),
+            (ok | Meta::RX_VLAN_SEEN, 0)
+        );
+        assert_eq!(
+            (batch[1].meta.flags, batch[1].meta.vlan_tci),
+            (
+                Meta::RX_IP_CSUM_BAD | Meta::RX_L4_CSUM_OK | Meta::RX_VLAN_SEEN,
+                0
+            )
+        );
     }
 }

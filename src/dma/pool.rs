@@ -441,16 +441,15 @@ impl fmt::Debug for Packet {
 }
 
 impl Packet {
+    #[inline(always)]
     /// The packet owning the buffer at offset `off` of the pool `shared` points to;
     /// `data_iova` is the pool's bus address plus `data` (passed in so that loops compute it
     /// once). A packet is 32 bytes: the buffer's address is not kept but computed from the
     /// pool's base when the frame is read, which the forwarding path never does.
     ///
     /// # Safety
-    /// `shared` must be a live pool with that bus address, `off` the offset of one of its
-    /// buffers that nothing else owns (it is off the free stack and no other packet or ring
-    /// slot holds it), and `data + len` must not exceed the buffer size.
-    #[inline(always)]
+    /// `shared` is a live pool with that bus address, `off` one of its buffers owned by nobody
+    /// else (off the free stack, in no other packet or slot), and `data + len` fits in it.
     pub(super) unsafe fn from_parts(
         shared: NonNull<Shared>,
         data_iova: u64,
