@@ -312,10 +312,72 @@ impl<M: Mmio> RxRing<M> {
     #[inline]
     pub fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
         let max = max.min(self.mask);
+        let start = self.next;
+        // The common case, straight through: the reserve covers the burst (topped up first if
+        // a frame is waiting), the run does not wrap, no fragment is open, and every slot
+        // harvested is a plain good frame. Anything else continues in `rx_rest`.
+        if self.slots.reserved() < max && self.done_pending() {
+            self.slots.reserve(max, RX_RESERVE);
+        }
+        if self.slots.reserved() >= max && start + max <= self.mask + 1 && !self.in_fragment {
+            let (k, bytes) = self.harvest(batch, start, max);
+            self.next = (start + k) & self.mask;
+            if k == max && k > 0 {
+                return Ok(self.finish(k, bytes));
+            }
+            if k == 0 && !self.done_pending() {
+                return self.idle();
+            }
+            return self.rx_rest(batch, max, k, bytes);
+        }
+        self.rx_rest(batch, max, 0, 0)
+    }
+
+    /// The fast path over slots `start..start + want` (no wrap, within the reserve).
+    #[inline(always)]
+    fn harvest(&mut self, batch: &mut Vec<Packet>, start: usize, want: usize) -> (usize, u64) {
+        let (table, fast) = (&*self.flags, self.fast_mask);
+        self.slots.harvest(
+            start,
+            &self.desc.descs()[start..start + want],
+            batch,
+            |d| {
+                let wb = d.load(1, Acquire);
+                if wb & fast != u64::from(rx::DD | rx::EOP) {
+                    return None;
+                }
+                let len = (wb >> 32) as u16;
+                let e = table[wb as u8 as usize];
+                Some((len, Meta::from_low(e & ((wb >> 48) as u32 | 0xffff_0000))))
+            },
+            arm,
+        )
+    }
+
+    /// Ends a burst that received `got > 0` frames: hands the re-armed slots back (the device
+    /// owns everything up to the slot before `next`) and counts.
+    #[inline(always)]
+    fn finish(&mut self, got: usize, bytes: u64) -> usize {
+        self.idle_polls = 0;
+        self.mmio
+            .doorbell(self.tail, (self.next.wrapping_sub(1) & self.mask) as u32);
+        self.stats.packets += got as u64;
+        self.stats.bytes += bytes;
+        got
+    }
+
+    /// The rest of a burst after `got` frames (`bytes` bytes) came through the straight path:
+    /// tops the reserve up, wraps around the ring, and takes unusual descriptors one at a time.
+    #[inline(never)]
+    fn rx_rest(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        max: usize,
+        mut got: usize,
+        mut bytes: u64,
+    ) -> Result<usize, QueueError> {
         let size = self.mask + 1;
-        let mut got = 0;
-        let mut busy = false;
-        let mut bytes = 0u64;
+        let mut busy = got > 0;
         while got < max {
             let left = max - got;
             if self.slots.reserved() < left {
@@ -333,22 +395,7 @@ impl<M: Mmio> RxRing<M> {
             let k = if self.in_fragment {
                 0
             } else {
-                let (table, fast) = (&*self.flags, self.fast_mask);
-                let (k, b) = self.slots.harvest(
-                    start,
-                    &self.desc.descs()[start..start + want],
-                    batch,
-                    |d| {
-                        let wb = d.load(1, Acquire);
-                        if wb & fast != u64::from(rx::DD | rx::EOP) {
-                            return None;
-                        }
-                        let len = (wb >> 32) as u16;
-                        let e = table[wb as u8 as usize];
-                        Some((len, Meta::from_low(e & ((wb >> 48) as u32 | 0xffff_0000))))
-                    },
-                    arm,
-                );
+                let (k, b) = self.harvest(batch, start, want);
                 bytes += b;
                 k
             };
@@ -368,13 +415,7 @@ impl<M: Mmio> RxRing<M> {
         if !busy {
             return self.idle();
         }
-        self.idle_polls = 0;
-        // Hand the re-armed slots back: the device owns everything up to the slot before `next`.
-        self.mmio
-            .doorbell(self.tail, (self.next.wrapping_sub(1) & self.mask) as u32);
-        self.stats.packets += got as u64;
-        self.stats.bytes += bytes;
-        Ok(got)
+        Ok(self.finish(got, bytes))
     }
 
     /// The descriptor at `next` is done but not a plain good frame: a fragment of a frame
@@ -697,6 +738,10 @@ impl<M: Mmio> TxRing<M> {
             bytes += b;
             r.sent += k;
             self.next = (self.next + k) & self.mask;
+            if k == want {
+                // Everything this burst could queue is queued (the usual case: one run).
+                break;
+            }
             if k < run {
                 match self.put_tagged(batch, left - k, want - k, sw.is_some()) {
                     Tagged::Sent(len) => {

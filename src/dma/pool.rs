@@ -466,6 +466,28 @@ impl Packet {
         }
     }
 
+    /// [`from_parts`](Self::from_parts) for a loop that keeps frame bus addresses: `dma` is
+    /// the frame's bus address and `loc` the location word (offset, headroom << 32,
+    /// length << 48) that goes with it.
+    ///
+    /// # Safety
+    /// As for `from_parts`, with `dma` equal to the pool's bus address plus the offset and the
+    /// headroom in `loc`.
+    #[inline(always)]
+    pub(super) unsafe fn from_dma(
+        shared: NonNull<Shared>,
+        dma: u64,
+        loc: u64,
+        meta: Meta,
+    ) -> Packet {
+        Packet {
+            pool: shared,
+            dma,
+            loc,
+            meta,
+        }
+    }
+
     /// Offset of the buffer in its pool.
     #[inline(always)]
     pub(super) fn off(&self) -> u32 {

@@ -31,13 +31,17 @@ pub const RX_RESERVE: usize = 64;
 pub struct RxSlots {
     pool: Pool,
     shared: NonNull<Shared>,
-    iova: u64,
-    headroom: u16,
+    /// Bus address of a frame in the buffer at offset 0: the pool's plus the headroom.
+    data_iova: u64,
+    /// What turns a frame's bus address into a packet's location word (offset in bits 31:0,
+    /// headroom in bits 47:32): `(headroom << 32) - data_iova`, wrapping.
+    loc_of_dma: u64,
     max_len: u16,
     fast_len: u16,
-    /// Offset of the buffer armed in each slot.
-    bufs: Box<[u32]>,
-    /// Offsets taken from the pool for re-arming, used from the top.
+    /// Bus address of the frame in the buffer armed in each slot: what its descriptor points
+    /// at, kept so that neither re-arming nor building a packet has to compute it.
+    bufs: Box<[u64]>,
+    /// Offsets of buffers taken from the pool for re-arming, used from the top.
     fresh: Vec<u32>,
 }
 
@@ -51,6 +55,8 @@ struct Harvest<'a> {
     fresh: &'a mut Vec<u32>,
     batch: &'a mut Vec<Packet>,
     batch_len: usize,
+    /// Where the run's part of the reserve starts (its top `n` entries).
+    base: usize,
     used: usize,
 }
 
@@ -60,12 +66,14 @@ impl Drop for Harvest<'_> {
         // SAFETY: the `used` elements behind `batch_len` were initialised with packets before
         // `used` counted them, and capacity for them was reserved.
         unsafe { self.batch.set_len(self.batch_len + self.used) };
-        // The reserve is used from its bottom: keep what is above the used part.
-        let rest = self.fresh.len() - self.used;
-        if rest > 0 {
-            self.fresh.copy_within(self.used.., 0);
+        // The run used the reserve's top entries from `base` on: keep those it did not use
+        // (none when the whole run was harvested, the usual case).
+        let end = self.fresh.len();
+        let unused = self.base + self.used;
+        if unused < end {
+            self.fresh.copy_within(unused.., self.base);
         }
-        self.fresh.truncate(rest);
+        self.fresh.truncate(end - self.used);
     }
 }
 
@@ -83,15 +91,22 @@ impl RxSlots {
                 )));
             }
             let keep = st.free.len() - n;
-            bufs.extend(st.free[keep..].iter().rev());
+            let data_iova = s.iova + u64::from(s.headroom);
+            bufs.extend(
+                st.free[keep..]
+                    .iter()
+                    .rev()
+                    .map(|&o| data_iova + u64::from(o)),
+            );
             st.free.truncate(keep);
         }
         let max_len = (s.buf_size - usize::from(s.headroom)).min(usize::from(u16::MAX)) as u16;
         let fast_len = ((1u32 << (31 - (u32::from(max_len) + 1).leading_zeros())) - 1) as u16;
+        let data_iova = s.iova + u64::from(s.headroom);
         Ok(RxSlots {
             shared: pool.shared_ptr(),
-            iova: s.iova,
-            headroom: s.headroom,
+            data_iova,
+            loc_of_dma: (u64::from(s.headroom) << 32).wrapping_sub(data_iova),
             max_len,
             fast_len,
             bufs: bufs.into_boxed_slice(),
@@ -123,7 +138,7 @@ impl RxSlots {
 
     /// Bus address of the frame start in slot `i`'s buffer: what its descriptor points at.
     pub fn data_iova(&self, i: usize) -> u64 {
-        self.iova + u64::from(self.bufs[i]) + u64::from(self.headroom)
+        self.bufs[i]
     }
 
     /// Buffers in reserve.
@@ -177,14 +192,13 @@ impl RxSlots {
         let Some(new) = self.fresh.pop() else {
             return false;
         };
-        let data_iova = self.iova + u64::from(self.headroom);
-        arm(data_iova + u64::from(new));
+        let new = self.data_iova + u64::from(new);
+        arm(new);
         let old = std::mem::replace(&mut self.bufs[i], new);
+        let loc = old.wrapping_add(self.loc_of_dma) | u64::from(len) << 48;
         // SAFETY: as in `harvest`: `old` passes from the slot to the packet alone, and `len`
         // fits behind the headroom (checked above).
-        batch.push(unsafe {
-            Packet::from_parts(self.shared, data_iova, old, self.headroom, len, meta)
-        });
+        batch.push(unsafe { Packet::from_dma(self.shared, old, loc, meta) });
         true
     }
 
@@ -219,15 +233,18 @@ impl RxSlots {
         assert!(n <= self.fresh.len(), "harvest beyond the reserve");
         let bufs = &mut self.bufs[start..start + n];
         batch.reserve(n);
-        let (shared, headroom, len_mask) = (self.shared, self.headroom, self.fast_len);
-        let data_iova = self.iova + u64::from(headroom);
+        let (shared, loc_of_dma, len_mask) = (self.shared, self.loc_of_dma, self.fast_len);
+        let data_iova = self.data_iova;
+        let base = self.fresh.len() - n;
         let mut g = Harvest {
             batch_len: batch.len(),
             fresh: &mut self.fresh,
             batch,
+            base,
             used: 0,
         };
-        let fresh = g.fresh.as_ptr();
+        // SAFETY: `base + n == fresh.len()`: the reserve's top `n` entries.
+        let fresh = unsafe { g.fresh.as_ptr().add(base) };
         // SAFETY: `batch_len + n <= capacity` after the reserve above: the `n` spare slots.
         let out = unsafe { g.batch.as_mut_ptr().add(g.batch_len) };
         let mut bytes = 0u64;
@@ -243,19 +260,17 @@ impl RxSlots {
             );
             let len = len & len_mask;
             bytes += u64::from(len);
-            // SAFETY: `k < n <= fresh.len()` (asserted).
-            let new = unsafe { *fresh.add(k) };
-            arm(d, data_iova + u64::from(new));
+            // SAFETY: `k < n`, within the reserve's top `n` entries.
+            let new = data_iova + u64::from(unsafe { *fresh.add(k) });
+            arm(d, new);
             // SAFETY: `k < n == bufs.len()`.
             let old = std::mem::replace(unsafe { bufs.get_unchecked_mut(k) }, new);
+            // Offset and headroom from the frame's bus address: one add (`loc_of_dma`).
+            let loc = old.wrapping_add(loc_of_dma) | u64::from(len) << 48;
             // SAFETY: `old` was this slot's buffer, owned by the slot alone until now and
             // handed to the new packet alone (the slot holds `new` from here on); the length
             // fits behind the headroom (masked above). `out + k` is a reserved spare slot.
-            unsafe {
-                out.add(k).write(Packet::from_parts(
-                    shared, data_iova, old, headroom, len, meta,
-                ))
-            };
+            unsafe { out.add(k).write(Packet::from_dma(shared, old, loc, meta)) };
             g.used = k + 1;
         }
         (g.used, bytes)
@@ -266,9 +281,14 @@ impl Drop for RxSlots {
     /// Returns every buffer to the pool. The ring's owner stopped the queue first, so the
     /// device no longer writes them.
     fn drop(&mut self) {
+        let slots: Vec<u32> = self
+            .bufs
+            .iter()
+            .map(|&a| (a - self.data_iova) as u32)
+            .collect();
         // SAFETY: the pool handle in `self` keeps `shared` alive, and the offsets are buffers
         // this ring owns and nothing references any more.
-        unsafe { Shared::release(self.shared, &self.bufs, &self.fresh) };
+        unsafe { Shared::release(self.shared, &slots, &self.fresh) };
     }
 }
 
@@ -292,6 +312,9 @@ pub struct TxSlots {
     /// Runs of buffers from one pool, oldest first: the pool and the position of the run's
     /// first buffer. The last run is the current one and stays when it empties.
     runs: VecDeque<(NonNull<Shared>, usize)>,
+    /// The pool of the last run (dangling before the first), kept apart from `runs` so that
+    /// checking a packet against it is one compare.
+    cur: NonNull<Shared>,
 }
 
 // SAFETY: the offsets are owned buffers of the pools named in `runs`, which stay alive while
@@ -335,6 +358,7 @@ impl TxSlots {
             head: 0,
             tail: 0,
             runs: VecDeque::with_capacity(4),
+            cur: NonNull::dangling(),
         }
     }
 
@@ -371,10 +395,11 @@ impl TxSlots {
             n <= batch.len() && n <= self.fifo.len() - self.queued(),
             "send beyond the batch or the FIFO"
         );
-        let mut cur = self.runs.back().map_or(NonNull::dangling(), |r| r.0);
+        let mut cur = self.cur;
         let cap = self.fifo.len();
         let first = self.tail & self.mask;
         let runs = &mut self.runs;
+        let cur_run = &mut self.cur;
         let (fifo_a, fifo_b) = self.fifo.split_at_mut(first);
         let tail0 = self.tail;
         let mut g = Taken {
@@ -396,7 +421,7 @@ impl TxSlots {
                     return false;
                 }
                 if p.pool != cur {
-                    new_run(runs, p.pool, tail0.wrapping_add(from + k));
+                    new_run(runs, cur_run, p.pool, tail0.wrapping_add(from + k));
                     cur = p.pool;
                 }
                 *slot = p.off();
@@ -465,9 +490,15 @@ impl TxSlots {
 }
 
 /// Starts a run of buffers from `pool` at FIFO position `at` (or renames the last run, if it
-/// starts there and so is empty).
+/// starts there and so is empty), and makes `pool` the current one.
 #[cold]
-fn new_run(runs: &mut VecDeque<(NonNull<Shared>, usize)>, pool: NonNull<Shared>, at: usize) {
+fn new_run(
+    runs: &mut VecDeque<(NonNull<Shared>, usize)>,
+    cur: &mut NonNull<Shared>,
+    pool: NonNull<Shared>,
+    at: usize,
+) {
+    *cur = pool;
     match runs.back_mut() {
         Some(last) if last.1 == at => last.0 = pool,
         _ => runs.push_back((pool, at)),
