@@ -179,6 +179,31 @@ const TX_HW: u64 = 1 << 34;
 const EXTENDED: u64 = 1 << 35;
 const SW_FILTER: u64 = 1 << 36;
 
+/// See [`VlanControl::rx_key`]. The state word uses bits 36:0 only, so no key is all ones
+/// ([`RxKey::NONE`], what a wrapper starts from).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RxKey(u64);
+
+const _: () = assert!(SW_FILTER < 1 << 56);
+
+impl RxKey {
+    /// Matches no state.
+    pub(crate) const NONE: RxKey = RxKey(u64::MAX);
+
+    /// The port-wide state.
+    pub(crate) fn snapshot(self) -> Snapshot {
+        Snapshot(self.0 & ((1 << 56) - 1))
+    }
+
+    /// The receive mode in force for the queue: its own, else the port's.
+    pub(crate) fn rx_mode(self) -> RxMode {
+        match (self.0 >> 56) as u8 {
+            0 => self.snapshot().rx_mode(),
+            v => RxMode::from_bits(u64::from(v - 1)),
+        }
+    }
+}
+
 /// A decoded snapshot of the state word: what one burst works with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Snapshot(u64);
@@ -498,6 +523,16 @@ impl VlanControl {
     #[inline(always)]
     pub(crate) fn snapshot(&self) -> Snapshot {
         Snapshot(self.shared.state.load(Ordering::Acquire))
+    }
+
+    /// Everything a receive burst of queue `q` (`None`: the port's mode) depends on, as one
+    /// word: the state word, and the queue's own mode byte in bits 63:56. A queue wrapper
+    /// compares it with the last one it saw and decodes it ([`RxKey`]) only when it changed.
+    #[inline(always)]
+    pub(crate) fn rx_key(&self, q: Option<u16>) -> RxKey {
+        let word = self.shared.state.load(Ordering::Acquire);
+        let own = q.and_then(|q| self.shared.queue_modes.get(usize::from(q)));
+        RxKey(word | own.map_or(0, |m| u64::from(m.load(Ordering::Acquire)) << 56))
     }
 
     /// Queue `q`'s own receive mode, if it has one.

@@ -20,7 +20,7 @@
 use crate::device::{QueueError, QueueStats, RxQueue, TxQueue};
 use crate::dma::{Meta, Packet, Pool};
 
-use super::control::VlanControl;
+use super::control::{RxKey, VlanControl};
 use super::frame::{find_tag, Lookup, VlanRxCtx, TAG_LEN};
 use super::packet::PacketVlan;
 use super::tag::{RxMode, Tci, Tpid, TxMode};
@@ -71,6 +71,21 @@ pub struct VlanRx<Q> {
     queue: Option<u16>,
     ctx: VlanRxCtx,
     stats: VlanStats,
+    /// The VLAN state `ctx` and `work` were decoded from.
+    key: RxKey,
+    work: RxWork,
+}
+
+/// What a receive burst does beyond the wrapped queue's, decoded from the VLAN state when it
+/// changes (not at every burst).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RxWork {
+    /// Nothing (Hardware and Deferred modes without a software filter).
+    Nothing,
+    /// Software mode: strip in the burst.
+    Strip,
+    /// The software filter, stripping too in this receive mode if it is Software.
+    Filter(RxMode),
 }
 
 impl<Q: RxQueue> VlanRx<Q> {
@@ -82,6 +97,8 @@ impl<Q: RxQueue> VlanRx<Q> {
             ctx: ctl.rx_ctx(),
             ctl: ctl.clone(),
             stats: VlanStats::default(),
+            key: RxKey::NONE,
+            work: RxWork::Nothing,
         }
     }
 
@@ -134,6 +151,43 @@ impl<Q: RxQueue> VlanRx<Q> {
         self.inner
     }
 
+    /// Takes the context and the burst's work from a changed VLAN state.
+    #[cold]
+    fn decode(&mut self, key: RxKey) {
+        let snap = key.snapshot();
+        let mode = key.rx_mode();
+        self.ctx = snap.rx_ctx();
+        self.work = if snap.sw_filter() {
+            RxWork::Filter(mode)
+        } else if mode == RxMode::Software {
+            RxWork::Strip
+        } else {
+            RxWork::Nothing
+        };
+        self.key = key;
+    }
+
+    /// The burst's work on the `n` packets from `start` on; returns how many stay.
+    #[inline(never)]
+    fn work(&mut self, batch: &mut Vec<Packet>, start: usize, n: usize) -> usize {
+        match self.work {
+            RxWork::Nothing => n,
+            RxWork::Filter(mode) => self.filter(batch, start, mode),
+            RxWork::Strip => {
+                let ctx = self.ctx;
+                for p in &mut batch[start..] {
+                    if p.meta.flags & (Meta::VLAN_STRIPPED | Meta::VLAN_HANDLED) != 0 {
+                        // The device stripped it (or it was examined): never twice.
+                        continue;
+                    }
+                    let found = find_tag(p.data(), ctx);
+                    finish(p, ctx, found, true, &mut self.stats);
+                }
+                n
+            }
+        }
+    }
+
     /// The software filter (and Software-mode strip) over the packets from `start` on; drops
     /// non-members in one bulk free. Returns how many were kept.
     #[inline]
@@ -178,32 +232,16 @@ impl<Q: RxQueue> VlanRx<Q> {
 impl<Q: RxQueue> RxQueue for VlanRx<Q> {
     #[inline]
     fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
-        let snap = self.ctl.snapshot();
-        self.ctx = snap.rx_ctx();
+        let key = self.ctl.rx_key(self.queue);
+        if key != self.key {
+            self.decode(key);
+        }
         let start = batch.len();
         let n = self.inner.rx_burst(batch, max)?;
-        if n == 0 {
-            return Ok(0);
+        if n == 0 || self.work == RxWork::Nothing {
+            return Ok(n);
         }
-        let mode = match self.queue {
-            Some(q) => self.ctl.queue_mode(q).unwrap_or(snap.rx_mode()),
-            None => snap.rx_mode(),
-        };
-        if snap.sw_filter() {
-            return Ok(self.filter(batch, start, mode));
-        }
-        if mode == RxMode::Software {
-            let ctx = self.ctx;
-            for p in &mut batch[start..] {
-                if p.meta.flags & (Meta::VLAN_STRIPPED | Meta::VLAN_HANDLED) != 0 {
-                    // The device stripped it (or it was examined): never twice.
-                    continue;
-                }
-                let found = find_tag(p.data(), ctx);
-                finish(p, ctx, found, true, &mut self.stats);
-            }
-        }
-        Ok(n)
+        Ok(self.work(batch, start, n))
     }
 
     fn stats(&self) -> QueueStats {
