@@ -555,24 +555,30 @@ impl Marks {
     }
 }
 
-/// Software insertion of a packet's transmit tag; false (nothing changed) when the frame
-/// cannot take it. Out of line: the transmit loop stays small for untagged traffic.
+/// Software insertion for the packets at the front of `batch` (at most `n`) that ask for a
+/// transmit tag, up to the first that does not: pushes each tag into its frame and clears the
+/// request. Stops at a frame that cannot take its tag (left unchanged) and says so. Returns the
+/// tags inserted. Out of line: the transmit loop stays small and has no call in it.
 #[inline(never)]
-fn push_tag(p: &mut Packet, tpid: Tpid) -> bool {
-    if p.push_vlan(tpid, Tci::from_raw(p.meta.vlan_tci)) {
+fn insert_front(batch: &mut [Packet], n: usize, tpid: Tpid) -> (u64, bool) {
+    let mut inserted = 0;
+    for p in batch.iter_mut().take(n) {
+        if p.meta.flags & Meta::TX_VLAN == 0 {
+            break;
+        }
+        if !p.push_vlan(tpid, Tci::from_raw(p.meta.vlan_tci)) {
+            return (inserted, true);
+        }
         p.meta.flags &= !Meta::TX_VLAN;
-        true
-    } else {
-        false
+        inserted += 1;
     }
+    (inserted, false)
 }
 
 /// What [`TxRing::put_tagged`] did with the packet at the front of the batch.
 enum Tagged {
     /// Queued; its frame length.
     Sent(u32),
-    /// Dropped: software mode, and the frame could not take its tag.
-    Dropped,
     /// Left in the batch: no room for it (and its context descriptor) in this burst.
     NoRoom,
 }
@@ -718,23 +724,20 @@ impl<M: Mmio> TxRing<M> {
             }
             let run = want.min(size - self.next);
             let descs = &self.desc.descs()[self.next..self.next + run];
-            let ctx_tci = self.ctx_tci;
-            let mut inserted = 0u64;
+            // In hardware mode, a tag the context slot holds goes inline; anything else that
+            // asks for a tag stops the loop (context descriptor, or software insertion below).
+            let vle_tci = if sw.is_none() { self.ctx_tci } else { None };
             let (k, b) = self.slots.send(batch, descs, |d, p| {
                 let mut cmd = TX_DATA_CMD;
                 if p.meta.flags & Meta::TX_VLAN != 0 {
-                    // Inline when it needs nothing new: the context slot holds the tag
-                    // (hardware), or the frame takes it (software). Otherwise `put_tagged`.
-                    match sw {
-                        None if ctx_tci == Some(p.meta.vlan_tci) => cmd |= tx::VLE,
-                        Some(tpid) if push_tag(p, tpid) => inserted += 1,
-                        _ => return false,
+                    if vle_tci != Some(p.meta.vlan_tci) {
+                        return false;
                     }
+                    cmd |= tx::VLE;
                 }
                 put_data(d, p, cmd);
                 true
             });
-            r.inserted += inserted;
             bytes += b;
             r.sent += k;
             self.next = (self.next + k) & self.mask;
@@ -743,12 +746,23 @@ impl<M: Mmio> TxRing<M> {
                 break;
             }
             if k < run {
-                match self.put_tagged(batch, left - k, want - k, sw.is_some()) {
+                if let Some(tpid) = sw {
+                    // Push the tags of the packets that ask for one at the front of what is
+                    // left, then go on with the loop (which sends them as they are now).
+                    let (inserted, bad) = insert_front(batch, want - k, tpid);
+                    r.inserted += inserted;
+                    if bad {
+                        tracing::debug!("VLAN: dropping a frame that cannot take its transmit tag");
+                        drop(batch.remove(0));
+                        r.malformed += 1;
+                    }
+                    continue;
+                }
+                match self.put_tagged(batch, left - k, want - k) {
                     Tagged::Sent(len) => {
                         r.sent += 1;
                         bytes += u64::from(len);
                     }
-                    Tagged::Dropped => r.malformed += 1,
                     Tagged::NoRoom => break,
                 }
             }
@@ -776,10 +790,9 @@ impl<M: Mmio> TxRing<M> {
         Ok(r)
     }
 
-    /// Deals with the packet at the front of `batch`, which asks for a tag the transmit loop
-    /// could not give it inline. Hardware mode: a context descriptor with the new tag, then the
-    /// data descriptor with VLE. Software mode (`sw`): the frame could not take the tag, so it
-    /// is dropped.
+    /// Deals with the packet at the front of `batch` in hardware mode, which asks for a tag
+    /// the context slot does not hold: a context descriptor with the new tag, then the data
+    /// descriptor with VLE.
     /// `room` is the descriptors left in this burst and `packets` the packets still to queue
     /// in it (this one included); a context descriptor is written only if every one of them
     /// still gets its slot.
@@ -790,17 +803,10 @@ impl<M: Mmio> TxRing<M> {
         batch: &mut Vec<Packet>,
         room: usize,
         packets: usize,
-        sw: bool,
     ) -> Tagged {
         let Some(p) = batch.first_mut() else {
             return Tagged::NoRoom;
         };
-        if sw {
-            // The loop tried the insertion and the frame could not take the tag.
-            tracing::debug!("VLAN: dropping a frame that cannot take its transmit tag");
-            drop(batch.remove(0));
-            return Tagged::Dropped;
-        }
         let tci = p.meta.vlan_tci;
         // (The loop sends tagged packets inline while the context holds their tag.)
         if self.ctx_tci != Some(tci) {

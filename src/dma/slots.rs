@@ -375,11 +375,10 @@ impl TxSlots {
     }
 
     /// Takes the buffers of packets from the front of `batch`, one per element of `descs`
-    /// (the descriptors they go to): for each packet in order, `put(desc, &mut packet)` writes
-    /// its descriptor (it may first adjust the frame, such as pushing a tag into it) and
-    /// returns `true`, or returns `false` to stop before it. The packets taken
-    /// leave `batch`; the rest stay, in order. Returns how many were taken and their frames'
-    /// bytes.
+    /// (the descriptors they go to): for each packet in order, `put(desc, &packet)` writes
+    /// its descriptor and returns `true`, or returns `false` to stop before it. The packets
+    /// taken leave `batch`; the rest stay, in order. Returns how many were taken and their
+    /// frames' bytes.
     ///
     /// # Panics
     /// If `descs` is longer than `batch` or the FIFO's free room.
@@ -388,18 +387,17 @@ impl TxSlots {
         &mut self,
         batch: &mut Vec<Packet>,
         descs: &[D],
-        mut put: impl FnMut(&D, &mut Packet) -> bool,
+        mut put: impl FnMut(&D, &Packet) -> bool,
     ) -> (usize, u64) {
         let n = descs.len();
         assert!(
             n <= batch.len() && n <= self.fifo.len() - self.queued(),
             "send beyond the batch or the FIFO"
         );
-        let mut cur = self.cur;
         let cap = self.fifo.len();
         let first = self.tail & self.mask;
         let runs = &mut self.runs;
-        let cur_run = &mut self.cur;
+        let cur = &mut self.cur;
         let (fifo_a, fifo_b) = self.fifo.split_at_mut(first);
         let tail0 = self.tail;
         let mut g = Taken {
@@ -407,28 +405,31 @@ impl TxSlots {
             taken: 0,
             fifo_tail: &mut self.tail,
         };
-        // The FIFO slots these packets go to: from `first` to the end, then from 0 on; one
-        // loop over each part, so that each is a plain walk over three arrays.
+        // The FIFO slots these packets go to: from `first` to the end, then from 0 on.
         let n1 = n.min(cap - first);
-        let packets = g.batch[..n].as_mut_ptr();
+        let packets = g.batch[..n].as_ptr();
         let mut bytes = 0u64;
+        // One part: `walk` over three arrays; a packet of another pool ends a walk, the new
+        // run is recorded here and the walk resumes.
         let mut part = |descs: &[D], slots: &mut [u32], from: usize, g: &mut Taken| {
-            for (k, (d, slot)) in descs.iter().zip(slots).enumerate() {
-                // SAFETY: `from + k < n <= len`; the packet stays in the vector (borrowed, not
-                // moved) until the guard removes it.
-                let p = unsafe { &mut *packets.add(from + k) };
-                if !put(d, p) {
+            let m = descs.len().min(slots.len());
+            let mut k = 0;
+            loop {
+                // SAFETY: `from + m <= n <= len`; the packets stay in the vector (borrowed,
+                // not moved) until the guard removes them.
+                let ps = unsafe { std::slice::from_raw_parts(packets.add(from), m) };
+                let (done, b) = walk(&descs[k..m], &mut slots[k..m], &ps[k..], *cur, &mut put);
+                bytes += b;
+                k += done;
+                g.taken = from + k;
+                if k == m {
+                    return true;
+                }
+                if ps[k].pool == *cur {
                     return false;
                 }
-                if p.pool != cur {
-                    new_run(runs, cur_run, p.pool, tail0.wrapping_add(from + k));
-                    cur = p.pool;
-                }
-                *slot = p.off();
-                bytes += p.len() as u64;
-                g.taken = from + k + 1;
+                new_run(runs, cur, ps[k].pool, tail0.wrapping_add(from + k));
             }
-            true
         };
         if part(&descs[..n1], &mut fifo_b[..n1], 0, &mut g) && n > n1 {
             part(&descs[n1..], &mut fifo_a[..n - n1], n1, &mut g);
@@ -487,6 +488,39 @@ impl TxSlots {
             }
         }
     }
+}
+
+/// The transmit loop: for each packet of `packets` in turn (all of pool `pool`, stopping
+/// before the first that is not), `put` writes its descriptor (or returns false to stop) and
+/// its buffer's offset goes to the FIFO slot. Returns how many went and their bytes.
+/// A function of its own, called once per run, so that its loop has every register to itself
+/// (inlined into the burst, the loop's values were spilled around the burst's own).
+#[inline(never)]
+fn walk<D>(
+    descs: &[D],
+    slots: &mut [u32],
+    packets: &[Packet],
+    pool: NonNull<Shared>,
+    put: &mut impl FnMut(&D, &Packet) -> bool,
+) -> (usize, u64) {
+    let m = descs.len().min(slots.len()).min(packets.len());
+    let mut bytes = 0u64;
+    for k in 0..m {
+        // SAFETY: `k < m`, within all three slices.
+        let (d, slot, p) = unsafe {
+            (
+                descs.get_unchecked(k),
+                slots.get_unchecked_mut(k),
+                packets.get_unchecked(k),
+            )
+        };
+        if p.pool != pool || !put(d, p) {
+            return (k, bytes);
+        }
+        *slot = p.off();
+        bytes += p.len() as u64;
+    }
+    (m, bytes)
 }
 
 /// Starts a run of buffers from `pool` at FIFO position `at` (or renames the last run, if it
