@@ -711,23 +711,43 @@ impl<M: Mmio> TxRing<M> {
         }
         // One slot stays empty so that tail == head means "empty", never "full".
         let room = self.mask - self.in_flight();
-        let total = batch.len();
+        let n = batch.len();
         let start = self.next;
-        let size = self.mask + 1;
-        let mut r = SwVlanTx::default();
-        let mut bytes = 0u64;
-        loop {
-            let left = room - (self.next.wrapping_sub(start) & self.mask);
-            let want = batch.len().min(left);
-            if want == 0 {
-                break;
+        // The common case, straight through: the whole batch fits without wrapping and every
+        // packet goes as it is. Anything else continues in `burst_rest`.
+        if n > 0 && n <= room && start + n <= self.mask + 1 {
+            let (k, bytes) = self.send_run(batch, start, n, sw.is_some());
+            self.next = (start + k) & self.mask;
+            if k == n {
+                self.finish(start, k, bytes);
+                return Ok(SwVlanTx {
+                    sent: k,
+                    ..SwVlanTx::default()
+                });
             }
-            let run = want.min(size - self.next);
-            let descs = &self.desc.descs()[self.next..self.next + run];
-            // In hardware mode, a tag the context slot holds goes inline; anything else that
-            // asks for a tag stops the loop (context descriptor, or software insertion below).
-            let vle_tci = if sw.is_none() { self.ctx_tci } else { None };
-            let (k, b) = self.slots.send(batch, descs, |d, p| {
+            let r = SwVlanTx {
+                sent: k,
+                ..SwVlanTx::default()
+            };
+            return self.burst_rest(batch, sw, start, room, n, r, bytes);
+        }
+        self.burst_rest(batch, sw, start, room, n, SwVlanTx::default(), 0)
+    }
+
+    /// Queues up to `run` packets from the front of `batch` in descriptors `at..at + run` (no
+    /// wrap), stopping before a packet that asks for a tag the loop cannot give inline: in
+    /// hardware mode one the context slot does not hold, in software mode (`sw`) any.
+    #[inline(always)]
+    fn send_run(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        at: usize,
+        run: usize,
+        sw: bool,
+    ) -> (usize, u64) {
+        let vle_tci = if sw { None } else { self.ctx_tci };
+        self.slots
+            .send(batch, &self.desc.descs()[at..at + run], |d, p| {
                 let mut cmd = TX_DATA_CMD;
                 if p.meta.flags & Meta::TX_VLAN != 0 {
                     if vle_tci != Some(p.meta.vlan_tci) {
@@ -737,12 +757,57 @@ impl<M: Mmio> TxRing<M> {
                 }
                 put_data(d, p, cmd);
                 true
-            });
+            })
+    }
+
+    /// Ends a burst that queued `sent > 0` packets (`bytes` bytes) from descriptor `start` on:
+    /// the write-back request if one is due, the doorbell, the counters.
+    #[inline(always)]
+    fn finish(&mut self, start: usize, sent: usize, bytes: u64) {
+        self.since_rs += self.next.wrapping_sub(start) & self.mask;
+        if self.since_rs >= self.rs_interval {
+            // The burst's last descriptor is a data descriptor (a context one always precedes
+            // its packet's), and still ours: the tail has not moved past it yet.
+            let last = self.next.wrapping_sub(1) & self.mask;
+            let cmd = self.desc.load_dword(last, 2, Relaxed);
+            self.desc.store_dword(last, 2, cmd | tx::RS, Relaxed);
+            self.rs_marks.push_back((last, self.slots.tail()));
+            self.since_rs = 0;
+        }
+        self.mmio.doorbell(self.tail, self.next as u32);
+        self.stats.packets += sent as u64;
+        self.stats.bytes += bytes;
+    }
+
+    /// The rest of a burst that started at descriptor `start` with `room` descriptors free and
+    /// `total` packets, after the straight path queued `r.sent` of them (`bytes` bytes): wraps
+    /// around the ring, writes context descriptors, inserts tags in software, counts what found
+    /// no room.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn burst_rest(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        sw: Option<Tpid>,
+        start: usize,
+        room: usize,
+        total: usize,
+        mut r: SwVlanTx,
+        mut bytes: u64,
+    ) -> Result<SwVlanTx, QueueError> {
+        let size = self.mask + 1;
+        loop {
+            let left = room - (self.next.wrapping_sub(start) & self.mask);
+            let want = batch.len().min(left);
+            if want == 0 {
+                break;
+            }
+            let run = want.min(size - self.next);
+            let (k, b) = self.send_run(batch, self.next, run, sw.is_some());
             bytes += b;
             r.sent += k;
             self.next = (self.next + k) & self.mask;
             if k == want {
-                // Everything this burst could queue is queued (the usual case: one run).
                 break;
             }
             if k < run {
@@ -751,7 +816,9 @@ impl<M: Mmio> TxRing<M> {
                     // left, then go on with the loop (which sends them as they are now).
                     let (inserted, bad) = insert_front(batch, want - k, tpid);
                     r.inserted += inserted;
-                    if bad {
+                    if bad && inserted == 0 {
+                        // The front packet cannot take its tag (one behind packets that took
+                        // theirs waits until they are queued and it is at the front).
                         tracing::debug!("VLAN: dropping a frame that cannot take its transmit tag");
                         drop(batch.remove(0));
                         r.malformed += 1;
@@ -774,19 +841,7 @@ impl<M: Mmio> TxRing<M> {
             }
             return Ok(r);
         }
-        self.since_rs += self.next.wrapping_sub(start) & self.mask;
-        if self.since_rs >= self.rs_interval {
-            // The burst's last descriptor is a data descriptor (a context one always precedes
-            // its packet's), and still ours: the tail has not moved past it yet.
-            let last = self.next.wrapping_sub(1) & self.mask;
-            let cmd = self.desc.load_dword(last, 2, Relaxed);
-            self.desc.store_dword(last, 2, cmd | tx::RS, Relaxed);
-            self.rs_marks.push_back((last, self.slots.tail()));
-            self.since_rs = 0;
-        }
-        self.mmio.doorbell(self.tail, self.next as u32);
-        self.stats.packets += r.sent as u64;
-        self.stats.bytes += bytes;
+        self.finish(start, r.sent, bytes);
         Ok(r)
     }
 
@@ -798,12 +853,7 @@ impl<M: Mmio> TxRing<M> {
     /// still gets its slot.
     #[cold]
     #[inline(never)]
-    fn put_tagged(
-        &mut self,
-        batch: &mut Vec<Packet>,
-        room: usize,
-        packets: usize,
-    ) -> Tagged {
+    fn put_tagged(&mut self, batch: &mut Vec<Packet>, room: usize, packets: usize) -> Tagged {
         let Some(p) = batch.first_mut() else {
             return Tagged::NoRoom;
         };

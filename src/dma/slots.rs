@@ -495,7 +495,7 @@ impl TxSlots {
 /// its buffer's offset goes to the FIFO slot. Returns how many went and their bytes.
 /// A function of its own, called once per run, so that its loop has every register to itself
 /// (inlined into the burst, the loop's values were spilled around the burst's own).
-#[inline(never)]
+#[inline(always)]
 fn walk<D>(
     descs: &[D],
     slots: &mut [u32],
