@@ -140,9 +140,9 @@ fn put_data(d: &Desc, p: &Packet, cmd: u32) {
 /// in bits 31:16), indexed by the low byte of the status (VP, L4CS, IPCS are bits 3, 5, 6).
 /// Frames with an error bit never use it (they take the slow path), so only the "checked and
 /// good" flags appear.
-fn flag_table(chip: ChipRx, hw_strip: bool) -> Box<[u32; 256]> {
+fn flag_table(chip: ChipRx, hw_strip: bool) -> [u32; 256] {
     let vp_stripped = hw_strip || chip.vp_means_stripped;
-    let mut t = Box::new([0u32; 256]);
+    let mut t = [0u32; 256];
     for (i, e) in t.iter_mut().enumerate() {
         let status = i as u32;
         let vp = status & rx::VP != 0;
@@ -179,7 +179,7 @@ pub struct RxRing<M: Mmio> {
     /// Hardware strips tags on this queue: VP means "stripped, TCI in the descriptor".
     hw_strip: bool,
     /// Metadata of the fast path by status bits (see [`flag_table`]).
-    flags: Box<[u32; 256]>,
+    flags: [u32; 256],
     /// Bits of the write-back's second word that the fast path requires to read exactly
     /// DD | EOP: done, whole frame, no error, and no length bit at or above `fast_len`.
     fast_mask: u64,
@@ -336,7 +336,7 @@ impl<M: Mmio> RxRing<M> {
     /// The fast path over slots `start..start + want` (no wrap, within the reserve).
     #[inline(always)]
     fn harvest(&mut self, batch: &mut Vec<Packet>, start: usize, want: usize) -> (usize, u64) {
-        let (table, fast) = (&*self.flags, self.fast_mask);
+        let (table, fast) = (&self.flags, self.fast_mask);
         self.slots.harvest(
             start,
             &self.desc.descs()[start..start + want],
