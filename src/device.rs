@@ -153,11 +153,10 @@ pub trait RxQueue: Send {
     fn pool(&self) -> &Pool;
 }
 
-/// What a transmit burst with software tag insertion did ([`TxQueue::tx_burst_sw_vlan`]).
+/// What transmit bursts with software tag insertion did ([`TxQueue::tx_burst_sw_vlan`] adds
+/// to it; passed by reference, so that a burst that inserted nothing returns in registers).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SwVlanTx {
-    /// Packets queued.
-    pub sent: usize,
+pub struct SwVlanCounts {
     /// Tags pushed into frames.
     pub inserted: u64,
     /// Packets dropped because their frame could not take the tag (shorter than 12 bytes, or
@@ -174,7 +173,8 @@ pub trait TxQueue: Send {
     /// [`tx_burst`](Self::tx_burst) with software VLAN insertion: every packet marked
     /// [`Meta::TX_VLAN`](crate::dma::Meta::TX_VLAN) gets its tag pushed into the frame (TPID
     /// `tpid`) and the mark cleared before it is queued; a packet that cannot take it is
-    /// dropped and counted. Dropped packets leave the batch too.
+    /// dropped. Dropped packets leave the batch too. Adds the tags inserted and the packets
+    /// dropped to `counts`; returns how many were queued.
     ///
     /// The default makes one pass over the batch, then calls `tx_burst`. A driver that looks at
     /// every packet's flags anyway overrides it to insert on its way, so that a burst without
@@ -183,13 +183,12 @@ pub trait TxQueue: Send {
         &mut self,
         batch: &mut Vec<Packet>,
         tpid: crate::vlan::Tpid,
-    ) -> Result<SwVlanTx, QueueError> {
+        counts: &mut SwVlanCounts,
+    ) -> Result<usize, QueueError> {
         let (inserted, malformed) = crate::vlan::insert_all(batch, tpid);
-        Ok(SwVlanTx {
-            sent: self.tx_burst(batch)?,
-            inserted,
-            malformed,
-        })
+        counts.inserted += inserted;
+        counts.malformed += malformed;
+        self.tx_burst(batch)
     }
 
     /// The queue's software counters.

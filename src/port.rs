@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use crate::bus::{Bus, PciBus};
 use crate::device::{
-    LinkStatus, Port, PortInfo, PortStats, QueueError, QueueSet, QueueStats, RxQueue, SwVlanTx,
+    LinkStatus, Port, PortInfo, PortStats, QueueError, QueueSet, QueueStats, RxQueue, SwVlanCounts,
     TxQueue,
 };
 use crate::dma::{Packet, Pool};
@@ -262,12 +262,13 @@ impl TxQueue for AnyTx {
         &mut self,
         batch: &mut Vec<Packet>,
         tpid: Tpid,
-    ) -> Result<SwVlanTx, QueueError> {
+        counts: &mut SwVlanCounts,
+    ) -> Result<usize, QueueError> {
         match self {
-            AnyTx::Null(q) => q.tx_burst_sw_vlan(batch, tpid),
-            AnyTx::Igb(q) => q.tx_burst_sw_vlan(batch, tpid),
-            AnyTx::Ixgbe(q) => q.tx_burst_sw_vlan(batch, tpid),
-            AnyTx::IxgbeSim(q) => q.tx_burst_sw_vlan(batch, tpid),
+            AnyTx::Null(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
+            AnyTx::Igb(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
+            AnyTx::Ixgbe(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
+            AnyTx::IxgbeSim(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
         }
     }
     fn stats(&self) -> QueueStats {

@@ -30,7 +30,7 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
 
-use crate::device::{QueueError, QueueStats, SwVlanTx};
+use crate::device::{QueueError, QueueStats, SwVlanCounts};
 use crate::dma::slots::RX_RESERVE;
 use crate::dma::{Desc, DescTable, Meta, Packet, Pool, RxSlots, TxSlots};
 use crate::error::{Error, Result};
@@ -688,7 +688,7 @@ impl<M: Mmio> TxRing<M> {
     /// `rs_interval` descriptors have gone out since the last request.
     #[inline]
     pub fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
-        Ok(self.burst(batch, None)?.sent)
+        self.burst(batch, None, &mut SwVlanCounts::default())
     }
 
     /// [`TxRing::tx_burst`] with software tag insertion (TPID `tpid`) for the packets that ask
@@ -698,12 +698,18 @@ impl<M: Mmio> TxRing<M> {
         &mut self,
         batch: &mut Vec<Packet>,
         tpid: Tpid,
-    ) -> Result<SwVlanTx, QueueError> {
-        self.burst(batch, Some(tpid))
+        counts: &mut SwVlanCounts,
+    ) -> Result<usize, QueueError> {
+        self.burst(batch, Some(tpid), counts)
     }
 
     #[inline(always)]
-    fn burst(&mut self, batch: &mut Vec<Packet>, sw: Option<Tpid>) -> Result<SwVlanTx, QueueError> {
+    fn burst(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        sw: Option<Tpid>,
+        counts: &mut SwVlanCounts,
+    ) -> Result<usize, QueueError> {
         // Reclaim only once two write-back groups could be done: each release then returns
         // about two bursts' worth of buffers in one pool lock.
         if self.in_flight() >= self.reclaim_at {
@@ -720,18 +726,11 @@ impl<M: Mmio> TxRing<M> {
             self.next = (start + k) & self.mask;
             if k == n {
                 self.finish(start, k, bytes);
-                return Ok(SwVlanTx {
-                    sent: k,
-                    ..SwVlanTx::default()
-                });
+                return Ok(k);
             }
-            let r = SwVlanTx {
-                sent: k,
-                ..SwVlanTx::default()
-            };
-            return self.burst_rest(batch, sw, start, room, n, r, bytes);
+            return self.burst_rest(batch, sw, counts, start, room, n, k, bytes);
         }
-        self.burst_rest(batch, sw, start, room, n, SwVlanTx::default(), 0)
+        self.burst_rest(batch, sw, counts, start, room, n, 0, 0)
     }
 
     /// Queues up to `run` packets from the front of `batch` in descriptors `at..at + run` (no
@@ -780,22 +779,24 @@ impl<M: Mmio> TxRing<M> {
     }
 
     /// The rest of a burst that started at descriptor `start` with `room` descriptors free and
-    /// `total` packets, after the straight path queued `r.sent` of them (`bytes` bytes): wraps
-    /// around the ring, writes context descriptors, inserts tags in software, counts what found
-    /// no room.
+    /// `total` packets, after the straight path queued `sent` of them (`bytes` bytes): wraps
+    /// around the ring, writes context descriptors, inserts tags in software (adding to
+    /// `counts`), counts what found no room. Returns the packets queued.
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
     fn burst_rest(
         &mut self,
         batch: &mut Vec<Packet>,
         sw: Option<Tpid>,
+        counts: &mut SwVlanCounts,
         start: usize,
         room: usize,
         total: usize,
-        mut r: SwVlanTx,
+        mut sent: usize,
         mut bytes: u64,
-    ) -> Result<SwVlanTx, QueueError> {
+    ) -> Result<usize, QueueError> {
         let size = self.mask + 1;
+        let mut malformed = 0;
         loop {
             let left = room - (self.next.wrapping_sub(start) & self.mask);
             let want = batch.len().min(left);
@@ -805,7 +806,7 @@ impl<M: Mmio> TxRing<M> {
             let run = want.min(size - self.next);
             let (k, b) = self.send_run(batch, self.next, run, sw.is_some());
             bytes += b;
-            r.sent += k;
+            sent += k;
             self.next = (self.next + k) & self.mask;
             if k == want {
                 break;
@@ -815,34 +816,35 @@ impl<M: Mmio> TxRing<M> {
                     // Push the tags of the packets that ask for one at the front of what is
                     // left, then go on with the loop (which sends them as they are now).
                     let (inserted, bad) = insert_front(batch, want - k, tpid);
-                    r.inserted += inserted;
+                    counts.inserted += inserted;
                     if bad && inserted == 0 {
                         // The front packet cannot take its tag (one behind packets that took
                         // theirs waits until they are queued and it is at the front).
                         tracing::debug!("VLAN: dropping a frame that cannot take its transmit tag");
                         drop(batch.remove(0));
-                        r.malformed += 1;
+                        malformed += 1;
                     }
                     continue;
                 }
                 match self.put_tagged(batch, left - k, want - k) {
                     Tagged::Sent(len) => {
-                        r.sent += 1;
+                        sent += 1;
                         bytes += u64::from(len);
                     }
                     Tagged::NoRoom => break,
                 }
             }
         }
-        self.stats.no_room += (total - r.sent - r.malformed as usize) as u64;
-        if r.sent == 0 {
-            if total > 0 && r.malformed == 0 && self.mmio.read32(self.head) == u32::MAX {
+        counts.malformed += malformed as u64;
+        self.stats.no_room += (total - sent - malformed) as u64;
+        if sent == 0 {
+            if total > 0 && malformed == 0 && self.mmio.read32(self.head) == u32::MAX {
                 return Err(QueueError::DeviceGone);
             }
-            return Ok(r);
+            return Ok(0);
         }
-        self.finish(start, r.sent, bytes);
-        Ok(r)
+        self.finish(start, sent, bytes);
+        Ok(sent)
     }
 
     /// Deals with the packet at the front of `batch` in hardware mode, which asks for a tag
@@ -1022,8 +1024,11 @@ mod tests {
         batch[0].meta.vlan_tci = 5;
         batch[1].set_len(8);
         batch[1].meta.flags |= Meta::TX_VLAN;
-        let r = ring.tx_burst_sw_vlan(&mut batch, Tpid::C_TAG).unwrap();
-        assert_eq!((r.sent, r.inserted, r.malformed), (2, 1, 1));
+        let mut c = SwVlanCounts::default();
+        let sent = ring
+            .tx_burst_sw_vlan(&mut batch, Tpid::C_TAG, &mut c)
+            .unwrap();
+        assert_eq!((sent, c.inserted, c.malformed), (2, 1, 1));
         assert!(batch.is_empty());
         assert_eq!(ring.tail_slot(), 8);
         assert_eq!(

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bus::Bus;
-use crate::device::{QueueError, QueueStats, SwVlanTx, TxQueue};
+use crate::device::{QueueError, QueueStats, SwVlanCounts, TxQueue};
 use crate::dma::Packet;
 use crate::error::Result;
 use crate::mmio::Mmio;
@@ -102,8 +102,9 @@ impl<B: Bus> TxQueue for IntelTx<B> {
         &mut self,
         batch: &mut Vec<Packet>,
         tpid: Tpid,
-    ) -> Result<SwVlanTx, QueueError> {
-        self.ring.tx_burst_sw_vlan(batch, tpid)
+        counts: &mut SwVlanCounts,
+    ) -> Result<usize, QueueError> {
+        self.ring.tx_burst_sw_vlan(batch, tpid, counts)
     }
 
     fn stats(&self) -> QueueStats {

@@ -17,7 +17,7 @@
 //! Counters are plain `u64` fields of the wrapper (one thread owns a queue), counting what the
 //! VLAN layer did in software; what the device did shows in the device's counters.
 
-use crate::device::{QueueError, QueueStats, RxQueue, TxQueue};
+use crate::device::{QueueError, QueueStats, RxQueue, SwVlanCounts, TxQueue};
 use crate::dma::{Meta, Packet, Pool};
 
 use super::control::{RxKey, VlanControl};
@@ -307,12 +307,13 @@ impl<Q: TxQueue> TxQueue for VlanTx<Q> {
         if snap.tx_mode() == TxMode::Hardware {
             return self.inner.tx_burst(batch);
         }
-        let r = self
+        let mut c = SwVlanCounts::default();
+        let sent = self
             .inner
-            .tx_burst_sw_vlan(batch, snap.rx_ctx().push_tpid())?;
-        self.stats.inserted += r.inserted;
-        self.stats.malformed += r.malformed;
-        Ok(r.sent + r.malformed as usize)
+            .tx_burst_sw_vlan(batch, snap.rx_ctx().push_tpid(), &mut c)?;
+        self.stats.inserted += c.inserted;
+        self.stats.malformed += c.malformed;
+        Ok(sent + c.malformed as usize)
     }
 
     fn stats(&self) -> QueueStats {
