@@ -24,8 +24,9 @@ use std::ptr::NonNull;
 use super::pool::{Meta, Packet, Pool, Shared};
 use crate::error::{Error, Result};
 
-/// Most buffers a receive ring keeps in reserve beyond its slots.
-pub const RX_RESERVE: usize = 64;
+/// Most buffers a receive ring keeps in reserve beyond its slots: three bursts of 32, so that
+/// a busy queue takes the pool's lock once every three bursts.
+pub const RX_RESERVE: usize = 96;
 
 /// The buffers of a receive ring: one per slot, all from one pool.
 pub struct RxSlots {
