@@ -804,6 +804,22 @@ impl<M: Mmio> TxRing<M> {
             if want == 0 {
                 break;
             }
+            if let Some(tpid) = sw {
+                if batch[0].meta.flags & Meta::TX_VLAN != 0 {
+                    // Push the tags of the packets at the front that ask for one; the loop
+                    // then sends them as they are now.
+                    let (inserted, bad) = insert_front(batch, want, tpid);
+                    counts.inserted += inserted;
+                    if bad && inserted == 0 {
+                        // The front packet cannot take its tag (one behind packets that took
+                        // theirs waits until they are queued and it is at the front).
+                        tracing::debug!("VLAN: dropping a frame that cannot take its transmit tag");
+                        drop(batch.remove(0));
+                        malformed += 1;
+                        continue;
+                    }
+                }
+            }
             let run = want.min(size - self.next);
             let (k, b) = self.send_run(batch, self.next, run, sw.is_some());
             bytes += b;
@@ -812,21 +828,7 @@ impl<M: Mmio> TxRing<M> {
             if k == want {
                 break;
             }
-            if k < run {
-                if let Some(tpid) = sw {
-                    // Push the tags of the packets that ask for one at the front of what is
-                    // left, then go on with the loop (which sends them as they are now).
-                    let (inserted, bad) = insert_front(batch, want - k, tpid);
-                    counts.inserted += inserted;
-                    if bad && inserted == 0 {
-                        // The front packet cannot take its tag (one behind packets that took
-                        // theirs waits until they are queued and it is at the front).
-                        tracing::debug!("VLAN: dropping a frame that cannot take its transmit tag");
-                        drop(batch.remove(0));
-                        malformed += 1;
-                    }
-                    continue;
-                }
+            if k < run && sw.is_none() {
                 match self.put_tagged(batch, left - k, want - k) {
                     Tagged::Sent(len) => {
                         sent += 1;
