@@ -9,10 +9,13 @@
 //!   the rest of the write-back are read after the device wrote them;
 //! - every burst ends with at most one doorbell, written by [`Mmio::doorbell`], which puts a
 //!   release fence in front of it so the device sees descriptors before the new tail;
-//! - slots hold 4-byte buffer offsets, not packets ([`RxSlots`], [`TxSlots`]); a packet is built
+//! - slots hold one word per buffer, not packets ([`RxSlots`], [`TxSlots`]); a packet is built
 //!   when a frame reaches the application, and a transmitted one is reduced to its offset;
-//! - receive refills from a reserve topped up once per burst (one pool lock) and every received
-//!   slot is re-armed in place, so the ring never has holes; a short reserve receives fewer;
+//! - receive refills from a reserve topped up when a burst needs it (one pool lock every three
+//!   busy bursts) and every received slot is re-armed in place, so the ring never has holes; a
+//!   short reserve receives fewer;
+//! - each direction has a straight path for a burst that fits one run of descriptors and needs
+//!   nothing unusual, and a general path (`rx_rest`, `burst_rest`) that takes over where it stops;
 //! - receive has a fast path for the common case (whole frame, no error: one mask test and a
 //!   table lookup for the flags) and a cold path for everything else, one descriptor at a time;
 //! - transmit asks for a write-back (RS) at the end of a burst once `RS_INTERVAL` descriptors
@@ -683,10 +686,10 @@ impl<M: Mmio> TxRing<M> {
     /// Queues packets from the front of `batch`; leaves the rest there.
     ///
     /// Each packet takes one data descriptor, plus a context descriptor when it asks for a
-    /// tag other than the one the context slot holds. Runs of packets without a tag go through
-    /// the fast loop (one descriptor each, no wrap inside a run); a tagged packet goes through
-    /// [`TxRing::put_tagged`]. The descriptor that ends the burst asks for a write-back when
-    /// `rs_interval` descriptors have gone out since the last request.
+    /// tag other than the one the context slot holds. Runs of packets that need nothing new go
+    /// through the fast loop (one descriptor each, no wrap inside a run); a packet that needs a
+    /// new context goes through [`TxRing::put_tagged`]. The descriptor that ends the burst asks
+    /// for a write-back when `rs_interval` descriptors have gone out since the last request.
     #[inline]
     pub fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
         self.burst(batch, None, &mut SwVlanCounts::default())
@@ -694,6 +697,7 @@ impl<M: Mmio> TxRing<M> {
 
     /// [`TxRing::tx_burst`] with software tag insertion (TPID `tpid`) for the packets that ask
     /// for a tag, done where the fast loop stops for them anyway: untagged bursts pay nothing.
+    /// Adds the tags inserted and the frames dropped (too short to take one) to `counts`.
     #[inline]
     pub fn tx_burst_sw_vlan(
         &mut self,

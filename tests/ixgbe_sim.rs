@@ -331,7 +331,12 @@ fn a_million_packets_and_every_buffer_comes_home() {
     }
     assert_eq!(n, N);
     assert_eq!(rx.stats().packets, N);
-    assert_eq!(pool.stats().in_use, 512, "only the ring holds buffers");
+    // Only the ring and its reserve hold buffers: the batches gave every packet back.
+    let in_use = pool.stats().in_use;
+    assert!(
+        (512..=512 + vfio_nic::dma::slots::RX_RESERVE).contains(&in_use),
+        "{in_use} buffers out"
+    );
     drop((rx, tx, port));
     assert_eq!(pool.stats().in_use, 0, "every buffer is back in its pool");
 }

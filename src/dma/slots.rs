@@ -3,20 +3,24 @@
 //! Why this exists: a ring touches a buffer three times per packet (arm a receive slot with it,
 //! hand its frame to the application, take it back after transmit). Moving a whole [`Packet`]
 //! (40 bytes) through ring arrays each time cost more than the descriptor work itself, so rings
-//! keep only the buffer's 4-byte pool offset and a [`Packet`] exists only while the application
-//! holds the frame:
-//! - [`RxSlots`]: one buffer per receive slot, all from the queue's pool, plus a small reserve
-//!   taken from the pool in one lock per burst. Harvesting a slot swaps its buffer for a
-//!   reserved one and builds the packet directly in the caller's batch.
+//! keep one word per buffer and a [`Packet`] exists only while the application holds the frame:
+//! - [`RxSlots`]: one buffer per receive slot, all from the queue's pool, kept as the bus
+//!   address of its frame (what the descriptor points at and what the packet carries, so that
+//!   neither re-arming nor building a packet computes an address), plus a reserve of 4-byte
+//!   pool offsets taken from the pool in one lock every few bursts. Harvesting a slot swaps
+//!   its buffer for a reserved one and builds the packet directly in the caller's batch.
 //! - [`TxSlots`]: a FIFO of the offsets of buffers queued for transmit, in send order, with the
 //!   pool each run of them came from; finished buffers go back to their pools a whole run at a
 //!   time (one lock, one copy), not packet by packet.
 //!
-//! Ownership: an offset held here is owned here exactly as a packet owns its buffer, and these
-//! types never hand an offset out, so safe code cannot make two owners of one buffer. The
+//! Ownership: a buffer held here is owned here exactly as a packet owns its buffer, and these
+//! types never hand one out, so safe code cannot make two owners of one buffer. The
 //! descriptor format stays with the ring, which passes closures that decode a write-back and
 //! arm a slot. Both loops keep their bookkeeping in a guard that commits on unwind too, so a
 //! panicking closure loses at most buffers (leaked, never doubly owned).
+//!
+//! Instruction counts shaped the loops (`bench/instructions`): each is a walk over a few arrays
+//! with nothing else live and no call inside, so that its values stay in registers.
 
 use std::collections::VecDeque;
 use std::ptr::NonNull;
@@ -82,6 +86,7 @@ impl RxSlots {
     /// Takes `n` buffers of `pool` for `n` slots.
     pub fn new(pool: Pool, n: usize) -> Result<RxSlots> {
         let s = pool.shared();
+        let data_iova = s.iova + u64::from(s.headroom);
         let mut bufs = Vec::with_capacity(n);
         {
             let mut st = s.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -92,7 +97,6 @@ impl RxSlots {
                 )));
             }
             let keep = st.free.len() - n;
-            let data_iova = s.iova + u64::from(s.headroom);
             bufs.extend(
                 st.free[keep..]
                     .iter()
@@ -103,7 +107,6 @@ impl RxSlots {
         }
         let max_len = (s.buf_size - usize::from(s.headroom)).min(usize::from(u16::MAX)) as u16;
         let fast_len = ((1u32 << (31 - (u32::from(max_len) + 1).leading_zeros())) - 1) as u16;
-        let data_iova = s.iova + u64::from(s.headroom);
         Ok(RxSlots {
             shared: pool.shared_ptr(),
             data_iova,
@@ -494,8 +497,8 @@ impl TxSlots {
 /// The transmit loop: for each packet of `packets` in turn (all of pool `pool`, stopping
 /// before the first that is not), `put` writes its descriptor (or returns false to stop) and
 /// its buffer's offset goes to the FIFO slot. Returns how many went and their bytes.
-/// A function of its own, called once per run, so that its loop has every register to itself
-/// (inlined into the burst, the loop's values were spilled around the burst's own).
+/// Nothing but the three arrays is live in the loop and nothing is called from it (a new run
+/// is recorded by the caller between walks), so its values stay in registers.
 #[inline(always)]
 fn walk<D>(
     descs: &[D],
