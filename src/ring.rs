@@ -539,6 +539,11 @@ impl Marks {
     }
 
     #[inline(always)]
+    fn back(&self) -> Option<(usize, usize)> {
+        (self.head != self.tail).then(|| self.buf[self.tail.wrapping_sub(1) & (self.buf.len() - 1)])
+    }
+
+    #[inline(always)]
     fn pop_front(&mut self) {
         self.head = self.head.wrapping_add(1);
     }
@@ -660,7 +665,8 @@ impl<M: Mmio> TxRing<M> {
     }
 
     /// Pops the oldest marks while `done(slot)` holds and releases everything up to the last
-    /// one popped, in one go.
+    /// one popped, in one go. The device finishes descriptors in order, so when the newest mark
+    /// is done all are, and one test does.
     #[inline(always)]
     fn release_marks(
         marks: &mut Marks,
@@ -669,6 +675,14 @@ impl<M: Mmio> TxRing<M> {
         mask: usize,
         done: impl Fn(usize) -> bool,
     ) {
+        if let Some((slot, pos)) = marks.back() {
+            if done(slot) {
+                marks.clear();
+                slots.release(pos);
+                *clean = (slot + 1) & mask;
+                return;
+            }
+        }
         let mut last = None;
         while let Some((slot, pos)) = marks.front() {
             if !done(slot) {
