@@ -966,6 +966,46 @@ mod tests {
     }
 
     #[test]
+    fn reclaim_frees_the_finished_groups_only() {
+        let mmio = Arc::new(RecordingMmio::new(0x100));
+        let mapper: Arc<dyn crate::dma::DmaMapper> = Arc::new(IdentityMapper);
+        let pool = Pool::new(
+            PoolConfig {
+                buffers: 256,
+                ..PoolConfig::default()
+            },
+            mapper.clone(),
+        )
+        .unwrap();
+        // 512 slots: a write-back request every 32 descriptors, reclaim from 128 in flight.
+        let mut ring = TxRing::new(mmio, 0x18, 0x10, 512, mapper).unwrap();
+        let mut batch = Vec::new();
+        for _ in 0..4 {
+            pool.alloc_bulk_len(32, 60, &mut batch);
+            assert_eq!(ring.tx_burst(&mut batch).unwrap(), 32);
+        }
+        let rs: Vec<usize> = (0..512)
+            .filter(|&i| ring.desc.load_dword(i, 2, Relaxed) & tx::RS != 0)
+            .collect();
+        assert_eq!(rs, [31, 63, 95, 127], "RS on each burst's last descriptor");
+        // The device finished the first two groups, not the newest: the walk from the oldest
+        // frees exactly those 64 buffers.
+        for &i in &rs[..2] {
+            ring.desc.store_dword(i, 3, tx::DD, Relaxed);
+        }
+        pool.alloc_bulk_len(32, 60, &mut batch);
+        assert_eq!(ring.tx_burst(&mut batch).unwrap(), 32);
+        assert_eq!(pool.stats().in_use, 5 * 32 - 64);
+        assert_eq!(ring.in_flight(), 5 * 32 - 64);
+        // Then everything is done: the newest mark alone frees the rest.
+        complete_rs(&ring);
+        ring.reclaim();
+        assert_eq!((pool.stats().in_use, ring.in_flight()), (0, 0));
+        drop(ring);
+        assert_eq!(pool.stats().in_use, 0);
+    }
+
+    #[test]
     fn smallest_transmit_ring_asks_for_write_backs_and_drains() {
         let mmio = Arc::new(RecordingMmio::new(0x100));
         let mapper: Arc<dyn crate::dma::DmaMapper> = Arc::new(IdentityMapper);
