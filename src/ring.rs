@@ -952,6 +952,21 @@ mod tests {
     use crate::mmio::RecordingMmio;
     use crate::vlan::Tpid;
 
+    /// A transmit ring of `size` slots on a recording register file, and a pool of `buffers`.
+    fn tx_ring(size: usize, buffers: usize) -> (TxRing<RecordingMmio>, Pool) {
+        let mmio = Arc::new(RecordingMmio::new(0x100));
+        let mapper: Arc<dyn crate::dma::DmaMapper> = Arc::new(IdentityMapper);
+        let pool = Pool::new(
+            PoolConfig {
+                buffers,
+                ..PoolConfig::default()
+            },
+            mapper.clone(),
+        )
+        .unwrap();
+        (TxRing::new(mmio, 0x18, 0x10, size, mapper).unwrap(), pool)
+    }
+
     /// Plays the device: marks every descriptor with RS done, as a write-back would.
     fn complete_rs(ring: &TxRing<RecordingMmio>) -> usize {
         let mut done = 0;
@@ -967,18 +982,8 @@ mod tests {
 
     #[test]
     fn reclaim_frees_the_finished_groups_only() {
-        let mmio = Arc::new(RecordingMmio::new(0x100));
-        let mapper: Arc<dyn crate::dma::DmaMapper> = Arc::new(IdentityMapper);
-        let pool = Pool::new(
-            PoolConfig {
-                buffers: 256,
-                ..PoolConfig::default()
-            },
-            mapper.clone(),
-        )
-        .unwrap();
         // 512 slots: a write-back request every 32 descriptors, reclaim from 128 in flight.
-        let mut ring = TxRing::new(mmio, 0x18, 0x10, 512, mapper).unwrap();
+        let (mut ring, pool) = tx_ring(512, 256);
         let mut batch = Vec::new();
         for _ in 0..4 {
             pool.alloc_bulk_len(32, 60, &mut batch);
@@ -1007,17 +1012,7 @@ mod tests {
 
     #[test]
     fn smallest_transmit_ring_asks_for_write_backs_and_drains() {
-        let mmio = Arc::new(RecordingMmio::new(0x100));
-        let mapper: Arc<dyn crate::dma::DmaMapper> = Arc::new(IdentityMapper);
-        let pool = Pool::new(
-            PoolConfig {
-                buffers: 128,
-                ..PoolConfig::default()
-            },
-            mapper.clone(),
-        )
-        .unwrap();
-        let mut ring = TxRing::new(mmio, 0x18, 0x10, RS_INTERVAL, mapper).unwrap();
+        let (mut ring, pool) = tx_ring(RS_INTERVAL, 128);
         let mut batch = Vec::new();
         pool.alloc_bulk_len(64, 60, &mut batch);
         assert_eq!(ring.tx_burst(&mut batch).unwrap(), RS_INTERVAL - 1);
@@ -1036,17 +1031,7 @@ mod tests {
 
     #[test]
     fn tagged_packets_get_a_context_or_software_insertion_and_short_frames_are_dropped() {
-        let mmio = Arc::new(RecordingMmio::new(0x100));
-        let mapper: Arc<dyn crate::dma::DmaMapper> = Arc::new(IdentityMapper);
-        let pool = Pool::new(
-            PoolConfig {
-                buffers: 64,
-                ..PoolConfig::default()
-            },
-            mapper.clone(),
-        )
-        .unwrap();
-        let mut ring = TxRing::new(mmio, 0x18, 0x10, 64, mapper).unwrap();
+        let (mut ring, pool) = tx_ring(64, 64);
         let mut batch = Vec::new();
         pool.alloc_bulk_len(4, 60, &mut batch);
         for (p, tci) in batch[1..].iter_mut().zip([100u16, 100, 200]) {

@@ -466,14 +466,13 @@ impl Packet {
         }
     }
 
+    #[inline(always)]
     /// [`from_parts`](Self::from_parts) for a loop that keeps frame bus addresses: `dma` is
     /// the frame's bus address and `loc` the location word (offset, headroom << 32,
     /// length << 48) that goes with it.
     ///
     /// # Safety
-    /// As for `from_parts`, with `dma` equal to the pool's bus address plus the offset and the
-    /// headroom in `loc`.
-    #[inline(always)]
+    /// As for `from_parts`, with `dma` = the pool's bus address + offset + headroom (`loc`).
     pub(super) unsafe fn from_dma(
         shared: NonNull<Shared>,
         dma: u64,
