@@ -7,14 +7,21 @@
 //! tests are skipped when neither exists. Each command opens and closes the port itself, so the
 //! suite holds no port while they run.
 
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
+use nix::sys::signal::Signal;
 use serde_json::Value;
 use vfio_nic::vlan::{RxMode, TxMode};
 
 use super::peer::{sh, PeerVlan, OUR_IP, VID};
-use super::{Ctx, Outcome};
+use super::proc::{Bounded, Finished};
+use super::{step, Ctx, Outcome};
+
+/// How long a one-shot command (`info`, `regs`, `selftest`) may take.
+const ONE_SHOT: Duration = Duration::from_secs(45);
+/// How long `respond`/`capture` may take to stop after Ctrl-C (closing the port included).
+const STOP_LIMIT: Duration = Duration::from_secs(15);
 
 fn cli() -> Option<String> {
     if let Ok(p) = std::env::var("VFIO_NIC_CLI") {
@@ -26,25 +33,73 @@ fn cli() -> Option<String> {
         .find(|p| std::path::Path::new(p).is_file())
 }
 
-fn run(bin: &str, args: &[&str]) -> Result<Output, String> {
-    Command::new(bin)
-        .args(args)
-        .output()
-        .map_err(|e| format!("{bin} {}: {e}", args.join(" ")))
+fn spawn(bin: &str, args: &[&str]) -> Result<Bounded, String> {
+    Bounded::spawn(
+        format!("`vfio-nic {}`", args.join(" ")),
+        Command::new(bin).args(args),
+    )
+}
+
+/// Runs a one-shot command to its end (at most [`ONE_SHOT`]), whatever its status.
+fn run(bin: &str, args: &[&str]) -> Result<Finished, String> {
+    step(format!("running `vfio-nic {}`", args.join(" ")));
+    let f = spawn(bin, args)?.finish(ONE_SHOT);
+    if f.timed_out {
+        return Err(format!(
+            "`vfio-nic {}` did not finish within {} s and was killed: {}",
+            args.join(" "),
+            ONE_SHOT.as_secs(),
+            f.text()
+        ));
+    }
+    Ok(f)
 }
 
 /// Runs a command that must succeed; returns its stdout.
 fn ok(bin: &str, args: &[&str]) -> Result<String, String> {
     let out = run(bin, args)?;
-    if !out.status.success() {
+    if !out.success() {
         return Err(format!(
-            "`vfio-nic {}` failed ({}): {}",
+            "`vfio-nic {}` failed ({:?}): {}",
             args.join(" "),
             out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
+            out.stderr.trim()
         ));
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(out.stdout)
+}
+
+/// How long `respond`/`capture` may take to open and initialise the port (link included).
+const OPEN_LIMIT: Duration = Duration::from_secs(30);
+
+/// Waits until a command started in the background is serving: the tool prints its first
+/// status line (`--stats-period 0.5`) only once the port is open and its loop runs, so traffic
+/// sent after that line cannot be missed (a fixed sleep was too short on a loaded machine).
+fn wait_serving(child: &mut Bounded, what: &str) -> Result<(), String> {
+    step(format!(
+        "waiting for {what} to open the port and print its first status line"
+    ));
+    child
+        .wait_line("its first status line", OPEN_LIMIT, |l| {
+            l.trim_start().starts_with(|c: char| c.is_ascii_digit()) && l.contains(" s  ")
+        })
+        .map(|_| ())
+}
+
+/// Ctrl-C, as a user would: the tool stops, prints its summary and closes the port. Bounded:
+/// a tool that does not stop within [`STOP_LIMIT`] is killed and reported.
+fn interrupt(child: Bounded, what: &str) -> Result<Finished, String> {
+    step(format!("stopping {what} with SIGINT"));
+    child.signal(Signal::SIGINT);
+    let f = child.finish(STOP_LIMIT);
+    if f.timed_out {
+        return Err(format!(
+            "{what} did not stop within {} s of SIGINT and was killed; it had printed: {}",
+            STOP_LIMIT.as_secs(),
+            f.text()
+        ));
+    }
+    Ok(f)
 }
 
 fn json(text: &str) -> Result<Value, String> {
@@ -92,8 +147,8 @@ pub fn cli_info_regs_selftest(ctx: &Ctx) -> Outcome {
             .map(|r| r["fields"].as_array().map_or(0, Vec::len))
             .sum();
         let selftest = run(&bin, &["selftest", &port])?;
-        let text = String::from_utf8_lossy(&selftest.stdout);
-        if !selftest.status.success() {
+        let text = &selftest.stdout;
+        if !selftest.success() {
             return Err(format!(
                 "selftest failed: {}",
                 text.trim().replace('\n', " | ")
@@ -105,28 +160,6 @@ pub fn cli_info_regs_selftest(ctx: &Ctx) -> Outcome {
             list.len()
         ))
     })
-}
-
-/// Waits for `child` at most `limit`; kills it after that. Returns its output.
-fn finish(mut child: Child, limit: Duration) -> Result<Output, String> {
-    let start = Instant::now();
-    while child.try_wait().map_err(|e| e.to_string())?.is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().map_err(|e| e.to_string())
-}
-
-fn spawn(bin: &str, args: &[&str]) -> Result<Child, String> {
-    Command::new(bin)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("vfio-nic {}: {e}", args.join(" ")))
 }
 
 /// Frames of a classic pcap file (our own small reader: the writer under test is the crate's).
@@ -193,25 +226,23 @@ pub fn cli_respond_and_capture_kernel_peer(ctx: &Ctx) -> Outcome {
                     "--vlan-tx",
                     &txs,
                     "--duration",
-                    "12",
+                    "60",
                     "--stats-period",
-                    "0",
+                    "0.5",
                 ];
-                let child = spawn(&bin, &args)?;
-                // The tool opens and initialises the port (link included) before it answers.
-                std::thread::sleep(Duration::from_millis(2500));
+                let what = format!("respond --vlan-rx {rxs} --vlan-tx {txs}");
+                let mut child = spawn(&bin, &args)?;
+                wait_serving(&mut child, &what)?;
                 let _ = sh(&format!("ip neigh flush dev {}", peer.vif));
-                let ping = sh("ping -c 3 -W 2 10.99.0.2");
-                // Ctrl-C, as a user would: the tool stops, prints its summary and closes the port.
-                let _ = sh(&format!("kill -INT {}", child.id()));
-                let out = finish(child, Duration::from_secs(10))?;
-                let summary = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                step(format!("{what}: Linux pings 10.99.0.2 (3 requests)"));
+                let ping = sh("ping -c 3 -W 2 -w 15 10.99.0.2");
+                let out = interrupt(child, &what)?;
                 match ping {
                     Ok(t) if t.contains("3 packets received") => {}
                     other => {
                         return Err(format!(
-                            "respond --vlan-rx {rxs} --vlan-tx {txs}: Linux's ping failed ({other:?}); respond said: {summary} {}",
-                            String::from_utf8_lossy(&out.stderr).trim()
+                            "{what}: Linux's ping failed ({other:?}); respond said: {}",
+                            out.text()
                         ))
                     }
                 }
@@ -229,26 +260,28 @@ pub fn cli_respond_and_capture_kernel_peer(ctx: &Ctx) -> Outcome {
                 "-w",
                 &path,
                 "--duration",
-                "20",
+                "60",
                 "--vlan-rx",
                 &rxs,
                 "--timestamps",
                 "zero",
                 "--stats-period",
-                "0",
+                "0.5",
             ];
-            let child = spawn(&bin, &args)?;
-            std::thread::sleep(Duration::from_millis(2500));
+            let what = format!("capture --vlan-rx {rxs}");
+            let mut child = spawn(&bin, &args)?;
+            wait_serving(&mut child, &what)?;
             let _ = sh(&format!("ip neigh flush dev {}", peer.vif));
             // No responder now: the kernel's ARP requests go unanswered; arping sends exactly 3.
+            step(format!("{what}: the peer sends 3 ARP requests"));
             let _ = sh(&format!("arping -c 3 -w 4 -I {} 10.99.0.2", peer.vif))
-                .or_else(|_| sh("ping -c 3 -W 1 10.99.0.2"));
-            let _ = sh(&format!("kill -INT {}", child.id()));
-            let out = finish(child, Duration::from_secs(10))?;
-            if !out.status.success() {
+                .or_else(|_| sh("ping -c 3 -W 1 -w 6 10.99.0.2"));
+            let out = interrupt(child, &what)?;
+            if !out.success() {
                 return Err(format!(
-                    "capture --vlan-rx {rxs} failed: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
+                    "{what} failed ({:?}): {}",
+                    out.status,
+                    out.stderr.trim()
                 ));
             }
             let frames = pcap_frames(&path)?;

@@ -21,6 +21,9 @@ use vfio_nic::port::{self, AnyPort, PortConfig};
 pub const TEST_ETHERTYPE: u16 = 0x88b5;
 /// How long a transfer may make no progress before a test gives up.
 pub const STALL: Duration = Duration::from_secs(5);
+/// How long one transfer may take in all (frames that keep arriving, say from a chatty peer,
+/// must not keep a test running for ever).
+pub const TRANSFER_LIMIT: Duration = Duration::from_secs(60);
 
 /// Port settings for the tests: small rings, enough buffers for a ring plus frames in flight.
 pub fn config(loopback: bool) -> PortConfig {
@@ -51,6 +54,10 @@ pub fn config(loopback: bool) -> PortConfig {
 
 /// Opens a port through the public API.
 pub fn open(addr: PciAddress, loopback: bool) -> Result<AnyPort, String> {
+    super::step(format!(
+        "opening {addr}{} (reset, link)",
+        if loopback { " in MAC loopback" } else { "" }
+    ));
     port::open(&addr.to_string(), &config(loopback)).map_err(|e| format!("{addr}: open: {e}"))
 }
 
@@ -140,6 +147,8 @@ pub fn pump_into<T: TxQueue, R: RxQueue>(
     let mut next = 0;
     let mut progress = Instant::now();
     let mut done_at: Option<Instant> = None;
+    super::step(format!("sending {count} frames, expecting {expect} back"));
+    let started = Instant::now();
     loop {
         if pending.is_empty() && next < count {
             while pending.len() < 32 && next < count {
@@ -168,6 +177,13 @@ pub fn pump_into<T: TxQueue, R: RxQueue>(
             if t.elapsed() >= linger || got > expect {
                 return Ok(got);
             }
+        }
+        if started.elapsed() > TRANSFER_LIMIT {
+            return Err(format!(
+                "transfer did not finish within {} s: {next} of {count} frames built, {} still waiting to be queued, {got} received (expected {expect})",
+                TRANSFER_LIMIT.as_secs(),
+                pending.len(),
+            ));
         }
         if progress.elapsed() > STALL {
             if sent_all {

@@ -13,25 +13,40 @@
 //! - `VFIO_NIC_PEER_IF=eth0`: the Linux netdev of the port wired to ours (kernel-peer layout);
 //!   the peer test configures a VLAN interface on it and pings our port.
 //!
-//! Files: `regtest.rs` (register self-test), `drv.rs` (helpers for driver-level tests),
+//! Files: `proc.rs` (child processes with deadlines), `drv.rs` (helpers for driver-level tests),
 //! `traffic.rs` (link, counters, 10,000-frame transfer, loopback, drop and reopen),
 //! `vlan_tests.rs` (VLAN modes, filter, TPID), `peer.rs` (ARP/ICMP responder for the kernel peer).
 //!
 //! Output: one line per test (`ok`, `FAIL`, `skip` and the test name), then a final
 //! `N passed, M failed, K skipped` line; the exit status is non-zero when anything failed. Tests
-//! that need two ports wired together are skipped, never passed, when given one port.
+//! that need two ports wired together are skipped, never passed, when given one port. While a
+//! test runs, its steps are echoed as `.. NAME [T s]: STEP` lines.
+//!
+//! # Time limits
+//! Every test runs in a process of its own (the suite's binary again, with
+//! `VFIO_NIC_HWTESTS_ONE=NAME`), which makes itself a session leader, and has a time limit
+//! (`TESTS`). A test past its limit is reported as `FAIL NAME: timed out after N s while: STEP`
+//! with the last step it announced, every process of its session is killed (the `vfio-nic` tool,
+//! `ping`: whatever holds a VFIO device or a pipe), and the suite goes on with the next test.
+//! A test that hangs can therefore neither hide the other tests' results nor leave a port busy.
+//! `VFIO_NIC_HWTESTS_BUDGET=S` caps the whole suite (the QEMU runner sets it below the guest's
+//! time-out): each test's limit is cut to what is left, and tests that find nothing left are
+//! reported as not run. Inside the tests every child process, shell command and receive loop
+//! is bounded as well (`proc.rs`, `drv.rs`).
 
 mod cli_tests;
 mod drv;
 mod peer;
+mod proc;
 mod traffic;
 mod vlan_tests;
 
 use vfio_nic::selftest::regtest;
 
-use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Instant;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, ExitCode};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
 
 use vfio_nic::device::MacAddr;
 use vfio_nic::dma::{DmaMemory, Pool, PoolConfig};
@@ -61,43 +76,128 @@ enum Outcome {
 
 type TestFn = fn(&Ctx) -> Outcome;
 
+/// One test: its name, its body and how long it may take before the runner stops it.
+///
+/// The limits are ceilings for the slowest bed we run on (QEMU under TCG on a 2-core machine
+/// with the other core busy), about three times the time seen there; a real NIC is faster.
+struct Test {
+    name: &'static str,
+    run: TestFn,
+    limit_s: u64,
+}
+
+const fn test(name: &'static str, run: TestFn, limit_s: u64) -> Test {
+    Test { name, run, limit_s }
+}
+
 /// Every test, in the order it runs.
-const TESTS: &[(&str, TestFn)] = &[
-    ("vfio_open_read_mac", vfio_open_read_mac),
-    ("config_space_bus_master", config_space_bus_master),
-    ("register_test", register_test),
-    ("dma_map_through_iommu", dma_map_through_iommu),
-    ("open_twice_fails", open_twice_fails),
-    ("two_ports_share_container", two_ports_share_container),
-    ("other_driver_refused", other_driver_refused),
-    (
+const TESTS: &[Test] = &[
+    test("vfio_open_read_mac", vfio_open_read_mac, 30),
+    test("config_space_bus_master", config_space_bus_master, 30),
+    test("register_test", register_test, 60),
+    test("dma_map_through_iommu", dma_map_through_iommu, 30),
+    test("open_twice_fails", open_twice_fails, 30),
+    test("two_ports_share_container", two_ports_share_container, 30),
+    test("other_driver_refused", other_driver_refused, 30),
+    test(
         "driver_open_link_mac_counters",
         traffic::driver_open_link_mac_counters,
+        60,
     ),
-    ("traffic_10k_mixed_sizes", traffic::traffic_10k_mixed_sizes),
-    ("mac_loopback", traffic::mac_loopback),
-    (
+    test(
+        "traffic_10k_mixed_sizes",
+        traffic::traffic_10k_mixed_sizes,
+        120,
+    ),
+    test("mac_loopback", traffic::mac_loopback, 60),
+    test(
         "drop_mid_traffic_and_reopen",
         traffic::drop_mid_traffic_and_reopen,
+        90,
     ),
-    ("vlan_modes_matrix", vlan_tests::vlan_modes_matrix),
-    ("vlan_filter_table", vlan_tests::vlan_filter_table),
-    ("vlan_tpid_88a8", vlan_tests::vlan_tpid_88a8),
-    ("vlan_wire_capture", vlan_tests::vlan_wire_capture),
-    ("kernel_peer_vlan_ping", peer::kernel_peer_vlan_ping),
-    ("cli_info_regs_selftest", cli_tests::cli_info_regs_selftest),
-    (
+    test("vlan_modes_matrix", vlan_tests::vlan_modes_matrix, 120),
+    test("vlan_filter_table", vlan_tests::vlan_filter_table, 60),
+    test("vlan_tpid_88a8", vlan_tests::vlan_tpid_88a8, 60),
+    test("vlan_wire_capture", vlan_tests::vlan_wire_capture, 60),
+    test("kernel_peer_vlan_ping", peer::kernel_peer_vlan_ping, 120),
+    test(
+        "cli_info_regs_selftest",
+        cli_tests::cli_info_regs_selftest,
+        90,
+    ),
+    test(
         "cli_respond_and_capture_kernel_peer",
         cli_tests::cli_respond_and_capture_kernel_peer,
+        180,
     ),
 ];
 
+/// Tests of the runner itself, run instead of [`TESTS`] when `VFIO_NIC_HWTESTS_RUNNER_CHECK=1`
+/// (no device needed; tests/hwtests_runner.rs drives them on the host): a test that hangs
+/// while a process it started holds on, and a test after it that must still run.
+const RUNNER_CHECK: &[Test] = &[
+    test("runner_check_hang", runner_check_hang, 2),
+    test("runner_check_after", runner_check_after, 10),
+];
+
+fn runner_check_hang(_: &Ctx) -> Outcome {
+    use std::os::unix::process::CommandExt;
+    // Like every child the tests start (proc.rs): the leader of a process group of its own.
+    let sleeper = Command::new("sleep")
+        .arg("300")
+        .process_group(0)
+        .spawn()
+        .map(|c| c.id());
+    match sleeper {
+        Ok(pid) => step(format!("holding sleep pid {pid}; waiting for ever")),
+        Err(e) => return Outcome::Fail(format!("cannot start sleep: {e}")),
+    }
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn runner_check_after(_: &Ctx) -> Outcome {
+    Outcome::Pass("ran after the hung test".into())
+}
+
+/// The tests this run chooses from: the suite, or the runner's own checks.
+fn tests() -> &'static [Test] {
+    if std::env::var("VFIO_NIC_HWTESTS_RUNNER_CHECK").as_deref() == Ok("1") {
+        RUNNER_CHECK
+    } else {
+        TESTS
+    }
+}
+
+/// Set by the runner in the process that runs one test (internal; see [`run_isolated`]).
+const ONE_TEST_ENV: &str = "VFIO_NIC_HWTESTS_ONE";
+/// Lines a test process prints for the runner (everything else is passed through).
+const STEP: &str = "@@step ";
+const OUTCOME: &str = "@@outcome ";
+
+/// Tells the runner what the test is doing now, so that a test stopped at its time limit can
+/// be reported with the step it was stuck in.
+pub fn step(what: impl std::fmt::Display) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{STEP}{}", one_line(&what.to_string()));
+    let _ = out.flush();
+}
+
+fn one_line(s: &str) -> String {
+    s.trim().replace('\n', " | ")
+}
+
 fn main() -> ExitCode {
-    let Ok(list) = std::env::var("VFIO_NIC_PORTS") else {
-        println!(
+    let list = match std::env::var("VFIO_NIC_PORTS") {
+        Ok(l) => l,
+        Err(_) if std::ptr::eq(tests(), RUNNER_CHECK) => "0000:00:00.0".to_string(),
+        Err(_) => {
+            println!(
             "vfio-nic-hwtests: set VFIO_NIC_PORTS=0000:01:00.0[,0000:02:00.0] (ports bound to vfio-pci; two ports must be wired to each other) to run the on-device suite; nothing was run"
         );
-        return ExitCode::SUCCESS;
+            return ExitCode::SUCCESS;
+        }
     };
     let ctx = match context(&list) {
         Ok(c) => c,
@@ -107,20 +207,52 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Ok(name) = std::env::var(ONE_TEST_ENV) {
+        return run_one(&ctx, &name);
+    }
     let filter = std::env::args().nth(1);
+    let budget = match suite_budget() {
+        Ok(b) => b,
+        Err(e) => {
+            println!("vfio-nic-hwtests: {e}");
+            println!("0 passed, 1 failed");
+            return ExitCode::FAILURE;
+        }
+    };
+    let suite_start = Instant::now();
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-    for (name, test) in TESTS {
-        if filter.as_deref().is_some_and(|f| !name.contains(f)) {
+    for t in tests() {
+        if filter.as_deref().is_some_and(|f| !t.name.contains(f)) {
             continue;
         }
         let t0 = Instant::now();
-        let outcome = std::panic::catch_unwind(|| test(&ctx))
-            .unwrap_or_else(|p| Outcome::Fail(format!("panicked: {}", panic_text(&p))));
+        // The suite's budget (the QEMU guest's time) caps each test's own limit, so that the
+        // suite always ends with a result line, even after a test that used its whole limit.
+        let mut limit = Duration::from_secs(t.limit_s);
+        if let Some(b) = budget {
+            let left = b.saturating_sub(suite_start.elapsed());
+            if left < Duration::from_secs(5) {
+                failed += 1;
+                println!(
+                    "FAIL {}: not run: the suite's time budget of {} s (VFIO_NIC_HWTESTS_BUDGET) was used up",
+                    t.name,
+                    b.as_secs()
+                );
+                continue;
+            }
+            limit = limit.min(left);
+        }
+        let (outcome, timed_out) = run_isolated(t, limit);
         let ms = t0.elapsed().as_millis();
+        let name = t.name;
         match outcome {
             Outcome::Pass(d) => {
                 passed += 1;
                 println!("ok   {name} ({ms} ms) {d}");
+            }
+            Outcome::Fail(d) if timed_out => {
+                failed += 1;
+                println!("FAIL {name}: {d}");
             }
             Outcome::Fail(d) => {
                 failed += 1;
@@ -137,6 +269,163 @@ fn main() -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// In the test's own process: runs test `name` and prints its outcome for the runner.
+fn run_one(ctx: &Ctx, name: &str) -> ExitCode {
+    // A session of its own, so that the runner can stop this test together with every process
+    // group it starts (each child in hwtests/proc.rs leads its own group).
+    if let Err(e) = nix::unistd::setsid() {
+        step(format!(
+            "setsid failed ({e}): processes this test starts may outlive a time-out"
+        ));
+    }
+    let Some(t) = tests().iter().find(|t| t.name == name) else {
+        println!("{OUTCOME}fail no test named {name}");
+        return ExitCode::FAILURE;
+    };
+    let outcome = std::panic::catch_unwind(|| (t.run)(ctx))
+        .unwrap_or_else(|p| Outcome::Fail(format!("panicked: {}", panic_text(&p))));
+    let (kind, detail) = match outcome {
+        Outcome::Pass(d) => ("pass", d),
+        Outcome::Fail(d) => ("fail", d),
+        Outcome::Skip(d) => ("skip", d),
+    };
+    println!("{OUTCOME}{kind} {}", one_line(&detail));
+    ExitCode::SUCCESS
+}
+
+/// Runs one test in a child process of its own (which makes itself a session leader) and
+/// waits at most `limit`. Past it, every process of the test's session is killed (the test and
+/// whatever it started: the `vfio-nic` tool, `ping`), which also closes every VFIO device they
+/// held, so the next test starts on free ports. The test's `step` lines are echoed as they
+/// come (`..` lines), so a slow test can be followed on the console. Returns the outcome and
+/// whether the limit was hit.
+fn run_isolated(t: &Test, limit: Duration) -> (Outcome, bool) {
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            return (
+                Outcome::Fail(format!("cannot find the suite's binary: {e}")),
+                false,
+            )
+        }
+    };
+    let mut cmd = Command::new(exe);
+    cmd.env(ONE_TEST_ENV, t.name).args(std::env::args().skip(1));
+    let mut child = match proc::spawn_with_stdout(&mut cmd) {
+        Ok(c) => c,
+        Err(e) => return (Outcome::Fail(e), false),
+    };
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let (lines_tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(stdout);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match r.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let line = String::from_utf8_lossy(&buf).trim_end().to_string();
+                    if lines_tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    let start = Instant::now();
+    let deadline = start + limit;
+    let mut last_step = String::from("starting the test process");
+    let mut outcome = None;
+    let mut exited_at: Option<Instant> = None;
+    let mut timed_out = false;
+    loop {
+        match lines.recv_timeout(Duration::from_millis(50)) {
+            Ok(line) => {
+                if let Some(s) = line.strip_prefix(STEP) {
+                    println!(
+                        ".. {} [{:.1} s]: {s}",
+                        t.name,
+                        start.elapsed().as_secs_f64()
+                    );
+                    last_step = s.to_string();
+                } else if let Some(o) = line.strip_prefix(OUTCOME) {
+                    outcome = Some(parse_outcome(o));
+                } else {
+                    println!("{line}");
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        // A test process that exited while something it started still holds its stdout: the
+        // session is killed below; give the pipe a moment, not for ever.
+        if exited_at.is_none() && matches!(child.try_wait(), Ok(Some(_))) {
+            exited_at = Some(Instant::now());
+        }
+        if exited_at.is_some_and(|t| t.elapsed() > Duration::from_secs(2)) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            timed_out = true;
+            break;
+        }
+    }
+    // Whatever the test left running goes now (all of it, on a time-out), so the next test
+    // starts on free ports.
+    let _ = child.kill();
+    let stuck = proc::kill_session(child.id(), Duration::from_secs(10));
+    let status = proc::reap(&mut child, Duration::from_secs(10));
+    let stuck_note = match (&stuck, status) {
+        (None, Some(_)) => String::new(),
+        (Some(names), _) => format!(
+            "; processes {names} did not exit after SIGKILL (stuck in the kernel?), so later tests may find the ports busy"
+        ),
+        (None, None) => "; the test process could not be reaped after SIGKILL".to_string(),
+    };
+    if timed_out {
+        return (
+            Outcome::Fail(format!(
+                "timed out after {} s while: {last_step}{stuck_note}",
+                limit.as_secs()
+            )),
+            true,
+        );
+    }
+    let outcome = match outcome {
+        Some(Outcome::Fail(d)) => Outcome::Fail(d + &stuck_note),
+        Some(o) => o,
+        None => Outcome::Fail(format!(
+            "the test process ended ({}) without reporting an outcome; last step: {last_step}{stuck_note}",
+            status.map_or("not reaped".to_string(), |s| s.to_string())
+        )),
+    };
+    (outcome, false)
+}
+
+/// `VFIO_NIC_HWTESTS_BUDGET`: seconds the whole suite may take (the QEMU runner sets it a
+/// little below the guest's time-out); none when unset.
+fn suite_budget() -> Result<Option<Duration>, String> {
+    match std::env::var("VFIO_NIC_HWTESTS_BUDGET") {
+        Ok(s) if !s.trim().is_empty() => s
+            .trim()
+            .parse::<u64>()
+            .map(|n| Some(Duration::from_secs(n)))
+            .map_err(|_| format!("VFIO_NIC_HWTESTS_BUDGET={s} is not a number of seconds")),
+        _ => Ok(None),
+    }
+}
+
+fn parse_outcome(o: &str) -> Outcome {
+    let (kind, detail) = o.split_once(' ').unwrap_or((o, ""));
+    let detail = detail.to_string();
+    match kind {
+        "pass" => Outcome::Pass(detail),
+        "skip" => Outcome::Skip(detail),
+        _ => Outcome::Fail(detail),
     }
 }
 

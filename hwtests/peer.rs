@@ -7,7 +7,7 @@
 //! on it. The library's responder ([`vfio_nic::respond`]) answers ARP requests and ICMP echo
 //! requests for 10.99.0.2 on VLAN 100 and ignores everything else (IPv6 neighbour discovery).
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use vfio_nic::device::{Port, RxQueue, TxQueue};
@@ -16,7 +16,11 @@ use vfio_nic::respond::{Responder, ResponderConfig};
 use vfio_nic::vlan::{PacketVlan, RxMode, TxMode, Vid, VlanConfig, VlanControl, VlanRxCtx};
 
 use super::drv;
-use super::{Ctx, Outcome};
+use super::proc::{self, Bounded};
+use super::{step, Ctx, Outcome};
+
+/// How long one shell command of the peer set-up (`ip`, `ping`, `arping`) may take.
+const SH_LIMIT: Duration = Duration::from_secs(30);
 
 /// The VLAN the peer tests use.
 pub const VID: u16 = 100;
@@ -64,24 +68,20 @@ impl Drop for PeerVlan {
     }
 }
 
-/// Runs a shell command; its output, or an error naming the command and what it printed.
+/// Runs a shell command (at most [`SH_LIMIT`]); its output, or an error naming the command and
+/// what it printed.
 pub fn sh(cmd: &str) -> Result<String, String> {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .output()
-        .map_err(|e| format!("{cmd}: {e}"))?;
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() {
-        return Err(format!("`{cmd}` failed ({}): {}", out.status, text.trim()));
-    }
-    Ok(text)
+    let f = proc::run(
+        &format!("`{cmd}`"),
+        Command::new("sh").arg("-c").arg(cmd),
+        SH_LIMIT,
+    )?;
+    Ok(f.stdout + &f.stderr)
 }
 
-/// Answers until `child` (the ping) exits; returns its exit status and output.
+/// Answers until `child` (the ping) exits; returns whether it succeeded.
 fn serve(
-    child: &mut Child,
+    child: &mut Bounded,
     rx: &mut impl RxQueue,
     tx: &mut impl TxQueue,
     ctx: impl Fn() -> VlanRxCtx,
@@ -93,11 +93,10 @@ fn serve(
     let mut out: Vec<Packet> = Vec::new();
     let mut reply = Vec::new();
     loop {
-        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
+        if let Some(st) = child.exited() {
             return Ok(st.success());
         }
         if start.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
             return Err("ping did not finish within 30 s".into());
         }
         batch.clear();
@@ -116,8 +115,16 @@ fn serve(
                 out.push(q);
             }
         }
+        let queued_by = Instant::now() + drv::STALL;
         while !out.is_empty() {
             tx.tx_burst(&mut out).map_err(|e| e.to_string())?;
+            if !out.is_empty() && Instant::now() > queued_by {
+                return Err(format!(
+                    "the transmit queue took none of {} replies for {} s (ring stuck?)",
+                    out.len(),
+                    drv::STALL.as_secs()
+                ));
+            }
         }
     }
 }
@@ -149,12 +156,13 @@ pub fn kernel_peer_vlan_ping(ctx: &Ctx) -> Outcome {
                 ctl.set_rx_mode(&mut port, rxm).map_err(|e| e.to_string())?;
                 ctl.set_tx_mode(&mut port, txm).map_err(|e| e.to_string())?;
                 let _ = sh(&format!("ip neigh flush dev {vif}"));
-                let mut child = Command::new("ping")
-                    .args(["-c", "3", "-W", "2", "10.99.0.2"])
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .map_err(|e| format!("ping: {e}"))?;
+                step(format!(
+                    "receive {rxm} / transmit {txm}: answering Linux's ping"
+                ));
+                let mut child = Bounded::spawn(
+                    "ping",
+                    Command::new("ping").args(["-c", "3", "-W", "2", "-w", "15", "10.99.0.2"]),
+                )?;
                 let mut responder = Responder::new(ResponderConfig {
                     mac,
                     ip: OUR_IP.parse().map_err(|e: vfio_nic::Error| e.to_string())?,
@@ -169,8 +177,7 @@ pub fn kernel_peer_vlan_ping(ctx: &Ctx) -> Outcome {
                     &mut responder,
                 )?;
                 let counts = responder.stats();
-                let out = child.wait_with_output().map_err(|e| e.to_string())?;
-                let text = String::from_utf8_lossy(&out.stdout).to_string();
+                let text = child.finish(Duration::from_secs(5)).stdout;
                 if !ok || !text.contains("3 packets received") {
                     return Err(format!(
                         "receive {rxm} / transmit {txm}: ping failed ({counts:?}): {}",

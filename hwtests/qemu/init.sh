@@ -17,6 +17,7 @@
 # Host-parsed markers (keep in sync with hwtests/qemu/run):
 #   @@HWT setup-failed: <reason>      the guest could not prepare the ports (suite not run)
 #   @@HWT suite-begin / @@HWT suite-exit <status>
+#   @@HWT suite-killed                the suite ran past HWT_SUITE_KILL and was killed
 #   @@HWT dmar-begin / <fault lines> / @@HWT dmar-faults <count>
 #   @@HWT done
 
@@ -107,8 +108,10 @@ echo "hwtests: env: $(env | grep '^VFIO_NIC_' | sort | tr '\n' ' ')"
 for n in ${HWT_EXTRA_ENV_NAMES:-}; do eval "echo \"hwtests: env (--env): $n=\$$n\""; done
 echo "@@HWT suite-begin"
 cd /tmp || true
-/bin/vfio-nic-hwtests "$@"
+# The suite keeps to its own budget (VFIO_NIC_HWTESTS_BUDGET); this is the last resort.
+timeout -s KILL "${HWT_SUITE_KILL:-600}" /bin/vfio-nic-hwtests "$@"
 status=$?
+[ "$status" != 137 ] || echo "@@HWT suite-killed"
 echo  # in case the suite's last line had no newline: markers must start a line
 echo "@@HWT suite-exit $status"
 
