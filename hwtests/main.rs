@@ -374,6 +374,14 @@ fn run_isolated(t: &Test, limit: Duration) -> (Outcome, bool) {
             break;
         }
     }
+    // Where everything of the test's session waits at the deadline (state D and a kernel
+    // function name a process stuck in the kernel), before it is killed.
+    let at_deadline = if timed_out {
+        let members = proc::members(proc::Scope::Session, child.id());
+        format!("; at the deadline: {}", proc::describe(&members))
+    } else {
+        String::new()
+    };
     // Whatever the test left running goes now (all of it, on a time-out), so the next test
     // starts on free ports.
     let _ = child.kill();
@@ -389,7 +397,7 @@ fn run_isolated(t: &Test, limit: Duration) -> (Outcome, bool) {
     if timed_out {
         return (
             Outcome::Fail(format!(
-                "timed out after {} s while: {last_step}{stuck_note}",
+                "timed out after {} s while: {last_step}{at_deadline}{stuck_note}",
                 limit.as_secs()
             )),
             true,

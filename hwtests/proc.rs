@@ -318,12 +318,26 @@ pub fn members(scope: Scope, id: u32) -> Vec<u32> {
         .collect()
 }
 
-/// The command names of `pids` (for messages).
-pub fn names(pids: &[u32]) -> String {
+/// What `pids` are and where they wait, for messages: "PID (comm) state S in WCHAN" (state
+/// `D` with a kernel function says a process is stuck in the kernel, and where).
+pub fn describe(pids: &[u32]) -> String {
     pids.iter()
         .map(|p| {
-            let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
-            format!("{p} ({})", comm.trim())
+            let read =
+                |f: &str| std::fs::read_to_string(format!("/proc/{p}/{f}")).unwrap_or_default();
+            let comm = read("comm");
+            let stat = read("stat");
+            let state = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().next())
+                .unwrap_or("?")
+                .to_string();
+            let wchan = read("wchan");
+            let wchan = match wchan.trim() {
+                "" | "0" => String::new(),
+                w => format!(" in {w}"),
+            };
+            format!("{p} ({}) state {state}{wchan}", comm.trim())
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -358,7 +372,7 @@ pub fn kill_session(sid: u32, limit: Duration) -> Option<String> {
             return None;
         }
         if Instant::now() >= deadline {
-            return Some(names(&left));
+            return Some(describe(&left));
         }
         for p in &left {
             let _ = kill(Pid::from_raw(*p as i32), Signal::SIGKILL);
