@@ -627,7 +627,7 @@ fn dma_map_through_iommu(ctx: &Ctx) -> Outcome {
         let ranges = [
             (a.iova(), a.len() as u64),
             (b.iova(), b.len() as u64),
-            (pool.memory().iova(), pool.memory().len() as u64),
+            (pool.iova(), pool.mem_len() as u64),
         ];
         for (i, &(s, l)) in ranges.iter().enumerate() {
             if s == 0 {

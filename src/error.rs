@@ -101,6 +101,14 @@ pub enum Error {
     DmaAlloc { bytes: usize, reason: String },
 
     /// The IOVA space is exhausted.
+    /// The IOMMU mapping of DMA memory could not be removed, so the device may still reach it.
+    #[error("cannot unmap {len} bytes of DMA memory at IOVA {iova:#x}: {reason}; the memory is kept (leaked) because the device may still reach it; check `dmesg` for IOMMU errors and reset or unbind the device")]
+    DmaUnmap {
+        iova: u64,
+        len: usize,
+        reason: String,
+    },
+
     #[error("IOVA space exhausted: no free range of {bytes} bytes aligned to {align}; free DMA memory or use fewer/smaller pools")]
     IovaExhausted { bytes: u64, align: u64 },
 

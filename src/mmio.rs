@@ -167,7 +167,8 @@ impl MmioRegion {
     #[inline(always)]
     fn check(&self, offset: usize) {
         assert!(
-            offset % 4 == 0 && offset + 4 <= self.len,
+            // checked: `offset + 4` must not wrap around to pass the bound in release builds
+            offset % 4 == 0 && offset.checked_add(4).is_some_and(|end| end <= self.len),
             "{}: register offset {offset:#x} outside the {:#x}-byte BAR",
             self.name,
             self.len
@@ -399,5 +400,16 @@ mod tests {
         assert_eq!(r.read32(8), 42);
         let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.read32(64)));
         assert!(res.is_err());
+        // An offset whose end wraps around is refused by the bound, not let through (release)
+        // or caught by an overflow check (debug).
+        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            r.write32(usize::MAX - 3, 1)
+        }));
+        let msg = res.unwrap_err();
+        let msg = msg
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .unwrap_or_default();
+        assert!(msg.contains("outside"), "{msg}");
     }
 }

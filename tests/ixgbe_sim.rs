@@ -115,9 +115,14 @@ fn init_leaves_the_registers_the_datasheet_requires() {
     assert_eq!(m.read(r::RDT.at(0)), RING as u32 - 1);
     assert_eq!(m.read(r::DCA_RXCTRL.at(0)) & 1 << 12, 0);
     assert!(r::ctrl_ext::NS_DIS.is_set(m.read(r::CTRL_EXT)));
-    assert_eq!(m.read(r::RXPBSIZE.at(0)), 0x2_0000);
-    assert_eq!(m.read(r::TXPBSIZE.at(0)), 0xA000);
+    assert_eq!(m.read(r::RXPBSIZE.at(0)), 0x8_0000);
+    assert_eq!(m.read(r::TXPBSIZE.at(0)), 0x2_8000);
+    assert_eq!(m.read(r::TXPBTHRESH.at(0)), 150);
+    assert!(r::ctrl_ext::DRV_LOAD.is_set(m.read(r::CTRL_EXT)));
     assert_eq!(m.read(r::DTXMXSZRQ), 0xFFFF);
+    // Receive was enabled through the erratum workaround and the threshold fits the buffer:
+    // the model saw no sequence the real part would hang on.
+    assert_eq!(a.counters().errata, 0, "errata sequences during bring-up");
     // Queue q counts into per-queue statistics index q.
     assert_eq!(m.read(r::RQSMR.at(0)), 0x0302_0100);
     assert_eq!(m.read(r::RQSMR.at(3)), 0x0f0e_0d0c);
@@ -129,6 +134,7 @@ fn init_leaves_the_registers_the_datasheet_requires() {
     assert!(!a.bus_master_enabled(), "Drop releases bus mastering");
     assert!(!r::rxdctl::ENABLE.is_set(m.read(r::RXDCTL.at(0))));
     assert!(!r::rxctrl::RXEN.is_set(m.read(r::RXCTRL)));
+    assert_eq!(a.counters().errata, 0, "errata sequences during shutdown");
 }
 
 #[test]

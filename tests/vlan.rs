@@ -170,6 +170,7 @@ fn full_caps(name: &str) -> VlanCaps {
         tx_insert: true,
         filter: true,
         extended: true,
+        tx_insert_extended: true,
         any_tpid: true,
         rx_queues: 1,
         per_queue_strip: false,
@@ -663,6 +664,39 @@ fn hardware_modes_on_the_null_device_are_configuration_errors() {
     );
     ctl.set_rx_mode(&mut hw, RxMode::Deferred).unwrap();
     ctl.set_extended(&mut hw, true, Tpid::S_TAG).unwrap();
+}
+
+#[test]
+fn hardware_insertion_in_extended_mode_is_refused_where_unconfirmed() {
+    // The 82599 advertises this (which TPID it inserts in QinQ mode is unconfirmed): extended
+    // mode works with hardware receive and software transmit, not with hardware transmit.
+    let caps = VlanCaps {
+        tx_insert_extended: false,
+        ..full_caps("fake:2")
+    };
+    let mut hw = FakeHw {
+        st: Arc::new(FakeState::default()),
+        caps: caps.clone(),
+    };
+    let qinq = |rx_mode, tx_mode| VlanConfig {
+        rx_mode,
+        tx_mode,
+        extended: true,
+        ..VlanConfig::default()
+    };
+    let e = VlanControl::new(&mut hw, &qinq(RxMode::Deferred, TxMode::Hardware)).unwrap_err();
+    assert!(
+        matches!(e, Error::NotSupported { .. })
+            && e.to_string().contains("fake:2")
+            && e.to_string().contains("extended (QinQ)")
+            && e.to_string().contains("use transmit mode sw"),
+        "{e}"
+    );
+    let ctl = VlanControl::new(&mut hw, &qinq(RxMode::Hardware, TxMode::Software)).unwrap();
+    assert!(ctl.set_tx_mode(&mut hw, TxMode::Hardware).is_err());
+    ctl.set_extended(&mut hw, false, Tpid::S_TAG).unwrap();
+    ctl.set_tx_mode(&mut hw, TxMode::Hardware).unwrap();
+    assert!(ctl.set_extended(&mut hw, true, Tpid::S_TAG).is_err());
 }
 
 #[test]

@@ -35,9 +35,11 @@ pub trait DmaMapper: Send + Sync + fmt::Debug {
     /// The caller upholds [`DmaMapper::map`]'s contract: the range stays valid until unmapped.
     unsafe fn map(&self, vaddr: *mut u8, len: usize) -> Result<u64>;
 
-    /// Removes a mapping made by [`DmaMapper::map`]. After it returns the device can no longer
-    /// reach the memory (an access faults in the IOMMU instead of corrupting freed pages).
-    fn unmap(&self, iova: u64, len: usize);
+    /// Removes a mapping made by [`DmaMapper::map`]. After it returns `Ok` the device can no
+    /// longer reach the memory (an access faults in the IOMMU instead of corrupting freed pages).
+    /// On `Err` the device may still reach it: the caller must not free or reuse the memory
+    /// (`DmaMemory` leaks it), and the mapper keeps the IOVA range reserved.
+    fn unmap(&self, iova: u64, len: usize) -> Result<()>;
 
     /// A short name for messages, e.g. "vfio container 3" or "identity".
     fn describe(&self) -> String;
@@ -56,7 +58,9 @@ impl DmaMapper for IdentityMapper {
     unsafe fn map(&self, vaddr: *mut u8, _len: usize) -> Result<u64> {
         Ok(vaddr as u64)
     }
-    fn unmap(&self, _iova: u64, _len: usize) {}
+    fn unmap(&self, _iova: u64, _len: usize) -> Result<()> {
+        Ok(())
+    }
     fn describe(&self) -> String {
         "identity".into()
     }
@@ -70,8 +74,8 @@ pub struct DmaMemory {
     huge: bool,
     mapper: Arc<dyn DmaMapper>,
     // Owns the pages; never dereferenced as a slice (that would create a reference to memory the
-    // device writes). Dropped after `unmap` in `Drop`.
-    _map: MmapMut,
+    // device writes). Dropped after a successful `unmap` in `Drop`, leaked after a failed one.
+    map: Option<MmapMut>,
 }
 
 // SAFETY: DmaMemory owns its mapping exclusively; every access through `&self` is a volatile or
@@ -149,7 +153,7 @@ impl DmaMemory {
             iova,
             huge,
             mapper,
-            _map: map,
+            map: Some(map),
         })
     }
 
@@ -188,7 +192,7 @@ impl DmaMemory {
     fn word<T>(&self, offset: usize) -> *mut T {
         let size = std::mem::size_of::<T>();
         assert!(
-            offset % size == 0 && offset + size <= self.len,
+            offset % size == 0 && offset.checked_add(size).is_some_and(|end| end <= self.len),
             "DMA word access at {offset:#x} outside {} bytes",
             self.len
         );
@@ -235,7 +239,9 @@ impl DmaMemory {
     /// publishing them to the device is the job of a later release store or doorbell.
     pub fn write_bytes(&self, offset: usize, src: &[u8]) {
         assert!(
-            offset + src.len() <= self.len,
+            offset
+                .checked_add(src.len())
+                .is_some_and(|end| end <= self.len),
             "DMA write outside the allocation"
         );
         // SAFETY: the range is inside the allocation (checked above) and `src` is ordinary memory,
@@ -248,7 +254,9 @@ impl DmaMemory {
     /// Copies bytes at `offset` out into `dst`. Same ownership rule as [`DmaMemory::write_bytes`].
     pub fn read_bytes(&self, offset: usize, dst: &mut [u8]) {
         assert!(
-            offset + dst.len() <= self.len,
+            offset
+                .checked_add(dst.len())
+                .is_some_and(|end| end <= self.len),
             "DMA read outside the allocation"
         );
         // SAFETY: as in `write_bytes`.
@@ -270,8 +278,14 @@ impl DmaMemory {
 
 impl Drop for DmaMemory {
     fn drop(&mut self) {
-        // Unmap first: after this the device cannot reach the pages, then `_map` returns them.
-        self.mapper.unmap(self.iova, self.len);
+        // Unmap first: after this the device cannot reach the pages, then `map` returns them.
+        // If the unmap failed, the device may still write them: returning them to the kernel
+        // would let it corrupt whatever reuses them, so they are leaked instead.
+        let map = self.map.take();
+        if let Err(e) = self.mapper.unmap(self.iova, self.len) {
+            tracing::error!(error = %e, "DMA memory leaked");
+            std::mem::forget(map);
+        }
     }
 }
 
@@ -280,8 +294,9 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
+    /// Records map and unmap calls; with `fail_unmap`, every unmap fails (as a VFIO unmap can).
     #[derive(Debug, Default)]
-    struct Spy(Mutex<Vec<String>>);
+    struct Spy(Mutex<Vec<String>>, bool);
     impl DmaMapper for Spy {
         /// # Safety
         /// Records the call only; maps nothing.
@@ -289,11 +304,19 @@ mod tests {
             self.0.lock().unwrap().push(format!("map {len}"));
             Ok(0x10_0000)
         }
-        fn unmap(&self, iova: u64, len: usize) {
+        fn unmap(&self, iova: u64, len: usize) -> Result<()> {
             self.0
                 .lock()
                 .unwrap()
                 .push(format!("unmap {iova:#x} {len}"));
+            if self.1 {
+                return Err(Error::DmaUnmap {
+                    iova,
+                    len,
+                    reason: "spy told to fail".into(),
+                });
+            }
+            Ok(())
         }
         fn describe(&self) -> String {
             "spy".into()
@@ -318,6 +341,35 @@ mod tests {
         );
     }
 
+    /// Whether `addr` lies in a mapping of this process (/proc/self/maps).
+    fn mapped(addr: usize) -> bool {
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split_whitespace().next()?.split_once('-'))
+            .filter_map(|(a, b)| {
+                Some((
+                    usize::from_str_radix(a, 16).ok()?,
+                    usize::from_str_radix(b, 16).ok()?,
+                ))
+            })
+            .any(|(a, b)| (a..b).contains(&addr))
+    }
+
+    #[test]
+    fn memory_whose_unmap_failed_is_leaked_not_freed() {
+        // After a failed unmap the device may still write the pages: they must stay allocated
+        // (freed pages would be reused by the process while the device writes them).
+        let spy = Arc::new(Spy(Mutex::default(), true));
+        let m = DmaMemory::allocate(10_000, spy.clone()).unwrap();
+        let addr = m.as_ptr() as usize;
+        drop(m);
+        assert_eq!(spy.0.lock().unwrap().len(), 2, "unmap was called");
+        // (Not checked the other way round: another test thread may map the same address as
+        // soon as it is free.)
+        assert!(mapped(addr), "the pages were returned to the kernel");
+    }
+
     #[test]
     fn memory_is_zeroed_and_words_round_trip() {
         let m = DmaMemory::allocate(4096, Arc::new(IdentityMapper)).unwrap();
@@ -336,5 +388,21 @@ mod tests {
     fn word_access_is_bounds_checked() {
         let m = DmaMemory::allocate(4096, Arc::new(IdentityMapper)).unwrap();
         m.load_u64(m.len(), Ordering::Relaxed);
+    }
+
+    #[test]
+    fn offsets_whose_end_wraps_around_are_refused_by_the_bound() {
+        let m = DmaMemory::allocate(4096, Arc::new(IdentityMapper)).unwrap();
+        let outside = |f: &dyn Fn()| {
+            let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();
+            let msg = e.downcast_ref::<String>().cloned().unwrap_or_default()
+                + e.downcast_ref::<&str>().copied().unwrap_or_default();
+            assert!(msg.contains("outside"), "{msg}");
+        };
+        outside(&|| {
+            m.load_u64(usize::MAX - 7, Ordering::Relaxed);
+        });
+        outside(&|| m.write_bytes(usize::MAX, &[1, 2]));
+        outside(&|| m.read_bytes(usize::MAX - 1, &mut [0; 4]));
     }
 }

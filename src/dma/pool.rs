@@ -141,7 +141,14 @@ impl Pool {
                 config.buf_size
             )));
         }
-        if config.headroom < 128 || config.headroom + 64 > config.buf_size {
+        // checked: a huge headroom must not wrap around past the bound (and then be truncated
+        // to 16 bits below)
+        if config.headroom < 128
+            || config
+                .headroom
+                .checked_add(64)
+                .is_none_or(|end| end > config.buf_size)
+        {
             return Err(Error::InvalidConfig(format!(
                 "headroom {} must be at least 128 and leave room for a 64-byte frame in {}-byte buffers",
                 config.headroom, config.buf_size
@@ -166,7 +173,8 @@ impl Pool {
             base,
             iova,
             buf_size: config.buf_size,
-            headroom: config.headroom as u16,
+            // fits: headroom + 64 <= buf_size <= u16::MAX, checked above
+            headroom: u16::try_from(config.headroom).expect("headroom checked above"),
             capacity: config.buffers,
             state: Mutex::new(State {
                 free,
@@ -201,9 +209,33 @@ impl Pool {
         self.shared().headroom as usize
     }
 
-    /// The DMA memory backing the pool (for devices that check addresses).
-    pub fn memory(&self) -> &DmaMemory {
+    /// The DMA memory backing the pool, for this crate's rings and models only: its safe
+    /// byte and word accessors could write bytes that a live [`Packet::data_mut`] slice covers,
+    /// so it is not handed to code outside the crate. Outside, use [`Pool::iova`],
+    /// [`Pool::mem_len`] and [`Pool::mapper`].
+    ///
+    /// ```compile_fail
+    /// # fn f(pool: &vfio_nic::dma::Pool) {
+    /// pool.memory().write_bytes(0, &[0; 4]); // not public: could alias a packet's bytes
+    /// # }
+    /// ```
+    pub(crate) fn memory(&self) -> &DmaMemory {
         &self.shared().mem
+    }
+
+    /// Bus address (IOVA) of the pool's first byte: buffers lie in `iova()..iova() + mem_len()`.
+    pub fn iova(&self) -> u64 {
+        self.shared().mem.iova()
+    }
+
+    /// Bytes of DMA memory the pool spans (all its buffers).
+    pub fn mem_len(&self) -> usize {
+        self.shared().mem.len()
+    }
+
+    /// The mapper through which the pool's memory is visible to a device (the DMA domain).
+    pub fn mapper(&self) -> &Arc<dyn DmaMapper> {
+        self.shared().mem.mapper()
     }
 
     /// Whether two handles refer to the same pool.
@@ -774,8 +806,21 @@ pub(super) mod tests {
                 headroom: 64,
                 ..Default::default()
             },
+            // would wrap around the `headroom + 64` bound (and truncate to 16 bits)
+            PoolConfig {
+                headroom: usize::MAX - 10,
+                ..Default::default()
+            },
+            PoolConfig {
+                headroom: 65536 + 128,
+                buf_size: 65408,
+                ..Default::default()
+            },
         ] {
-            assert!(Pool::new(c, m.clone()).is_err(), "{c:?}");
+            assert!(
+                matches!(Pool::new(c, m.clone()), Err(Error::InvalidConfig(_))),
+                "{c:?}"
+            );
         }
     }
 

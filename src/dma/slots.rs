@@ -442,10 +442,20 @@ impl TxSlots {
     }
 
     /// Returns the buffers queued before position `upto` (a [`tail`](Self::tail) seen earlier)
-    /// to their pools, one lock per run. The caller knows the device is done with them.
+    /// to their pools, one lock per run. The caller knows the device is done with them, which
+    /// is why this is crate-private: only the ring that read the device's write-back can know.
+    ///
+    /// # Panics
+    /// If `upto` is past the tail (or before the head): releasing past the tail would push
+    /// stale offsets onto the free stack, giving one buffer to two packets.
     #[inline]
-    pub fn release(&mut self, upto: usize) {
-        debug_assert!(upto.wrapping_sub(self.head) <= self.queued());
+    pub(crate) fn release(&mut self, upto: usize) {
+        assert!(
+            upto.wrapping_sub(self.head) <= self.queued(),
+            "TxSlots::release past the tail: {} of {} queued",
+            upto.wrapping_sub(self.head),
+            self.queued()
+        );
         if self.runs.len() == 1 && self.head != upto {
             // One pool (the usual case): one copy, or two when the range wraps.
             let pool = self.runs[0].0;
@@ -646,5 +656,18 @@ mod tests {
         }
         drop(t);
         assert_eq!((a.stats().free, b.stats().free), (8, 8));
+    }
+
+    #[test]
+    #[should_panic(expected = "TxSlots::release past the tail")]
+    fn releasing_past_the_tail_is_refused_in_every_build() {
+        // Past the tail, stale FIFO words would go onto the free stack: one buffer, two owners.
+        let a = pool(8);
+        let mut t = TxSlots::new(8);
+        let mut batch = Vec::new();
+        a.alloc_bulk(2, &mut batch);
+        let d: Vec<usize> = (0..2).collect();
+        t.send(&mut batch, &d, |_, _| true);
+        t.release(t.tail() + 1);
     }
 }

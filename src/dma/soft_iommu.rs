@@ -17,7 +17,7 @@ use std::sync::RwLock;
 
 use super::iova::IovaAllocator;
 use super::memory::DmaMapper;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// A refused device access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -194,7 +194,7 @@ impl DmaMapper for SoftIommu {
         Ok(iova)
     }
 
-    fn unmap(&self, iova: u64, len: usize) {
+    fn unmap(&self, iova: u64, len: usize) -> Result<()> {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         match inner
             .maps
@@ -204,10 +204,13 @@ impl DmaMapper for SoftIommu {
             Some(i) => {
                 inner.maps.remove(i);
                 inner.alloc.free(iova, len as u64);
+                Ok(())
             }
-            None => {
-                tracing::error!(iommu = %self.name, iova, len, "unmap of a range that is not mapped")
-            }
+            None => Err(Error::DmaUnmap {
+                iova,
+                len,
+                reason: format!("{} never mapped that range (a driver bug)", self.name),
+            }),
         }
     }
 

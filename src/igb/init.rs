@@ -61,6 +61,37 @@ fn mask_interrupts<M: Mmio + ?Sized>(m: &M) {
     m.read(r::ICR);
 }
 
+/// How long the port's configuration cycle may take after a reset (Linux: PHY_CFG_TIMEOUT,
+/// 100 polls of 1 ms).
+const CFG_DONE_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Waits for EEMNGCTL.CFG_DONE of this port's function (STATUS.FUNC_ID). Like Linux, a cycle
+/// that does not report done is only logged (at debug level: QEMU's model does not report it)
+/// and the PHY is accessed anyway; a removed device is an error.
+fn wait_cfg_done<M: Mmio + ?Sized>(m: &M, name: &str) -> Result<()> {
+    let done = if r::status::FUNC_ID.get(m.read(r::STATUS)) == 1 {
+        r::eemngctl::CFG_DONE_PORT_1.bit()
+    } else {
+        r::eemngctl::CFG_DONE_PORT_0.bit()
+    };
+    match wait_for(
+        m,
+        name,
+        r::EEMNGCTL,
+        "EEMNGCTL.CFG_DONE",
+        done,
+        done,
+        CFG_DONE_TIMEOUT,
+    ) {
+        Ok(_) => Ok(()),
+        Err(Error::RegisterTimeout { .. }) => {
+            tracing::debug!(port = %name, "EEMNGCTL.CFG_DONE not reported within 100 ms (the manageability configuration cycle; QEMU never reports it); accessing the PHY anyway, as Linux does");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
 impl<B: Bus> IgbPort<B> {
     /// The whole bring-up. Called once by `open`, on a port whose `Drop` already cleans up.
     pub(super) fn init(&mut self) -> Result<()> {
@@ -116,7 +147,7 @@ impl<B: Bus> IgbPort<B> {
         self.setup_link()?;
 
         // Clear the read-to-clear statistics; totals start at zero.
-        self.stats.accumulate(m);
+        self.stats.accumulate(m, self.cfg.rx_queues);
         self.stats.clear();
 
         // Step 7: receive, with RCTL.EN off while the rings are programmed.
@@ -201,18 +232,30 @@ impl<B: Bus> IgbPort<B> {
 
     /// Notes 1.2 step 6: restart autonegotiation on the internal PHY (address 1) through MDIC.
     /// On QEMU this is what brings the link up (about 0.5 s later); CTRL.SLU is ignored there.
-    /// In MAC loopback the link is also forced up at 1000 Mb/s full duplex, as real hardware
-    /// needs for loopback without a partner.
+    ///
+    /// Copper, as Linux's `igb_setup_copper_link_82575` does before any PHY setup: CTRL.SLU
+    /// set, CTRL.FRCSPD and FRCDPX cleared (speed and duplex come from autonegotiation). A
+    /// board whose NVM does not preset SLU never reports link without it; QEMU's model ignores
+    /// the bit, so only a card shows the difference. In MAC loopback the link is forced up at
+    /// 1000 Mb/s full duplex instead, as real hardware needs for loopback without a partner.
+    ///
+    /// Before the first MDIC access after a reset the port's configuration cycle must be done
+    /// (EEMNGCTL.CFG_DONE of this function; Linux's `igb_get_cfg_done_82575`, 100 x 1 ms).
     fn setup_link(&mut self) -> Result<()> {
         let m = &*self.regs;
-        if self.cfg.loopback {
+        {
             use r::ctrl::*;
-            m.modify(
-                r::CTRL,
-                SPEED.mask(),
-                SLU.bit() | FRCSPD.bit() | FRCDPX.bit() | FD.bit() | SPEED.val(2),
-            );
+            if self.cfg.loopback {
+                m.modify(
+                    r::CTRL,
+                    SPEED.mask(),
+                    SLU.bit() | FRCSPD.bit() | FRCDPX.bit() | FD.bit() | SPEED.val(2),
+                );
+            } else {
+                m.modify(r::CTRL, FRCSPD.bit() | FRCDPX.bit(), SLU.bit());
+            }
         }
+        wait_cfg_done(m, &self.name)?;
         use r::mdic::*;
         m.write(
             r::MDIC,

@@ -209,10 +209,10 @@ impl<B: Bus> Port for IgbPort<B> {
     }
 
     fn stats(&mut self) -> Result<PortStats> {
-        self.stats.accumulate(&*self.regs);
+        self.stats.accumulate(&*self.regs, self.cfg.rx_queues);
         self.alive()?;
         Ok(PortStats {
-            hw: self.stats.totals(),
+            hw: self.stats.totals(self.cfg.rx_queues),
         })
     }
 

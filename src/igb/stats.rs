@@ -6,7 +6,7 @@
 //! (fake) CRC per frame. MPC, RNBC, ROC and the error counters stay 0 there; on real hardware
 //! they count.
 
-use crate::intel::stats::{CounterTable, Counters, Src};
+use crate::intel::stats::{read_counter, CounterTable, Counters, Src};
 use crate::mmio::Mmio;
 use crate::regs::igb::{self as r};
 
@@ -50,29 +50,56 @@ const COUNTERS: CounterTable = &[
     ("TSCTC", Src::One(r::TSCTC)),
 ];
 
+/// Names of the per-queue drop counters.
+const RQDPC_NAMES: [&str; 16] = [
+    "RQDPC0", "RQDPC1", "RQDPC2", "RQDPC3", "RQDPC4", "RQDPC5", "RQDPC6", "RQDPC7", "RQDPC8",
+    "RQDPC9", "RQDPC10", "RQDPC11", "RQDPC12", "RQDPC13", "RQDPC14", "RQDPC15",
+];
+
 /// Software totals of the device counters.
+///
+/// RQDPC(q) counts what queue q dropped because its ring was full: with SRRCTL.DROP_EN (which
+/// the driver sets) those drops appear nowhere else, so without it they would be invisible.
 #[derive(Clone, Debug)]
-pub(crate) struct HwStats(Counters);
+pub(crate) struct HwStats {
+    counters: Counters,
+    rqdpc: [u64; 16],
+}
 
 impl Default for HwStats {
     fn default() -> Self {
-        HwStats(Counters::new(COUNTERS))
+        HwStats {
+            counters: Counters::new(COUNTERS),
+            rqdpc: [0; 16],
+        }
     }
 }
 
 impl HwStats {
     /// Reads every counter once (clearing it) and adds it to the totals.
-    pub(crate) fn accumulate<M: Mmio + ?Sized>(&mut self, m: &M) {
-        self.0.accumulate(m);
+    pub(crate) fn accumulate<M: Mmio + ?Sized>(&mut self, m: &M, rx_queues: u16) {
+        self.counters.accumulate(m);
+        for q in 0..u32::from(rx_queues.min(16)) {
+            self.rqdpc[q as usize] += read_counter(m, r::RQDPC.at(q));
+        }
     }
 
     /// Forgets the totals.
     pub(crate) fn clear(&mut self) {
-        self.0.clear();
+        *self = HwStats::default();
     }
 
     /// The totals by datasheet name.
-    pub(crate) fn totals(&self) -> Vec<(&'static str, u64)> {
-        self.0.totals().collect()
+    pub(crate) fn totals(&self, rx_queues: u16) -> Vec<(&'static str, u64)> {
+        self.counters
+            .totals()
+            .chain(
+                RQDPC_NAMES
+                    .iter()
+                    .zip(self.rqdpc)
+                    .take(usize::from(rx_queues.min(16)))
+                    .map(|(n, v)| (*n, v)),
+            )
+            .collect()
     }
 }

@@ -165,6 +165,7 @@ impl<B: Bus> VlanHardware for IgbPort<B> {
             tx_insert: true,
             filter: true,
             extended: false,
+            tx_insert_extended: false,
             any_tpid: true,
             rx_queues: 1,
             per_queue_strip: false,

@@ -142,6 +142,9 @@ pub(crate) fn check_queues(l: &Limits, what: &str, n: u16, max: u16) -> Result<(
     Ok(())
 }
 
+/// Buffers a receive pool needs beyond its ring: one burst of the default size (32).
+pub const MIN_RX_SPARE: usize = 32;
+
 /// Ring sizes, pool size, MTU, and the buffer size the MTU needs.
 pub(crate) fn check_rings_and_mtu(
     l: &Limits,
@@ -159,10 +162,16 @@ pub(crate) fn check_rings_and_mtu(
             )));
         }
     }
-    if pool.buffers < rx_ring {
+    // Every buffer of a pool that only fits the ring sits in the ring: a frame received can
+    // never be handed over (its slot has no buffer to be re-armed with), nothing is ever freed,
+    // and receive stalls for ever. One burst more keeps it moving.
+    let need = rx_ring + MIN_RX_SPARE;
+    if pool.buffers < need {
         return Err(Error::InvalidConfig(format!(
-            "{}: each receive pool needs at least rx_ring = {rx_ring} buffers, not {}; raise pool.buffers",
-            l.family, pool.buffers
+            "{}: each receive pool needs at least rx_ring + {MIN_RX_SPARE} = {need} buffers (the ring's, plus one burst that can be in the application's hands while the ring is re-armed), not {}; raise pool.buffers (rx_ring + {} avoids allocation failures on a busy queue)",
+            l.family,
+            pool.buffers,
+            crate::dma::slots::RX_RESERVE
         )));
     }
     if !(68..=l.max_mtu).contains(&mtu) {

@@ -61,11 +61,6 @@ impl Counters {
         }
     }
 
-    /// Forgets the totals.
-    pub(crate) fn clear(&mut self) {
-        self.totals.iter_mut().for_each(|t| *t = 0);
-    }
-
     /// The totals by datasheet name.
     pub(crate) fn totals(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         self.table

@@ -23,10 +23,19 @@ use crate::intel::{queue, rss};
 use super::queue::{txdctl, IxgbeRx, IxgbeTx, RX_RING, TX_RING};
 use super::IxgbePort;
 
-/// Receive packet buffer 0 gets all 128 KB when DCB is off (notes 1.3, ixy).
-const RXPB_SIZE: u32 = 0x2_0000;
-/// Transmit packet buffer 0 gets 40 KB (notes 1.3, ixy).
-const TXPB_SIZE: u32 = 0xA000;
+/// Receive packet buffer 0 gets all 512 KB with one traffic class and no Flow Director
+/// (Linux/DPDK `ixgbe_set_rxpba_generic`, PBA_STRATEGY_EQUAL: IXGBE_RXPBSIZE_MAX 0x80000).
+/// ixy's 128 KB is the 82598's layout and left three quarters of the buffer unused.
+const RXPB_SIZE: u32 = 0x8_0000;
+/// Transmit packet buffer 0 gets 160 KB (IXGBE_TXPBSIZE_MAX 0x28000, same function); ixy's
+/// 40 KB is the 82598's.
+const TXPB_SIZE: u32 = 0x2_8000;
+/// Its threshold in KB: size / 1024 - IXGBE_TXPKT_SIZE_MAX (10), as `ixgbe_set_rxpba_generic`
+/// computes it; a threshold above the buffer would hold transmit DMA.
+const TXPB_THRESH: u32 = TXPB_SIZE / 1024 - 10;
+/// How long the receive security block may take to stop before RXCTRL is written (Linux's
+/// `ixgbe_disable_rx_buff_generic`: 40 polls of 1 ms; DPDK: 4000 of 10 us).
+const SECRX_TIMEOUT: Duration = Duration::from_millis(40);
 /// Settling time after the reset bits clear (datasheet 4.6.3.2: at least 10 ms).
 const RESET_SETTLE: Duration = Duration::from_millis(10);
 /// Interrupt mask clear: bits 30:0 (bit 31 is reserved in EIMC), as ixy writes it.
@@ -117,7 +126,6 @@ impl<B: Bus> IxgbePort<B> {
         if self.cfg.rx_queues > 1 {
             rss::setup(m, &RSS, self.cfg.rx_queues);
         }
-        m.modify(r::RXCTRL, 0, r::rxctrl::RXEN.bit());
 
         // Step 7 (datasheet 4.6.8 "Transmit initialization").
         self.init_tx_global();
@@ -143,6 +151,12 @@ impl<B: Bus> IxgbePort<B> {
         for q in &mut self.tx {
             q.start()?;
         }
+        // The receive unit last, after every queue is set up (Linux's ixgbe_configure_rx and
+        // DPDK's ixgbe_dev_rxtx_start), through the erratum workaround.
+        enable_rx_dma(m, &name)?;
+        // The port is ours: firmware (manageability) is told so until `shutdown` (Linux's
+        // ixgbe_get_hw_control / ixgbe_release_hw_control).
+        m.modify(r::CTRL_EXT, 0, r::ctrl_ext::DRV_LOAD.bit());
 
         // Step 9: wait for the link. Down after the timeout is not an error.
         let up = r::links::UP.bit();
@@ -203,7 +217,14 @@ impl<B: Bus> IxgbePort<B> {
             clear &= !r::hlreg0::LPBK.bit();
         }
         m.modify(r::HLREG0, clear, set);
-        m.modify(r::RDRXCTL, 0, r::rdrxctl::CRCSTRIP.bit());
+        // RDRXCTL as Linux's ixgbe_setup_rdrxctl leaves it on the 82599: CRC strip, RSC first
+        // size 0, and RSCACKC and FCOE_WRFIX, which Linux sets "by default" although RSC and
+        // FCoE are off (DPDK sets RSCACKC only with LRO and never FCOE_WRFIX; we follow Linux).
+        m.modify(
+            r::RDRXCTL,
+            r::rdrxctl::RSCFRSTSIZE.mask(),
+            r::rdrxctl::CRCSTRIP.bit() | r::rdrxctl::RSCACKC.bit() | r::rdrxctl::FCOE_WRFIX.bit(),
+        );
         if self.cfg.mtu > 1500 {
             // MFS counts header and CRC but not VLAN tags (Linux: mtu + ETH_HLEN + ETH_FCS_LEN).
             let mfs = u32::from(self.cfg.mtu) + 14 + 4;
@@ -229,13 +250,45 @@ impl<B: Bus> IxgbePort<B> {
             r::hlreg0::TXCRCEN.bit() | r::hlreg0::TXPADEN.bit(),
         );
         m.write(r::TXPBSIZE.at(0), TXPB_SIZE);
+        m.write(r::TXPBTHRESH.at(0), r::txpbthresh::THRESH.val(TXPB_THRESH));
         for i in 1..r::TXPBSIZE.count() {
             m.write(r::TXPBSIZE.at(i), 0);
+            m.write(r::TXPBTHRESH.at(i), 0);
         }
         // Without DCB: no per-request limit, and the DCB arbiter must run (ARBDIS = 0).
         m.write(r::DTXMXSZRQ, 0xFFFF);
         m.modify(r::RTTDCS, r::rttdcs::ARBDIS.bit(), 0);
     }
+}
+
+/// Sets RXCTRL.RXEN the way Linux's and DPDK's `ixgbe_enable_rx_dma_82599` do (82599 erratum:
+/// enabling receive while the security block is busy can hang the receive DMA): stop the
+/// receive security block (SECRXCTRL.RX_DIS), wait for SECRXSTAT.SECRX_RDY, write RXCTRL,
+/// start the block again. Like Linux and DPDK, a block that does not report ready within
+/// [`SECRX_TIMEOUT`] is logged and receive is enabled anyway (a removed device is an error).
+fn enable_rx_dma<M: Mmio + ?Sized>(m: &M, name: &str) -> Result<()> {
+    let dis = r::secrxctrl::RX_DIS.bit();
+    m.modify(r::SECRXCTRL, 0, dis);
+    let rdy = r::secrxstat::SECRX_RDY.bit();
+    match wait_for(
+        m,
+        name,
+        r::SECRXSTAT,
+        "SECRXSTAT.SECRX_RDY",
+        rdy,
+        rdy,
+        SECRX_TIMEOUT,
+    ) {
+        Ok(_) => {}
+        Err(Error::RegisterTimeout { .. }) => tracing::warn!(
+            port = %name,
+            "the receive security block did not report ready (SECRXSTAT.SECRX_RDY) within 40 ms; enabling receive anyway, as Linux does"
+        ),
+        Err(e) => return Err(e),
+    }
+    m.modify(r::RXCTRL, 0, r::rxctrl::RXEN.bit());
+    m.modify(r::SECRXCTRL, dis, 0);
+    Ok(())
 }
 
 /// Link mode (notes 1.4 step 4; datasheet 4.6.4): 10G serial, XAUI PMA/PMD, restart AN. In
@@ -287,7 +340,24 @@ pub(crate) fn shutdown<M: Mmio + ?Sized>(
     let rx = (0..u32::from(rx_queues)).map(|q| (q, RX_RING.ctl(q)));
     let tx = (0..u32::from(tx_queues)).map(|q| (q, TX_RING.ctl(q)));
     queue::stop_all(m, name, rx.chain(tx), t);
+    // Receive off through the same erratum workaround as on, then the port is no longer ours.
+    let dis = r::secrxctrl::RX_DIS.bit();
+    m.modify(r::SECRXCTRL, 0, dis);
+    let rdy = r::secrxstat::SECRX_RDY.bit();
+    if let Err(e) = wait_for(
+        m,
+        name,
+        r::SECRXSTAT,
+        "SECRXSTAT.SECRX_RDY",
+        rdy,
+        rdy,
+        SECRX_TIMEOUT,
+    ) {
+        tracing::warn!(port = %name, error = %e, "disabling receive anyway");
+    }
     m.modify(r::RXCTRL, r::rxctrl::RXEN.bit(), 0);
+    m.modify(r::SECRXCTRL, dis, 0);
+    m.modify(r::CTRL_EXT, r::ctrl_ext::DRV_LOAD.bit(), 0);
     m.write(r::EIMC, EIMC_ALL);
     let rst = r::ctrl::RST.bit() | r::ctrl::LNK_RST.bit();
     m.modify(r::CTRL, 0, rst);

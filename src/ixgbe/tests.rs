@@ -39,6 +39,11 @@ fn fake() -> (TestBus, Fake) {
     regs.on_read(r::LINKS.offset(), |_, _| {
         r::links::UP.bit() | r::links::LINK_SPEED.val(3)
     });
+    // The receive security block is always idle (the order of the handshake is checked on
+    // the write log).
+    regs.on_read(r::SECRXSTAT.offset(), |_, v| {
+        v | r::secrxstat::SECRX_RDY.bit()
+    });
     regs.preset(r::RAL.at(0).offset(), 0x1200_5452);
     regs.preset(r::RAH.at(0).offset(), r::rah::AV.bit() | 0x5634);
     let bus = TestBus::new(regs.clone(), (0x8086, 0x10fb));
@@ -106,15 +111,33 @@ fn init_follows_the_datasheet_order() {
         r::fctrl::BAM.is_set(fctrl) && r::fctrl::UPE.is_set(fctrl) && r::fctrl::MPE.is_set(fctrl)
     );
 
-    // Receive ring registers, then RXEN, then the queue enable, then RDT = N - 1 last.
+    // Receive ring registers, the queue enable, RDT = N - 1; then, after every queue, RXEN
+    // through the erratum workaround (Linux/DPDK ixgbe_enable_rx_dma_82599): SECRXCTRL.RX_DIS
+    // set, SECRXSTAT.SECRX_RDY polled, RXEN, RX_DIS cleared.
     let rxen_off = pos(&w, r::RXCTRL, r::rxctrl::RXEN.bit(), 0);
     let srrctl = pos(&w, r::SRRCTL.at(0), all, 0x0200_0000 | 2 | 1 << 28);
     let rdlen = pos(&w, r::RDLEN.at(0), all, 64 * 16);
-    let rxen = pos(&w, r::RXCTRL, r::rxctrl::RXEN.bit(), r::rxctrl::RXEN.bit());
     let en = r::rxdctl::ENABLE.bit();
     let enable = pos(&w, r::RXDCTL.at(0), en, en);
     let rdt = pos(&w, r::RDT.at(0), all, 63);
-    assert!(rxen_off < srrctl && srrctl < rdlen && rdlen < rxen && rxen < enable && enable < rdt);
+    let dis = r::secrxctrl::RX_DIS.bit();
+    let sec_off = pos(&w, r::SECRXCTRL, dis, dis);
+    let rxen = pos(&w, r::RXCTRL, r::rxctrl::RXEN.bit(), r::rxctrl::RXEN.bit());
+    let sec_on = find(&w, sec_off + 1, r::SECRXCTRL, dis, 0).expect("RX_DIS cleared again");
+    assert!(rxen_off < srrctl && srrctl < rdlen && rdlen < enable && enable < rdt);
+    assert!(rdt < sec_off && sec_off < rxen && rxen < sec_on);
+    let ready_polled = log.iter().any(
+        |a| matches!(a, Access::Read { offset, value } if *offset == r::SECRXSTAT.offset() && *value & 1 == 1),
+    );
+    assert!(ready_polled, "SECRXSTAT.SECRX_RDY was not polled");
+    // Every transmit queue is enabled before receive too, and the driver owns the port.
+    let ten = r::txdctl::ENABLE.bit();
+    assert!(pos(&w, r::TXDCTL.at(0), ten, ten) < rxen);
+    assert!(r::ctrl_ext::DRV_LOAD.is_set(f.regs.peek(r::CTRL_EXT.offset())));
+    // RDRXCTL as Linux's ixgbe_setup_rdrxctl: RSCACKC and FCOE_WRFIX set, RSCFRSTSIZE 0.
+    let rdrxctl = f.regs.peek(r::RDRXCTL.offset());
+    assert!(r::rdrxctl::RSCACKC.is_set(rdrxctl) && r::rdrxctl::FCOE_WRFIX.is_set(rdrxctl));
+    assert_eq!(r::rdrxctl::RSCFRSTSIZE.get(rdrxctl), 0);
     // Buffer address registers point at the ring.
     assert_ne!(f.regs.peek(r::RDBAL.at(0).offset()), 0);
     assert!(r::ctrl_ext::NS_DIS.is_set(f.regs.peek(r::CTRL_EXT.offset())));
@@ -123,8 +146,11 @@ fn init_follows_the_datasheet_order() {
     // Transmit: CRC and padding, buffers, DTXMXSZRQ, arbiter on, TE before queue enable.
     let h = f.regs.peek(r::HLREG0.offset());
     assert!(r::hlreg0::TXCRCEN.is_set(h) && r::hlreg0::TXPADEN.is_set(h));
-    assert_eq!(f.regs.peek(r::TXPBSIZE.at(0).offset()), 0xA000);
-    assert_eq!(f.regs.peek(r::RXPBSIZE.at(0).offset()), 0x2_0000);
+    // Packet buffers as Linux's ixgbe_set_rxpba_generic with one TC: all 512 KB to receive,
+    // 160 KB to transmit with a threshold of 160 - 10 KB.
+    assert_eq!(f.regs.peek(r::TXPBSIZE.at(0).offset()), 0x2_8000);
+    assert_eq!(f.regs.peek(r::RXPBSIZE.at(0).offset()), 0x8_0000);
+    assert_eq!(f.regs.peek(r::TXPBTHRESH.at(0).offset()), 150);
     assert_eq!(f.regs.peek(r::DTXMXSZRQ.offset()), 0xFFFF);
     assert!(!r::rttdcs::ARBDIS.is_set(f.regs.peek(r::RTTDCS.offset())));
     let te = pos(
@@ -394,6 +420,14 @@ fn drop_disables_queues_before_reset_then_releases_bus_master() {
     let rst = r::ctrl::RST.bit() | r::ctrl::LNK_RST.bit();
     let reset = pos(&w, r::CTRL, rst, rst);
     assert!(rx_off < reset && tx_off < reset);
+    // Receive off through the security-block handshake, and the port handed back to firmware
+    // (CTRL_EXT.DRV_LOAD cleared) before the reset.
+    let dis = r::secrxctrl::RX_DIS.bit();
+    let sec_off = pos(&w, r::SECRXCTRL, dis, dis);
+    let rxen_off = pos(&w, r::RXCTRL, r::rxctrl::RXEN.bit(), 0);
+    let drv = r::ctrl_ext::DRV_LOAD.bit();
+    let released = pos(&w, r::CTRL_EXT, drv, 0);
+    assert!(sec_off < rxen_off && rxen_off < released && released < reset);
     assert_eq!(
         f.events.lock().unwrap().as_slice(),
         ["bus master on", "bus master off"]

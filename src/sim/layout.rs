@@ -65,6 +65,9 @@ pub(super) enum Kind {
     Hi(u8),
     Rdrxctl,
     Rxctrl,
+    /// SECRXCTRL (stored; RX_DIS makes SECRXSTAT report ready) and SECRXSTAT (read-only).
+    Secrxctrl,
+    Secrxstat,
     Hlreg0,
     Maxfrs,
     Autoc,
@@ -216,7 +219,9 @@ pub(super) fn classify(off: usize) -> Kind {
             Some((i, _)) if r::MAP.registers[i].access == crate::regs::Access::ReadClear => Count,
             _ => Unknown,
         },
-        0x3C00..=0x3C1F | 0xCC00..=0xCC1F | 0x8100 => Harmless,
+        0x8D00 => Secrxctrl,
+        0x8D04 => Secrxstat,
+        0x3C00..=0x3C1F | 0xCC00..=0xCC1F | 0x4950..=0x496F | 0x8100 => Harmless,
         _ => match in_map(off) {
             Some(_) => Storage,
             None => Unknown,
@@ -280,6 +285,7 @@ pub(super) fn unmodelled_bits(k: Kind, v: u32) -> u32 {
                 | r::rdrxctl::FCOE_WRFIX.bit()
         }
         Kind::Rxctrl => r::rxctrl::RXEN.bit() | r::rxctrl::DMBYPS.bit(),
+        Kind::Secrxctrl => r::secrxctrl::RX_DIS.bit(),
         Kind::Hlreg0 => {
             use r::hlreg0::*;
             TXCRCEN.bit()
@@ -328,7 +334,13 @@ pub(super) fn unmodelled_bits(k: Kind, v: u32) -> u32 {
         Kind::Reta => 0x0F0F_0F0F,
         Kind::Rah => r::rah::RAH.mask() | r::rah::AV.bit(),
         Kind::Harmless => u32::MAX,
-        Kind::Status | Kind::Eec | Kind::Links | Kind::Count | Kind::Lo(_) | Kind::Hi(_) => 0,
+        Kind::Status
+        | Kind::Eec
+        | Kind::Links
+        | Kind::Count
+        | Kind::Lo(_)
+        | Kind::Hi(_)
+        | Kind::Secrxstat => 0,
         Kind::Storage | Kind::Unknown => 0,
     };
     v & !acted
@@ -359,6 +371,9 @@ pub(super) fn nonzero_defaults() -> impl Iterator<Item = (usize, u32)> {
         (r::EXVET.offset(), r::exvet::VET_EXT.val(0x8100)),
         (r::RXPBSIZE.at(0).offset(), 0x0008_0000),
         (r::TXPBSIZE.at(0).offset(), 0x0002_8000),
+        // 160 KB - 10 KB: the threshold of the reset layout (Linux's ixgbe_set_rxpba_generic
+        // computes the same for one TC); to be confirmed against the datasheet's reset value.
+        (r::TXPBTHRESH.at(0).offset(), 150),
         (r::DTXMXSZRQ.offset(), 0x10),
     ];
     let per_queue = (0..128).flat_map(|q| {

@@ -323,9 +323,13 @@ impl SimRegs {
             .map(|f| f.name)
             .collect();
         let what = match kind {
-            Kind::Status | Kind::Eec | Kind::Links | Kind::Count | Kind::Lo(_) | Kind::Hi(_) => {
-                "write to a read-only register ignored"
-            }
+            Kind::Status
+            | Kind::Eec
+            | Kind::Links
+            | Kind::Count
+            | Kind::Lo(_)
+            | Kind::Hi(_)
+            | Kind::Secrxstat => "write to a read-only register ignored",
             Kind::Storage => "register stored but its function is not modelled",
             _ => "bits written that the software 82599 does not model",
         };
@@ -353,6 +357,14 @@ impl SimRegs {
             Kind::Links => self.read_links(),
             Kind::Status => self.status(),
             Kind::Eics | Kind::Eimc => 0,
+            Kind::Secrxstat => {
+                let idle = r::secrxctrl::RX_DIS.is_set(self.get(r::SECRXCTRL));
+                if idle {
+                    r::secrxstat::SECRX_RDY.bit()
+                } else {
+                    0
+                }
+            }
             _ => w.load(Acquire),
         }
     }
@@ -364,9 +376,12 @@ impl SimRegs {
             Kind::Storage if v == 0 => 0,
             Kind::Storage => v,
             // Unknown and read-only registers are reported even when written with 0.
-            Kind::Unknown | Kind::Status | Kind::Eec | Kind::Links | Kind::Count => {
-                v | u32::from(v == 0)
-            }
+            Kind::Unknown
+            | Kind::Status
+            | Kind::Eec
+            | Kind::Links
+            | Kind::Count
+            | Kind::Secrxstat => v | u32::from(v == 0),
             _ => layout::unmodelled_bits(k, v),
         };
         if unmodelled != 0 {
@@ -392,7 +407,43 @@ impl SimRegs {
                 }
                 self.set_off(c, v & !rst);
             }
-            Kind::Status | Kind::Eec | Kind::Links | Kind::Count | Kind::Lo(_) | Kind::Hi(_) => {}
+            Kind::Status
+            | Kind::Eec
+            | Kind::Links
+            | Kind::Count
+            | Kind::Lo(_)
+            | Kind::Hi(_)
+            | Kind::Secrxstat => {}
+            Kind::Rxctrl => {
+                let rxen = r::rxctrl::RXEN.bit();
+                let secrx_off = r::secrxctrl::RX_DIS.is_set(self.get(r::SECRXCTRL));
+                if (self.get_off(c) ^ v) & rxen != 0 && !secrx_off {
+                    self.errata(
+                        "RXCTRL.RXEN changed without SECRXCTRL.RX_DIS set and SECRXSTAT.SECRX_RDY \
+                         seen (82599 erratum: traffic arriving meanwhile can hang the receive DMA)",
+                    );
+                }
+                let enabled = v & rxen != 0 && self.get_off(c) & rxen == 0;
+                self.set_off(c, v);
+                // Receive starts now: frames waiting (and the source) fill the armed rings.
+                if enabled && self.inline.load(Relaxed) {
+                    self.service_rx();
+                }
+            }
+            Kind::Dmatxctl => {
+                let te = r::dmatxctl::TE.bit();
+                if v & te != 0 && self.get_off(c) & te == 0 {
+                    let size_kb = self.get(r::TXPBSIZE.at(0)) >> 10;
+                    let thresh = r::txpbthresh::THRESH.get(self.get(r::TXPBTHRESH.at(0)));
+                    if thresh + 10 > size_kb {
+                        self.errata(
+                            "transmit enabled with TXPBTHRESH(0) above TXPBSIZE(0) in KB - 10 \
+                             (the threshold must fit the packet buffer)",
+                        );
+                    }
+                }
+                self.set_off(c, v);
+            }
             Kind::Eerd => {
                 let mut out = v & !r::eerd::START.bit();
                 if r::eerd::START.is_set(v) {
@@ -436,6 +487,12 @@ impl SimRegs {
             }
             _ => self.set_off(c, v),
         }
+    }
+
+    /// Counts and logs a register sequence the real part would hang or misbehave on.
+    fn errata(&self, what: &str) {
+        self.counters.errata.inc();
+        tracing::error!(port = %self.name, "{what}");
     }
 
     #[inline]

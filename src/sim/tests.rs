@@ -54,6 +54,35 @@ fn reset_restores_defaults_and_self_clears() {
 }
 
 #[test]
+fn the_model_notices_the_82599_errata_sequences() {
+    let p = SimPort::pair(SimConfig::default()).0;
+    let m = p.regs();
+    let rxen = r::rxctrl::RXEN.bit();
+    // Receive enabled the ixy way (a plain RXCTRL write): the erratum's hang on the part.
+    m.write(r::RXCTRL, rxen);
+    assert_eq!(p.counters().errata, 1);
+    // The workaround: RX_DIS, SECRX_RDY, RXCTRL, RX_DIS cleared.
+    let dis = r::secrxctrl::RX_DIS.bit();
+    assert_eq!(m.read(r::SECRXSTAT), 0, "busy while RX_DIS is clear");
+    m.write(r::SECRXCTRL, dis);
+    assert_eq!(m.read(r::SECRXSTAT), r::secrxstat::SECRX_RDY.bit());
+    m.write(r::RXCTRL, 0);
+    m.write(r::RXCTRL, rxen);
+    m.write(r::SECRXCTRL, 0);
+    assert_eq!(p.counters().errata, 1);
+    // Transmit enabled with the threshold above the buffer (ixy's 40 KB with the reset
+    // threshold of 150 KB).
+    assert_eq!(m.read(r::TXPBTHRESH.at(0)), 150, "reset value");
+    m.write(r::TXPBSIZE.at(0), 0xA000);
+    m.write(r::DMATXCTL, r::dmatxctl::TE.bit());
+    assert_eq!(p.counters().errata, 2);
+    m.write(r::DMATXCTL, 0);
+    m.write(r::TXPBTHRESH.at(0), 30);
+    m.write(r::DMATXCTL, r::dmatxctl::TE.bit());
+    assert_eq!(p.counters().errata, 2, "40 KB - 10 fits");
+}
+
+#[test]
 fn link_comes_up_after_an_restart_and_faults_drop_it() {
     let (p, _q) = SimPort::pair(SimConfig {
         link_up_after_reads: 2,

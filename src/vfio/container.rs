@@ -300,15 +300,14 @@ impl DmaMapper for Container {
         Ok(iova)
     }
 
-    fn unmap(&self, iova: u64, len: usize) {
+    fn unmap(&self, iova: u64, len: usize) -> Result<()> {
         let mut st = lock(&self.state);
         let Some(mapped) = st.mappings.remove(&iova) else {
-            tracing::error!(
-                iova = format_args!("{iova:#x}"),
+            return Err(Error::DmaUnmap {
+                iova,
                 len,
-                "unmap of an IOVA this container never mapped (a driver bug); ignored"
-            );
-            return;
+                reason: "this container never mapped that IOVA (a driver bug)".into(),
+            });
         };
         if mapped != len as u64 {
             tracing::error!(
@@ -318,22 +317,26 @@ impl DmaMapper for Container {
                 "unmap length differs from the mapping (a driver bug); unmapping the whole mapping"
             );
         }
-        match self.backend.unmap(self.fd.as_fd(), iova, mapped) {
-            Ok(n) if n == mapped => {}
-            Ok(n) => tracing::error!(
-                iova = format_args!("{iova:#x}"),
-                len = mapped,
-                unmapped = n,
-                "VFIO_IOMMU_UNMAP_DMA unmapped less than asked"
-            ),
-            Err(e) => tracing::error!(
-                iova = format_args!("{iova:#x}"),
-                len = mapped,
-                error = %e,
-                "VFIO_IOMMU_UNMAP_DMA failed; the device may still reach this memory"
-            ),
+        let failure = match self.backend.unmap(self.fd.as_fd(), iova, mapped) {
+            Ok(n) if n == mapped => None,
+            Ok(n) => Some(format!(
+                "VFIO_IOMMU_UNMAP_DMA unmapped {n:#x} of {mapped:#x} bytes"
+            )),
+            Err(e) => Some(format!("VFIO_IOMMU_UNMAP_DMA failed: {e}")),
+        };
+        match failure {
+            None => {
+                st.iova.free(iova, mapped);
+                Ok(())
+            }
+            // The IOVA range stays allocated: the IOMMU may still translate it to the old pages,
+            // so handing it out again would alias two buffers for the device.
+            Some(reason) => Err(Error::DmaUnmap {
+                iova,
+                len: mapped as usize,
+                reason,
+            }),
         }
-        st.iova.free(iova, mapped);
     }
 
     fn describe(&self) -> String {
@@ -427,12 +430,15 @@ mod tests {
         assert_eq!(lock(&c.state).iova.free_bytes(), free);
         // SAFETY: rejected before any ioctl because the length is not page-aligned.
         assert!(unsafe { c.map(p, 100) }.is_err());
-        c.unmap(0x1234_5000, 4096);
+        assert!(matches!(
+            c.unmap(0x1234_5000, 4096),
+            Err(Error::DmaUnmap { .. })
+        ));
         assert_eq!(lock(&c.state).iova.free_bytes(), free);
     }
 
     #[test]
-    fn unmap_frees_the_iova_even_if_the_ioctl_fails() {
+    fn a_failed_unmap_is_reported_and_keeps_the_iova_reserved() {
         let c = fake();
         let iova = {
             let mut st = lock(&c.state);
@@ -440,11 +446,17 @@ mod tests {
             st.mappings.insert(iova, 2 << 20);
             iova
         };
-        // The fake fd is a plain file: the ioctl fails (logged), the bookkeeping still unwinds.
-        c.unmap(iova, 2 << 20);
+        // The fake fd is a plain file: the ioctl fails. The device may still reach the pages, so
+        // the error goes to the caller and the IOVA is not handed out again.
+        let e = c.unmap(iova, 2 << 20).unwrap_err();
+        assert!(matches!(e, Error::DmaUnmap { .. }), "{e}");
+        assert!(e.to_string().contains("leaked"), "{e}");
         let st = lock(&c.state);
         assert!(st.mappings.is_empty());
-        assert_eq!(st.iova.free_bytes(), IovaAllocator::default().free_bytes());
+        assert_eq!(
+            st.iova.free_bytes(),
+            IovaAllocator::default().free_bytes() - (2 << 20)
+        );
     }
 
     #[test]

@@ -61,8 +61,13 @@ pub struct VlanCaps {
     pub tx_insert: bool,
     /// Has a VID filter table.
     pub filter: bool,
-    /// Supports extended (double, QinQ) VLAN mode with a separate outer TPID.
+    /// Supports extended (double, QinQ) VLAN mode with a separate outer TPID (receive side:
+    /// strip and filter act on the inner tag).
     pub extended: bool,
+    /// Inserts transmit tags correctly in extended mode too (the new outermost tag with the
+    /// outer TPID). False where the device inserts with another TPID, or where that is not
+    /// confirmed on a card: software insertion serves extended mode then.
+    pub tx_insert_extended: bool,
     /// Accepts a TPID other than 0x8100.
     pub any_tpid: bool,
     /// Receive queues whose strip bit `set_rx_strip` controls (0..rx_queues).
@@ -337,6 +342,17 @@ fn check(caps: &VlanCaps, c: &VlanConfig) -> Result<()> {
             device: dev(),
             what: "VLAN transmit mode hw (tag insertion by the device)".into(),
             why: "the device cannot insert VLAN tags; use transmit mode sw".into(),
+        });
+    }
+    if c.tx_mode == TxMode::Hardware && c.extended && caps.extended && !caps.tx_insert_extended {
+        return Err(Error::NotSupported {
+            device: dev(),
+            what: "VLAN transmit mode hw in extended (QinQ) mode".into(),
+            why:
+                "which TPID the device puts on a tag it inserts in extended mode is not confirmed \
+                  (see the driver's VlanCaps); use transmit mode sw, which pushes the outer tag \
+                  with the outer TPID"
+                    .into(),
         });
     }
     let hw_tagging = c.rx_mode == RxMode::Hardware

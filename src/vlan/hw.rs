@@ -13,6 +13,12 @@ use crate::error::Result;
 use crate::ixgbe::IxgbePort;
 use crate::port::AnyPort;
 
+/// `tx_insert_extended: false`: in extended mode the driver sets DMATXCTL.VT to the outer TPID,
+/// so that an inserted tag is the new outermost one, as software insertion does (and as the
+/// software 82599 models it); DPDK's ixgbe keeps VT at the inner TPID in QinQ mode, and the
+/// datasheet's double-VLAN text (82599 datasheet section 7.4.5) can be read either way. Until a
+/// card shows which TPID the 82599 puts on a tag it inserts with GDV set, hardware insertion in
+/// extended mode is refused and software insertion (byte-exact by construction) serves it.
 impl<B: Bus> VlanHardware for IxgbePort<B> {
     fn vlan_caps(&self) -> VlanCaps {
         VlanCaps {
@@ -21,6 +27,7 @@ impl<B: Bus> VlanHardware for IxgbePort<B> {
             tx_insert: true,
             filter: true,
             extended: true,
+            tx_insert_extended: false,
             any_tpid: true,
             rx_queues: self.config().rx_queues,
             per_queue_strip: true,

@@ -74,7 +74,8 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
         "queues": {"rx": info.rx_queues, "tx": info.tx_queues,
                     "rx_ring": info.rx_ring, "tx_ring": info.tx_ring},
         "vlan_caps": {"rx_strip": caps.rx_strip, "tx_insert": caps.tx_insert, "filter": caps.filter,
-                       "extended": caps.extended, "any_tpid": caps.any_tpid,
+                       "extended": caps.extended, "tx_insert_extended": caps.tx_insert_extended,
+                       "any_tpid": caps.any_tpid,
                        "strip_queues": caps.rx_queues},
         "vlan": common::vlan_json(&ctl),
     });
@@ -87,6 +88,7 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
         (caps.tx_insert, "tx-insert"),
         (caps.filter, "filter"),
         (caps.extended, "extended(QinQ)"),
+        (caps.tx_insert_extended, "tx-insert-extended"),
         (caps.any_tpid, "any-tpid"),
     ]
     .iter()
