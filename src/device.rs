@@ -168,6 +168,13 @@ pub struct SwVlanCounts {
 pub trait TxQueue: Send {
     /// Queues packets from the front of `batch` and removes them from it; the rest stay in the
     /// batch for the caller to retry or drop. Returns how many were queued.
+    ///
+    /// Short frames: a frame shorter than 60 bytes leaves the port padded to 60 with zeros (the
+    /// minimum Ethernet frame without FCS). The Intel MACs pad such frames themselves; a frame
+    /// shorter than 17 bytes (a fresh `Pool::alloc()` has length 0) is padded by the driver
+    /// before it gets a descriptor, because a zero-length descriptor hangs the 82599's transmit
+    /// DMA and Linux never gives the chips less than 17 bytes. Nothing is refused for being
+    /// short.
     fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError>;
 
     /// [`tx_burst`](Self::tx_burst) with software VLAN insertion: every packet marked

@@ -101,7 +101,15 @@ pub struct ChipRx {
     /// stripped and [`RxRing::hw_strip`] is not consulted. False on the 82599, where VP means
     /// only "a tag matching VET was seen" and stripping must come from the queue's setting.
     pub vp_means_stripped: bool,
+    /// The L4 error bit is not to be believed for UDP (write-back pkt_info bit 9): the 82599
+    /// can flag L4E on UDP frames whose checksum field is 0 ("no checksum"). Linux
+    /// (`ixgbe_rx_checksum`, `__IXGBE_RX_CSUM_UDP_ZERO_ERR`) and DPDK (`rx_udp_csum_zero_err`)
+    /// then report the checksum as not verified; so do we (neither OK nor BAD).
+    pub udp_l4_error_unreliable: bool,
 }
+
+/// Write-back pkt_info (low 16 bits of the first quadword): the packet is UDP.
+const PKT_UDP: u64 = 1 << 9;
 
 // The branchless flag decoding in `RxRing::rx_burst` relies on BAD being OK shifted by one.
 const _: () = assert!(
@@ -457,6 +465,12 @@ impl<M: Mmio> RxRing<M> {
                 flags = flags & !ok | ok << 1;
             }
         }
+        if flags & Meta::RX_L4_CSUM_BAD != 0
+            && self.chip.udp_l4_error_unreliable
+            && self.desc.load(i, 0, Relaxed) & PKT_UDP != 0
+        {
+            flags &= !Meta::RX_L4_CSUM_BAD;
+        }
         let meta = Meta::from_low(u32::from(flags) << 16 | u32::from(vlan) & e);
         let d = self.desc.view().at(i);
         if self.slots.take(i, len, meta, batch, |iova| arm(d, iova)) {
@@ -594,6 +608,33 @@ enum Tagged {
 
 /// cmd_type_len of every data descriptor (the length goes in bits 15:0).
 const TX_DATA_CMD: u32 = tx::DTYP_DATA | tx::DEXT | tx::IFCS | tx::EOP;
+
+/// Frames shorter than this are padded by the driver before they get a descriptor: a data
+/// descriptor of length 0 hangs the 82599's transmit DMA, and Linux pads every frame to at
+/// least 17 bytes on both chips (`ixgbe_xmit_frame_ring` and `igb_xmit_frame`: "the minimum
+/// packet size ... is 17"; DPDK refuses frames under 14).
+pub const MIN_TX_LEN: usize = crate::dma::slots::MIN_TX_LEN;
+/// What a frame shorter than [`MIN_TX_LEN`] is padded to, with zeros: the minimum Ethernet
+/// frame without FCS, which the MAC pads every shorter frame to anyway (82599 HLREG0.TXPADEN,
+/// 82576 TCTL.PSP), so the wire sees the same frame either way.
+pub const PAD_TX_LEN: usize = 60;
+
+/// Pads a frame shorter than [`MIN_TX_LEN`] to [`PAD_TX_LEN`] bytes with zeros (the pool's
+/// buffers always have room for 64 bytes).
+#[cold]
+#[inline(never)]
+fn pad_short(p: &mut Packet) {
+    let len = p.len();
+    let ok = p.set_len(PAD_TX_LEN);
+    debug_assert!(ok, "a pool buffer holds at least 64 bytes");
+    if ok {
+        p.data_mut()[len..].fill(0);
+        tracing::debug!(
+            len,
+            "transmit: frame shorter than 17 bytes padded to 60 with zeros"
+        );
+    }
+}
 
 impl<M: Mmio> TxRing<M> {
     /// Allocates `size` descriptors through `mapper`-backed memory of `pool_for_mapper`.
@@ -845,6 +886,15 @@ impl<M: Mmio> TxRing<M> {
             self.next = (self.next + k) & self.mask;
             if k == want {
                 break;
+            }
+            // A frame too short for a descriptor is padded, unless it waits for a software
+            // tag (then the next pass drops it as too short to take one, the VLAN rule).
+            let pad = batch.first().is_some_and(|p| {
+                p.len() < MIN_TX_LEN && (sw.is_none() || p.meta.flags & Meta::TX_VLAN == 0)
+            });
+            if k < run && pad {
+                pad_short(&mut batch[0]);
+                continue;
             }
             if k < run && sw.is_none() {
                 match self.put_tagged(batch, left - k, want - k) {
@@ -1141,15 +1191,18 @@ mod tests {
             ip_error: 1 << 31,
             l4_error: 1 << 30,
             vp_means_stripped: false,
+            udp_l4_error_unreliable: true,
         };
         let mut ring = RxRing::new(mmio, 0x18, 0x10, 64, pool.clone(), chip).unwrap();
         ring.set_hw_strip(true);
         // Plays the device: writes back slot `i` with `status` (DD | EOP added), 60 bytes,
-        // VLAN field 0x0064.
-        let wb = |r: &RxRing<RecordingMmio>, i: usize, status: u32| {
+        // VLAN field 0x0064, packet type IPv4/TCP (pkt_info 0x110) or `pkt` when given.
+        let wb_pkt = |r: &RxRing<RecordingMmio>, i: usize, status: u32, pkt: u64| {
             let w = u64::from(status | rx::DD | rx::EOP) | 60 << 32 | 0x64 << 48;
+            r.desc.store(i, 0, pkt, Relaxed);
             r.desc.store(i, 1, w, Relaxed);
         };
+        let wb = |r: &RxRing<RecordingMmio>, i: usize, status: u32| wb_pkt(r, i, status, 0x110);
         let good = rx::IPCS | rx::L4CS;
         wb(&ring, 0, good); // fast path
         wb(&ring, 1, good | rx::VP); // fast path, stripped tag
@@ -1193,6 +1246,17 @@ mod tests {
                 Meta::RX_IP_CSUM_BAD | Meta::RX_L4_CSUM_OK | Meta::RX_VLAN_SEEN,
                 0
             )
+        );
+        // The 82599's UDP erratum: L4E on a UDP frame (pkt_info 0x210) is not believed; the
+        // L4 checksum is reported as not verified. On TCP it still means bad.
+        wb_pkt(&ring, 7, good | chip.l4_error, 0x210);
+        wb(&ring, 8, good | chip.l4_error);
+        batch.clear();
+        assert_eq!(ring.rx_burst(&mut batch, 32).unwrap(), 2);
+        assert_eq!(batch[0].meta.flags, Meta::RX_IP_CSUM_OK);
+        assert_eq!(
+            batch[1].meta.flags,
+            Meta::RX_IP_CSUM_OK | Meta::RX_L4_CSUM_BAD
         );
     }
 }

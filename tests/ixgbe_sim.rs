@@ -138,6 +138,82 @@ fn init_leaves_the_registers_the_datasheet_requires() {
 }
 
 #[test]
+fn short_frames_leave_padded_and_never_as_a_zero_length_descriptor() {
+    // A zero-length data descriptor hangs the 82599's transmit DMA (the model hangs the queue
+    // on one): a fresh packet (length 0) and a 5-byte one must leave as 60 zero-padded bytes.
+    let (a, b) = SimPort::pair(SimConfig::default());
+    let (_pa, (_rxa, mut txa)) = open(&a, cfg());
+    let (_pb, (mut rxb, _txb)) = open(&b, cfg());
+    let pool = tx_pool(&a);
+    let empty = pool.alloc().unwrap();
+    assert_eq!(empty.len(), 0);
+    let mut five = pool.alloc().unwrap();
+    assert!(five.set_data(&[0xff, 0xff, 0xff, 0xff, 0xff]));
+    let mut batch = vec![empty, five];
+    batch.extend(packets(&pool, [frame(b.mac(), 1, 100)]));
+    assert_eq!(txa.tx_burst(&mut batch).unwrap(), 3);
+    assert_eq!(a.counters().tx_hangs, 0, "the queue hung");
+    let mut got = Vec::new();
+    receive(&mut rxb, &mut got, 3);
+    let lens: Vec<usize> = got.iter().map(|p| p.len()).collect();
+    assert_eq!(lens, [60, 60, 100]);
+    assert!(got[0].data().iter().all(|&b| b == 0));
+    assert_eq!(&got[1].data()[..5], &[0xff; 5]);
+    assert!(got[1].data()[5..].iter().all(|&b| b == 0));
+}
+
+#[test]
+fn udp_checksum_errors_are_not_believed_on_the_82599() {
+    // The 82599 can flag L4E on a UDP frame whose checksum field is 0 ("no checksum"); the
+    // model always does. Like Linux and DPDK the driver reports the L4 checksum of any UDP
+    // frame with L4E as not verified (neither OK nor BAD), never as bad.
+    use std::net::Ipv4Addr;
+    use vfio_nic::wire::{build_udp_frame, UdpFlow};
+    let (a, b) = SimPort::pair(SimConfig::default());
+    let (_pa, (_rxa, mut txa)) = open(&a, cfg());
+    let (_pb, (mut rxb, _txb)) = open(&b, cfg());
+    let pool = tx_pool(&a);
+    let flow = UdpFlow {
+        dst_mac: b.mac(),
+        src_mac: a.mac(),
+        src_ip: Ipv4Addr::new(192, 0, 2, 1),
+        dst_ip: Ipv4Addr::new(192, 0, 2, 2),
+        src_port: 1000,
+        dst_port: 2000,
+        size: 100,
+    };
+    let mut good = Vec::new();
+    assert!(build_udp_frame(&flow, 1, &mut good));
+    let mut zero = good.clone();
+    zero[40..42].copy_from_slice(&[0, 0]);
+    let mut wrong = good.clone();
+    wrong[40] ^= 0x55;
+    let mut batch = packets(&pool, [good, zero, wrong]);
+    assert_eq!(txa.tx_burst(&mut batch).unwrap(), 3);
+    let mut got = Vec::new();
+    receive(&mut rxb, &mut got, 3);
+    assert_eq!(got.len(), 3);
+    let l4 = |p: &Packet| {
+        (
+            p.meta.has(Meta::RX_L4_CSUM_OK),
+            p.meta.has(Meta::RX_L4_CSUM_BAD),
+            p.meta.has(Meta::RX_IP_CSUM_OK),
+        )
+    };
+    assert_eq!(l4(&got[0]), (true, false, true), "valid checksum: OK");
+    assert_eq!(
+        l4(&got[1]),
+        (false, false, true),
+        "checksum 0: not verified"
+    );
+    assert_eq!(
+        l4(&got[2]),
+        (false, false, true),
+        "L4E on UDP: not believed"
+    );
+}
+
+#[test]
 fn frames_cross_a_wired_pair_byte_identical_and_in_order() {
     let (a, b) = SimPort::pair(SimConfig::default());
     let (_pa, (_rxa, mut txa)) = open(&a, cfg());

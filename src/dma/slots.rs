@@ -504,9 +504,14 @@ impl TxSlots {
     }
 }
 
+/// Frames shorter than this never get a transmit descriptor from [`TxSlots::send`]: the walk
+/// stops before them so that the ring can pad them first (see `ring::MIN_TX_LEN`).
+pub const MIN_TX_LEN: usize = 17;
+
 /// The transmit loop: for each packet of `packets` in turn (all of pool `pool`, stopping
-/// before the first that is not), `put` writes its descriptor (or returns false to stop) and
-/// its buffer's offset goes to the FIFO slot. Returns how many went and their bytes.
+/// before the first that is not, and before a frame shorter than [`MIN_TX_LEN`]), `put` writes
+/// its descriptor (or returns false to stop) and its buffer's offset goes to the FIFO slot.
+/// Returns how many went and their bytes.
 /// Nothing but the three arrays is live in the loop and nothing is called from it (a new run
 /// is recorded by the caller between walks), so its values stay in registers.
 #[inline(always)]
@@ -528,11 +533,14 @@ fn walk<D>(
                 packets.get_unchecked(k),
             )
         };
-        if p.pool != pool || !put(d, p) {
+        // A frame shorter than MIN_TX_LEN ends the walk too (the ring pads it on its slow
+        // path): the length is read for the byte count anyway.
+        let len = p.len();
+        if p.pool != pool || len < MIN_TX_LEN || !put(d, p) {
             return (k, bytes);
         }
         *slot = p.off();
-        bytes += p.len() as u64;
+        bytes += len as u64;
     }
     (m, bytes)
 }
@@ -633,9 +641,9 @@ mod tests {
         let b = pool(8);
         let mut t = TxSlots::new(8);
         let mut batch = Vec::new();
-        a.alloc_bulk(3, &mut batch);
-        b.alloc_bulk(2, &mut batch);
-        a.alloc_bulk(2, &mut batch);
+        a.alloc_bulk_len(3, 60, &mut batch);
+        b.alloc_bulk_len(2, 60, &mut batch);
+        a.alloc_bulk_len(2, 60, &mut batch);
         // The fifth packet is refused: it and the two behind it stay in the batch.
         let d: Vec<usize> = (0..8).collect();
         let (n, _) = t.send(&mut batch, &d[..7], |&k, _| k < 4);
@@ -651,8 +659,8 @@ mod tests {
         // Wrap around the FIFO a few times with one pool.
         for _ in 0..5 {
             t.release(t.tail());
-            a.alloc_bulk(5, &mut batch);
-            assert_eq!(t.send(&mut batch, &d[..5], |_, _| true), (5, 0));
+            a.alloc_bulk_len(5, 60, &mut batch);
+            assert_eq!(t.send(&mut batch, &d[..5], |_, _| true), (5, 300));
         }
         drop(t);
         assert_eq!((a.stats().free, b.stats().free), (8, 8));
@@ -665,7 +673,7 @@ mod tests {
         let a = pool(8);
         let mut t = TxSlots::new(8);
         let mut batch = Vec::new();
-        a.alloc_bulk(2, &mut batch);
+        a.alloc_bulk_len(2, 60, &mut batch);
         let d: Vec<usize> = (0..2).collect();
         t.send(&mut batch, &d, |_, _| true);
         t.release(t.tail() + 1);

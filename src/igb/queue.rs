@@ -32,6 +32,7 @@ pub(crate) const CHIP_RX: ChipRx = ChipRx {
     ip_error: 1 << 30,
     l4_error: 1 << 29,
     vp_means_stripped: true,
+    udp_l4_error_unreliable: false,
 };
 
 /// RXDCTL thresholds (Linux igb: prefetch 8, host 8), write-back threshold 1 so every

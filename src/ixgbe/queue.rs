@@ -55,6 +55,7 @@ pub(crate) const CHIP_RX: ChipRx = ChipRx {
     ip_error: 1 << 31,
     l4_error: 1 << 30,
     vp_means_stripped: false,
+    udp_l4_error_unreliable: true,
 };
 
 /// TXDCTL thresholds: prefetch 36 and host 8 as ixy; write-back threshold 0 because the ring

@@ -225,8 +225,17 @@ pub(super) fn checksums(f: &[u8], h: Option<Headers>) -> Csum {
     let seg = &f[h.l4_off..h.end];
     let proto: u32 = if h.l4 == L4::Tcp { 6 } else { 17 };
     if h.l4 == L4::Udp {
-        if seg.len() < 8 || (!h.v6 && be16(seg, 6) == Some(0)) {
-            return c; // No UDP checksum to verify.
+        if seg.len() < 8 {
+            return c;
+        }
+        if !h.v6 && be16(seg, 6) == Some(0) {
+            // No UDP checksum to verify, but the 82599 erratum: such a frame can come with
+            // L4CS and TCPE set (Linux's __IXGBE_RX_CSUM_UDP_ZERO_ERR, DPDK's
+            // rx_udp_csum_zero_err: both ignore TCPE for UDP on the 82599). The model always
+            // does it, so a driver that believes the error is caught.
+            c.status |= 1 << 5;
+            c.errors |= 1 << 30;
+            return c;
         }
         c.status |= 1 << 4;
     } else if seg.len() < 20 {

@@ -89,7 +89,9 @@
 //!   hash is written back (bytes 4..7) when RXCSUM.PCSD is set, with the RSS type in bits 3:0
 //!   and the packet type (IPv4 b4, IPv6 b6, TCP b8, UDP b9) in pkt_info.
 //! - Checksums: IPv4 header (IPCS b6, IPE b31) and TCP/UDP over IPv4/IPv6 (L4CS b5, UDPCS b4,
-//!   TCPE b30) are always verified, as the 82599 does.
+//!   TCPE b30) are always verified, as the 82599 does. A UDP/IPv4 frame whose checksum field
+//!   is 0 (no checksum) gets L4CS and TCPE: the 82599's zero-checksum erratum, which the part
+//!   shows only sometimes and the model always (Linux and DPDK ignore TCPE for UDP there).
 //! - MAC loopback (HLREG0.LPBK): transmitted frames come back into this port's receive path
 //!   instead of the wire, link or not.
 //! - No free descriptor: inline mode drops at once; threaded mode waits in the FIFO (RNBC(0)
@@ -204,6 +206,8 @@ counters! {
     /// (the receive-enable erratum, Linux/DPDK `ixgbe_enable_rx_dma_82599`), and transmit
     /// enabled with TXPBTHRESH(0) above TXPBSIZE(0) in KB - 10 (`ixgbe_set_rxpba_generic`).
     errata,
+    /// Transmit queues hung by a data descriptor of length 0 (the part hangs on one).
+    tx_hangs,
     /// Frames the traffic source produced.
     source_frames,
     /// Receive write-backs that carried an injected RXE.

@@ -114,6 +114,29 @@ fn link_comes_up_after_an_restart_and_faults_drop_it() {
 }
 
 #[test]
+fn a_zero_length_data_descriptor_hangs_the_queue() {
+    let mut rig = pair_rig(SimConfig::default());
+    let f = udp(mac_of(&rig.b), 7, 100);
+    // A zero-length data descriptor, then a good frame behind it.
+    let a = rig.a_tx.stage(&f);
+    rig.a_tx.put(a, DATA | EOP | RS, 0);
+    let good = rig.a_tx.send(&rig.a, &f, None);
+    assert_eq!(rig.a.counters().tx_hangs, 1);
+    assert_eq!(rig.a.regs().read(r::TDH.at(0)), 0, "TDH stays on it");
+    assert!(!rig.a_tx.done(good) && rig.b_rx.drain(&rig.b).is_empty());
+    // Hung for good: another doorbell sends nothing.
+    rig.a_tx.kick(&rig.a);
+    assert_eq!(rig.a.counters().tx_frames, 0);
+    // Disabling the queue clears it (the ring is then set up again from scratch).
+    let m = rig.a.regs();
+    m.modify(r::TXDCTL.at(0), r::txdctl::ENABLE.bit(), 0);
+    let mut tx = Tx::new(&rig.a, 0, 64);
+    let slot = tx.send(&rig.a, &f, None);
+    assert!(tx.done(slot));
+    assert_eq!(rig.a.counters().tx_frames, 1);
+}
+
+#[test]
 fn frame_crosses_the_pair_byte_identical() {
     let mut rig = pair_rig(SimConfig::default());
     let f = udp(mac_of(&rig.b), 7, 200);

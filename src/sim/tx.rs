@@ -9,6 +9,10 @@
 //! (dword 3 bit 0) written back with a release store, unless TDWBAL.HEAD_WB_EN asks for head
 //! write-back instead (the head index is then stored at TDWBAH:TDWBAL after each run).
 //!
+//! A data descriptor of length 0 hangs the queue, as it hangs the part's transmit DMA: TDH stays
+//! on it and nothing more is sent until a reset or the queue is disabled
+//! ([`SimCounters::tx_hangs`](super::SimCounters::tx_hangs)).
+//!
 //! Not trusted: a descriptor that cannot be read stops the queue where it is (TDH stays on it,
 //! the fault is counted, a later tail write retries); a buffer that cannot be read drops its
 //! frame (counted) but the descriptors still complete, so the ring does not wedge. Legacy
@@ -44,6 +48,9 @@ struct TxQueue {
     vle: bool,
     idx: usize,
     bad: bool,
+    /// A zero-length data descriptor was fetched: the queue's DMA is hung (the part needs a
+    /// reset); cleared by a reset or by disabling the queue.
+    hung: bool,
 }
 
 /// Transmit-side state of a port (held under its `tx` lock).
@@ -180,7 +187,7 @@ impl SimRegs {
         out: &mut Vec<Out>,
         spare: &mut Vec<Vec<u8>>,
     ) -> bool {
-        if !self.tx_ready(q) {
+        if !self.tx_ready(q) || st.hung {
             return false;
         }
         let tb = txq(q);
@@ -210,6 +217,15 @@ impl SimRegs {
             } else {
                 if cmd & DEXT == 0 || dtyp != 3 {
                     self.gap("legacy or unknown transmit descriptor type; sent as a plain buffer");
+                }
+                if cmd & 0xffff == 0 {
+                    // DTALEN 0: the transmit DMA of the part hangs on it (Linux pads every frame
+                    // to 17 bytes so that it never happens). The queue stops here for good:
+                    // TDH stays on the descriptor, nothing after it is sent.
+                    st.hung = true;
+                    self.counters.tx_hangs.inc();
+                    tracing::error!(port = %self.name, queue = q, slot = head, "transmit data descriptor with length 0: the queue's DMA hangs (reset or disable the queue)");
+                    break;
                 }
                 self.data(st, addr, cmd, olinfo, q, out, spare);
             }
