@@ -116,6 +116,10 @@ pub struct QueueStats {
     pub no_room: u64,
     /// Frames the queue dropped (device error bits, frames spanning descriptors, ...).
     pub dropped: u64,
+    /// Transmit: packets copied into a buffer the device can reach before they were queued,
+    /// because their pool is mapped in another DMA domain (a null port's pool sent through a
+    /// VFIO or sim port, say). Packets of pools the device sees go without a copy.
+    pub copied: u64,
 }
 
 /// Counters of a whole port: the device's own (accumulated to 64 bits) and the queues'.

@@ -527,6 +527,11 @@ pub struct TxRing<M: Mmio> {
     /// The buffers of the queued data descriptors, in order.
     slots: TxSlots,
     stats: QueueStats,
+    /// The device's DMA domain.
+    mapper: Arc<dyn crate::dma::DmaMapper>,
+    /// Buffers in that domain for packets of pools the device cannot reach (made at the first
+    /// such packet; one per descriptor, so it never runs dry while the ring has room).
+    bounce: Option<Pool>,
 }
 
 /// The write-back requests in flight, oldest first: a descriptor slot with RS set and the
@@ -646,7 +651,8 @@ impl<M: Mmio> TxRing<M> {
         mapper: Arc<dyn crate::dma::DmaMapper>,
     ) -> Result<Self> {
         check_ring_size(size)?;
-        let desc = DescTable::new(size, mapper)?;
+        let slots = TxSlots::new(size, &mapper);
+        let desc = DescTable::new(size, mapper.clone())?;
         Ok(TxRing {
             mmio,
             tail,
@@ -660,8 +666,10 @@ impl<M: Mmio> TxRing<M> {
             rs_interval: RS_INTERVAL.min(size / 2),
             reclaim_at: (4 * RS_INTERVAL).min(size / 2),
             rs_marks: Marks::new(size / RS_INTERVAL.min(size / 2) + 2),
-            slots: TxSlots::new(size),
+            slots,
             stats: QueueStats::default(),
+            mapper,
+            bounce: None,
         })
     }
 
@@ -892,6 +900,19 @@ impl<M: Mmio> TxRing<M> {
             let pad = batch.first().is_some_and(|p| {
                 p.len() < MIN_TX_LEN && (sw.is_none() || p.meta.flags & Meta::TX_VLAN == 0)
             });
+            if k < run && !self.slots.reaches(&batch[0]) {
+                match self.bounce(batch) {
+                    Ok(true) => continue,
+                    Ok(false) => break,
+                    Err(e) => {
+                        tracing::error!(error = %e, "transmit: dropping a packet the device cannot reach");
+                        drop(batch.remove(0));
+                        self.stats.dropped += 1;
+                        malformed += 1;
+                        continue;
+                    }
+                }
+            }
             if k < run && pad {
                 pad_short(&mut batch[0]);
                 continue;
@@ -916,6 +937,48 @@ impl<M: Mmio> TxRing<M> {
         }
         self.finish(start, sent, bytes);
         Ok(sent)
+    }
+
+    /// Replaces the packet at the front of `batch`, whose pool the device cannot reach, by a
+    /// copy in a buffer of the ring's own bounce pool (made now if this is the first such
+    /// packet). Returns false when every bounce buffer is in flight (the burst stops there, as
+    /// on a full ring), and an error when no bounce pool can be made or the frame does not
+    /// fit one of its buffers.
+    #[cold]
+    #[inline(never)]
+    fn bounce(&mut self, batch: &mut [Packet]) -> Result<bool> {
+        if self.bounce.is_none() {
+            let size = self.mask + 1;
+            let cfg = crate::dma::PoolConfig {
+                buffers: size,
+                // Room for this frame behind the default headroom, at least 2 KB.
+                buf_size: (batch[0].len() + 256)
+                    .next_multiple_of(128)
+                    .clamp(2048, 65408),
+                ..crate::dma::PoolConfig::default()
+            };
+            tracing::info!(
+                buffers = size,
+                mapper = %self.mapper.describe(),
+                "transmit: packets from a pool the device cannot reach are copied (bounce pool made)"
+            );
+            self.bounce = Some(Pool::new(cfg, self.mapper.clone())?);
+        }
+        let pool = self.bounce.as_ref().expect("made above");
+        let Some(mut q) = pool.alloc() else {
+            return Ok(false);
+        };
+        if !q.set_data(batch[0].data()) {
+            return Err(Error::InvalidConfig(format!(
+                "a {}-byte frame from a pool the device cannot reach does not fit a {}-byte bounce buffer",
+                batch[0].len(),
+                pool.buf_size() - pool.headroom()
+            )));
+        }
+        q.meta = batch[0].meta;
+        batch[0] = q;
+        self.stats.copied += 1;
+        Ok(true)
     }
 
     /// Deals with the packet at the front of `batch` in hardware mode, which asks for a tag

@@ -214,6 +214,49 @@ fn udp_checksum_errors_are_not_believed_on_the_82599() {
 }
 
 #[test]
+fn packets_the_device_cannot_reach_are_copied_never_handed_over() {
+    // A pool mapped only for the host (a null port's identity mapping) is another DMA domain
+    // than the sim ports' software IOMMU, just as host addresses are for a VFIO device: its
+    // buffers must never reach a descriptor. They are copied into the ring's bounce pool.
+    use std::sync::Arc;
+    use vfio_nic::dma::IdentityMapper;
+    let (a, b) = SimPort::pair(SimConfig::default());
+    let (_pa, (_rxa, mut txa)) = open(&a, cfg());
+    let (_pb, (mut rxb, _txb)) = open(&b, cfg());
+    let host = Pool::new(
+        PoolConfig {
+            buffers: 256,
+            ..PoolConfig::default()
+        },
+        Arc::new(IdentityMapper),
+    )
+    .unwrap();
+    let same = tx_pool(&a);
+    // Mixed: host, device-reachable, host again.
+    let mut batch = packets(&host, (0..40).map(|s| frame(b.mac(), s, 80)));
+    batch.extend(packets(&same, (40..50).map(|s| frame(b.mac(), s, 80))));
+    batch.extend(packets(&host, (50..60).map(|s| frame(b.mac(), s, 80))));
+    let mut sent = 0;
+    while !batch.is_empty() {
+        sent += txa.tx_burst(&mut batch).unwrap();
+    }
+    assert_eq!(sent, 60);
+    assert_eq!(
+        a.counters().dma_faults,
+        0,
+        "a host address reached the device"
+    );
+    assert_eq!(txa.stats().copied, 50);
+    let mut got = Vec::new();
+    receive(&mut rxb, &mut got, 60);
+    let seqs: Vec<u32> = got.iter().map(seq_of).collect();
+    assert_eq!(seqs, (0..60).collect::<Vec<u32>>());
+    // The originals went home at once; the copies come home when the device is done.
+    drop(got);
+    assert_eq!(host.stats().in_use, 0);
+}
+
+#[test]
 fn frames_cross_a_wired_pair_byte_identical_and_in_order() {
     let (a, b) = SimPort::pair(SimConfig::default());
     let (_pa, (_rxa, mut txa)) = open(&a, cfg());

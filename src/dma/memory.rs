@@ -43,7 +43,18 @@ pub trait DmaMapper: Send + Sync + fmt::Debug {
 
     /// A short name for messages, e.g. "vfio container 3" or "identity".
     fn describe(&self) -> String;
+
+    /// The DMA domain this mapper maps into: memory mapped through two mappers of one domain
+    /// is reachable by the same devices. By default each mapper object is a domain of its own
+    /// (a VFIO container, shared by every port of the process; a software IOMMU); every
+    /// [`IdentityMapper`] is the same one (host virtual addresses).
+    fn domain(&self) -> usize {
+        self as *const Self as *const () as usize
+    }
 }
+
+/// The domain of every [`IdentityMapper`] (no object address is this small).
+const IDENTITY_DOMAIN: usize = 1;
 
 /// The mapper of in-memory devices: the "bus address" is the virtual address itself.
 ///
@@ -63,6 +74,9 @@ impl DmaMapper for IdentityMapper {
     }
     fn describe(&self) -> String {
         "identity".into()
+    }
+    fn domain(&self) -> usize {
+        IDENTITY_DOMAIN
     }
 }
 

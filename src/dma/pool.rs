@@ -71,6 +71,9 @@ pub(super) struct State {
 /// The shared part of a pool; freed by whoever drops the last handle or the last buffer.
 pub(super) struct Shared {
     mem: DmaMemory,
+    /// Which DMA domain (IOMMU container, software IOMMU, identity) the buffers are mapped in
+    /// ([`DmaMapper::domain`]), compared by [`crate::dma::slots::TxSlots`].
+    pub(super) domain: usize,
     pub(super) base: NonNull<u8>,
     pub(super) iova: u64,
     pub(super) buf_size: usize,
@@ -125,6 +128,12 @@ impl fmt::Debug for Pool {
     }
 }
 
+/// The identity of a DMA domain ([`DmaMapper::domain`]: every VFIO port of a process shares
+/// one container, every sim port one software IOMMU, every identity mapper one address space).
+pub(crate) fn domain_of(m: &Arc<dyn DmaMapper>) -> usize {
+    m.domain()
+}
+
 impl Pool {
     /// Allocates the pool's DMA memory through `mapper`.
     pub fn new(config: PoolConfig, mapper: Arc<dyn DmaMapper>) -> Result<Pool> {
@@ -169,6 +178,7 @@ impl Pool {
             .map(|i| (i * config.buf_size) as u32)
             .collect();
         let shared = Box::new(Shared {
+            domain: domain_of(mem.mapper()),
             mem,
             base,
             iova,

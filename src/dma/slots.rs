@@ -24,8 +24,10 @@
 
 use std::collections::VecDeque;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
-use super::pool::{Meta, Packet, Pool, Shared};
+use super::memory::DmaMapper;
+use super::pool::{domain_of, Meta, Packet, Pool, Shared};
 use crate::error::{Error, Result};
 
 /// Most buffers a receive ring keeps in reserve beyond its slots: three bursts of 32, so that
@@ -319,6 +321,9 @@ pub struct TxSlots {
     /// The pool of the last run (dangling before the first), kept apart from `runs` so that
     /// checking a packet against it is one compare.
     cur: NonNull<Shared>,
+    /// The DMA domain of the device (see [`domain_of`]): a packet of a pool from another one
+    /// ends a send before it, checked only when the pool changes (a new run), never per packet.
+    domain: usize,
 }
 
 // SAFETY: the offsets are owned buffers of the pools named in `runs`, which stay alive while
@@ -353,8 +358,10 @@ impl Drop for Taken<'_> {
 }
 
 impl TxSlots {
-    /// A FIFO for up to `capacity` buffers (rounded up to a power of two).
-    pub fn new(capacity: usize) -> TxSlots {
+    /// A FIFO for up to `capacity` buffers (rounded up to a power of two) of a device that
+    /// sees DMA domain `domain` (the mapper its descriptors were mapped through): packets of
+    /// pools mapped elsewhere are refused by [`TxSlots::send`].
+    pub fn new(capacity: usize, domain: &Arc<dyn DmaMapper>) -> TxSlots {
         let cap = capacity.next_power_of_two();
         TxSlots {
             fifo: vec![0; cap].into_boxed_slice(),
@@ -363,7 +370,16 @@ impl TxSlots {
             tail: 0,
             runs: VecDeque::with_capacity(4),
             cur: NonNull::dangling(),
+            domain: domain_of(domain),
         }
+    }
+
+    /// Whether the device can reach `p`'s buffer: its pool is mapped in this queue's DMA
+    /// domain. (A packet of a null port's identity-mapped pool, say, holds a host address a
+    /// real device must never be given.)
+    pub fn reaches(&self, p: &Packet) -> bool {
+        // SAFETY: a live packet keeps its pool's `Shared` allocated.
+        unsafe { p.pool.as_ref() }.domain == self.domain
     }
 
     /// Position after the newest queued buffer: [`release`](Self::release) up to it frees
@@ -380,9 +396,10 @@ impl TxSlots {
 
     /// Takes the buffers of packets from the front of `batch`, one per element of `descs`
     /// (the descriptors they go to): for each packet in order, `put(desc, &packet)` writes
-    /// its descriptor and returns `true`, or returns `false` to stop before it. The packets
-    /// taken leave `batch`; the rest stay, in order. Returns how many were taken and their
-    /// frames' bytes.
+    /// its descriptor and returns `true`, or returns `false` to stop before it. It also stops
+    /// before a packet the device cannot reach ([`TxSlots::reaches`]) and before a frame
+    /// shorter than [`MIN_TX_LEN`]: the caller copies or pads those. The packets taken leave
+    /// `batch`; the rest stay, in order. Returns how many were taken and their frames' bytes.
     ///
     /// # Panics
     /// If `descs` is longer than `batch` or the FIFO's free room.
@@ -402,6 +419,7 @@ impl TxSlots {
         let first = self.tail & self.mask;
         let runs = &mut self.runs;
         let cur = &mut self.cur;
+        let domain = self.domain;
         let (fifo_a, fifo_b) = self.fifo.split_at_mut(first);
         let tail0 = self.tail;
         let mut g = Taken {
@@ -429,7 +447,8 @@ impl TxSlots {
                 if k == m {
                     return true;
                 }
-                if ps[k].pool == *cur {
+                // SAFETY: a live packet keeps its pool's `Shared` allocated.
+                if ps[k].pool == *cur || unsafe { ps[k].pool.as_ref() }.domain != domain {
                     return false;
                 }
                 new_run(runs, cur, ps[k].pool, tail0.wrapping_add(from + k));
@@ -639,7 +658,7 @@ mod tests {
     fn transmit_fifo_keeps_runs_of_pools_and_releases_them_home() {
         let a = pool(8);
         let b = pool(8);
-        let mut t = TxSlots::new(8);
+        let mut t = TxSlots::new(8, &a.mapper().clone());
         let mut batch = Vec::new();
         a.alloc_bulk_len(3, 60, &mut batch);
         b.alloc_bulk_len(2, 60, &mut batch);
@@ -671,7 +690,7 @@ mod tests {
     fn releasing_past_the_tail_is_refused_in_every_build() {
         // Past the tail, stale FIFO words would go onto the free stack: one buffer, two owners.
         let a = pool(8);
-        let mut t = TxSlots::new(8);
+        let mut t = TxSlots::new(8, &a.mapper().clone());
         let mut batch = Vec::new();
         a.alloc_bulk_len(2, 60, &mut batch);
         let d: Vec<usize> = (0..2).collect();
