@@ -527,11 +527,6 @@ pub struct TxRing<M: Mmio> {
     /// The buffers of the queued data descriptors, in order.
     slots: TxSlots,
     stats: QueueStats,
-    /// The device's DMA domain.
-    mapper: Arc<dyn crate::dma::DmaMapper>,
-    /// Buffers in that domain for packets of pools the device cannot reach (made at the first
-    /// such packet; one per descriptor, so it never runs dry while the ring has room).
-    bounce: Option<Pool>,
 }
 
 /// The write-back requests in flight, oldest first: a descriptor slot with RS set and the
@@ -652,7 +647,7 @@ impl<M: Mmio> TxRing<M> {
     ) -> Result<Self> {
         check_ring_size(size)?;
         let slots = TxSlots::new(size, &mapper);
-        let desc = DescTable::new(size, mapper.clone())?;
+        let desc = DescTable::new(size, mapper)?;
         Ok(TxRing {
             mmio,
             tail,
@@ -668,8 +663,6 @@ impl<M: Mmio> TxRing<M> {
             rs_marks: Marks::new(size / RS_INTERVAL.min(size / 2) + 2),
             slots,
             stats: QueueStats::default(),
-            mapper,
-            bounce: None,
         })
     }
 
@@ -947,32 +940,15 @@ impl<M: Mmio> TxRing<M> {
     #[cold]
     #[inline(never)]
     fn bounce(&mut self, batch: &mut [Packet]) -> Result<bool> {
-        if self.bounce.is_none() {
-            let size = self.mask + 1;
-            let cfg = crate::dma::PoolConfig {
-                buffers: size,
-                // Room for this frame behind the default headroom, at least 2 KB.
-                buf_size: (batch[0].len() + 256)
-                    .next_multiple_of(128)
-                    .clamp(2048, 65408),
-                ..crate::dma::PoolConfig::default()
-            };
-            tracing::info!(
-                buffers = size,
-                mapper = %self.mapper.describe(),
-                "transmit: packets from a pool the device cannot reach are copied (bounce pool made)"
-            );
-            self.bounce = Some(Pool::new(cfg, self.mapper.clone())?);
-        }
-        let pool = self.bounce.as_ref().expect("made above");
-        let Some(mut q) = pool.alloc() else {
+        let size = self.mask + 1;
+        let Some(mut q) = self.slots.bounce_buffer(size, batch[0].len())? else {
             return Ok(false);
         };
         if !q.set_data(batch[0].data()) {
             return Err(Error::InvalidConfig(format!(
                 "a {}-byte frame from a pool the device cannot reach does not fit a {}-byte bounce buffer",
                 batch[0].len(),
-                pool.buf_size() - pool.headroom()
+                q.capacity()
             )));
         }
         q.meta = batch[0].meta;

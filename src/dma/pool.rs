@@ -71,15 +71,15 @@ pub(super) struct State {
 /// The shared part of a pool; freed by whoever drops the last handle or the last buffer.
 pub(super) struct Shared {
     mem: DmaMemory,
-    /// Which DMA domain (IOMMU container, software IOMMU, identity) the buffers are mapped in
-    /// ([`DmaMapper::domain`]), compared by [`crate::dma::slots::TxSlots`].
-    pub(super) domain: usize,
     pub(super) base: NonNull<u8>,
     pub(super) iova: u64,
     pub(super) buf_size: usize,
     pub(super) headroom: u16,
     capacity: usize,
     pub(super) state: Mutex<State>,
+    /// Which DMA domain (IOMMU container, software IOMMU, identity) the buffers are mapped in
+    /// ([`DmaMapper::domain`]), compared by [`crate::dma::slots::TxSlots`].
+    pub(super) domain: usize,
 }
 
 impl Shared {

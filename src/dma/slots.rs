@@ -317,18 +317,28 @@ pub struct TxSlots {
     tail: usize,
     /// Runs of buffers from one pool, oldest first: the pool and the position of the run's
     /// first buffer. The last run is the current one and stays when it empties.
-    runs: VecDeque<(NonNull<Shared>, usize)>,
+    runs: Runs,
     /// The pool of the last run (dangling before the first), kept apart from `runs` so that
     /// checking a packet against it is one compare.
     cur: NonNull<Shared>,
-    /// The DMA domain of the device (see [`domain_of`]): a packet of a pool from another one
-    /// ends a send before it, checked only when the pool changes (a new run), never per packet.
-    domain: usize,
+    /// The device's mapper, and buffers mapped through it for packets of pools the device
+    /// cannot reach (made at the first such packet; one per descriptor, so it never runs dry
+    /// while the ring has room). Kept here, out of the ring's hot fields.
+    bounce: Box<(Arc<dyn DmaMapper>, Option<Pool>)>,
 }
 
 // SAFETY: the offsets are owned buffers of the pools named in `runs`, which stay alive while
 // any of their buffers is out; the pools' shared state is synchronized.
 unsafe impl Send for TxSlots {}
+
+/// Runs of buffers from one pool, oldest first: the pool and the position of the run's first
+/// buffer; the last run is the current one and stays when it empties. With them the DMA
+/// domain of the device (see [`domain_of`]): a packet of a pool from another domain ends a
+/// send before it, checked only when the pool changes (a new run), never per packet.
+struct Runs {
+    q: VecDeque<(NonNull<Shared>, usize)>,
+    domain: usize,
+}
 
 /// Commits a send (also on unwind): the FIFO's new tail, and the first `taken` packets leave
 /// the batch without being dropped, since their buffers are now queued.
@@ -368,10 +378,35 @@ impl TxSlots {
             mask: cap - 1,
             head: 0,
             tail: 0,
-            runs: VecDeque::with_capacity(4),
+            runs: Runs {
+                q: VecDeque::with_capacity(4),
+                domain: domain_of(domain),
+            },
             cur: NonNull::dangling(),
-            domain: domain_of(domain),
+            bounce: Box::new((domain.clone(), None)),
         }
+    }
+
+    /// A buffer of the bounce pool (made now, with `buffers` buffers of room for `len` bytes,
+    /// if this is the first): for a copy of a packet the device cannot reach. `None` while
+    /// every bounce buffer is in flight.
+    pub(crate) fn bounce_buffer(&mut self, buffers: usize, len: usize) -> Result<Option<Packet>> {
+        let (mapper, pool) = &mut *self.bounce;
+        if pool.is_none() {
+            let cfg = super::PoolConfig {
+                buffers,
+                // Room for this frame behind the default headroom, at least 2 KB.
+                buf_size: (len + 256).next_multiple_of(128).clamp(2048, 65408),
+                ..super::PoolConfig::default()
+            };
+            tracing::info!(
+                buffers,
+                mapper = %mapper.describe(),
+                "transmit: packets from a pool the device cannot reach are copied (bounce pool made)"
+            );
+            *pool = Some(Pool::new(cfg, mapper.clone())?);
+        }
+        Ok(pool.as_ref().and_then(Pool::alloc))
     }
 
     /// Whether the device can reach `p`'s buffer: its pool is mapped in this queue's DMA
@@ -379,7 +414,7 @@ impl TxSlots {
     /// real device must never be given.)
     pub fn reaches(&self, p: &Packet) -> bool {
         // SAFETY: a live packet keeps its pool's `Shared` allocated.
-        unsafe { p.pool.as_ref() }.domain == self.domain
+        unsafe { p.pool.as_ref() }.domain == self.runs.domain
     }
 
     /// Position after the newest queued buffer: [`release`](Self::release) up to it frees
@@ -419,7 +454,6 @@ impl TxSlots {
         let first = self.tail & self.mask;
         let runs = &mut self.runs;
         let cur = &mut self.cur;
-        let domain = self.domain;
         let (fifo_a, fifo_b) = self.fifo.split_at_mut(first);
         let tail0 = self.tail;
         let mut g = Taken {
@@ -447,11 +481,11 @@ impl TxSlots {
                 if k == m {
                     return true;
                 }
-                // SAFETY: a live packet keeps its pool's `Shared` allocated.
-                if ps[k].pool == *cur || unsafe { ps[k].pool.as_ref() }.domain != domain {
+                if ps[k].pool == *cur
+                    || !new_run(runs, cur, ps[k].pool, tail0.wrapping_add(from + k))
+                {
                     return false;
                 }
-                new_run(runs, cur, ps[k].pool, tail0.wrapping_add(from + k));
             }
         };
         if part(&descs[..n1], &mut fifo_b[..n1], 0, &mut g) && n > n1 {
@@ -475,9 +509,9 @@ impl TxSlots {
             upto.wrapping_sub(self.head),
             self.queued()
         );
-        if self.runs.len() == 1 && self.head != upto {
+        if self.runs.q.len() == 1 && self.head != upto {
             // One pool (the usual case): one copy, or two when the range wraps.
-            let pool = self.runs[0].0;
+            let pool = self.runs.q[0].0;
             let a = self.head & self.mask;
             let len = upto.wrapping_sub(self.head);
             let cap = self.fifo.len();
@@ -497,8 +531,8 @@ impl TxSlots {
     #[cold]
     fn release_runs(&mut self, upto: usize) {
         while self.head != upto {
-            let (pool, _) = self.runs[0];
-            let run_end = self.runs.get(1).map_or(self.tail, |r| r.1);
+            let (pool, _) = self.runs.q[0];
+            let run_end = self.runs.q.get(1).map_or(self.tail, |r| r.1);
             let end = if run_end.wrapping_sub(self.head) < upto.wrapping_sub(self.head) {
                 run_end
             } else {
@@ -516,8 +550,8 @@ impl TxSlots {
             // alone and leave it here.
             unsafe { Shared::release(pool, first, second) };
             self.head = end;
-            if end == run_end && self.runs.len() > 1 {
-                self.runs.pop_front();
+            if end == run_end && self.runs.q.len() > 1 {
+                self.runs.q.pop_front();
             }
         }
     }
@@ -566,18 +600,19 @@ fn walk<D>(
 
 /// Starts a run of buffers from `pool` at FIFO position `at` (or renames the last run, if it
 /// starts there and so is empty), and makes `pool` the current one.
+/// Returns false, changing nothing, when `pool` is not mapped in the device's DMA domain.
 #[cold]
-fn new_run(
-    runs: &mut VecDeque<(NonNull<Shared>, usize)>,
-    cur: &mut NonNull<Shared>,
-    pool: NonNull<Shared>,
-    at: usize,
-) {
-    *cur = pool;
-    match runs.back_mut() {
-        Some(last) if last.1 == at => last.0 = pool,
-        _ => runs.push_back((pool, at)),
+fn new_run(runs: &mut Runs, cur: &mut NonNull<Shared>, pool: NonNull<Shared>, at: usize) -> bool {
+    // SAFETY: `pool` is the pool of a live packet, which keeps its `Shared` allocated.
+    if unsafe { pool.as_ref() }.domain != runs.domain {
+        return false;
     }
+    *cur = pool;
+    match runs.q.back_mut() {
+        Some(last) if last.1 == at => last.0 = pool,
+        _ => runs.q.push_back((pool, at)),
+    }
+    true
 }
 
 impl Drop for TxSlots {
@@ -591,7 +626,7 @@ impl std::fmt::Debug for TxSlots {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TxSlots")
             .field("queued", &self.queued())
-            .field("runs", &self.runs.len())
+            .field("runs", &self.runs.q.len())
             .finish()
     }
 }
