@@ -46,7 +46,7 @@ pub enum Error {
 
     /// The IOMMU group holds devices that are not bound to vfio-pci (or unbound).
     #[error(
-        "IOMMU group {group} of {addr} is not viable: every device in it must be bound to vfio-pci or to no driver, but {others}; bind them to vfio-pci too (echo vfio-pci > /sys/bus/pci/devices/<addr>/driver_override, then unbind and reprobe)"
+        "IOMMU group {group} of {addr} is not viable: every other device in it must be bound to vfio-pci, pci-stub, pcieport or to no driver, but {others}; bind them to vfio-pci too (echo vfio-pci > /sys/bus/pci/devices/<addr>/driver_override, then unbind and reprobe), or unbind them (echo <addr> > /sys/bus/pci/devices/<addr>/driver/unbind)"
     )]
     GroupNotViable {
         addr: String,

@@ -20,10 +20,27 @@ use crate::error::{Error, Result};
 /// The driver a device must be bound to for VFIO.
 pub const VFIO_DRIVER: &str = "vfio-pci";
 
-/// PCI class code (upper 16 bits of the 24-bit class) of PCI-to-PCI bridges. Bridges share IOMMU
-/// groups with the devices behind them but are not handed to user space, so they never make a
-/// group non-viable.
+/// PCI class code (upper 16 bits of the 24-bit class) of PCI-to-PCI bridges (for messages:
+/// a bridge bound to the wrong driver is named as a bridge).
 const CLASS_PCI_BRIDGE: u32 = 0x0604;
+
+/// Drivers that leave a group usable by VFIO when they are bound to another device of it.
+///
+/// The kernel's rule (Linux >= 5.19, `drivers/vfio/group.c` `vfio_group_ioctl_get_status`:
+/// viable unless `iommu_group_dma_owner_claimed`): a group is usable while no device in it is
+/// bound to a driver that uses the kernel's DMA domain, that is any driver without
+/// `driver_managed_dma`. The drivers that set it: `pci-stub` (drivers/pci/pci-stub.c),
+/// `pcieport` (drivers/pci/pcie/portdrv.c: PCIe root and switch ports) and the VFIO drivers
+/// (`vfio-pci` and its variants, whose names contain "vfio"). Before 5.19
+/// (`vfio_dev_driver_allowed`) the list was pci-stub plus any non-endpoint device; a bridge
+/// bound to `shpchp` (a conventional hot-plug bridge) blocks the group on current kernels.
+/// An unbound device never blocks it.
+const DMA_SAFE_DRIVERS: &[&str] = &["pci-stub", "pcieport"];
+
+/// Whether a device bound to `driver` leaves its IOMMU group usable by VFIO.
+fn leaves_group_viable(driver: &str) -> bool {
+    driver == VFIO_DRIVER || driver.contains("vfio") || DMA_SAFE_DRIVERS.contains(&driver)
+}
 /// PCI base class of network controllers.
 const BASE_CLASS_NETWORK: u32 = 0x02;
 
@@ -244,8 +261,9 @@ impl Sysfs {
     ///
     /// The checks run in the order the user has to fix them: the device exists
     /// ([`Error::NoSuchDevice`]), it is bound to vfio-pci ([`Error::NotBoundToVfio`]), the IOMMU
-    /// put it in a group ([`Error::NoIommuGroup`]), and every other device of the group is bound to
-    /// vfio-pci, unbound, or a PCI bridge ([`Error::GroupNotViable`]).
+    /// put it in a group ([`Error::NoIommuGroup`]), and no other device of the group is bound to
+    /// a driver that keeps the group from VFIO ([`Error::GroupNotViable`]; the kernel's rule, see
+    /// [`DMA_SAFE_DRIVERS`]).
     pub fn check_vfio_ready(&self, addr: PciAddress) -> Result<u32> {
         let dir = self.device_dir(addr);
         if !dir.exists() {
@@ -284,7 +302,8 @@ impl Sysfs {
     }
 
     /// Devices of `group` other than `addr` that keep the group from being used through VFIO,
-    /// each described as "0000:01:00.1 is bound to e1000e".
+    /// each described as "0000:01:00.1 is bound to e1000e" ("... (a PCI bridge) ..." for
+    /// bridges): bound to a driver outside vfio-pci and [`DMA_SAFE_DRIVERS`].
     pub fn group_offenders(&self, group: u32, addr: PciAddress) -> Result<Vec<String>> {
         Ok(self
             .group_devices(group)?
@@ -292,10 +311,15 @@ impl Sysfs {
             .filter(|&other| other != addr)
             .filter_map(|other| {
                 let driver = self.driver(other)?;
-                if driver == VFIO_DRIVER || self.is_bridge(other) {
+                if leaves_group_viable(&driver) {
                     return None;
                 }
-                Some(format!("{other} is bound to {driver}"))
+                let what = if self.is_bridge(other) {
+                    " (a PCI bridge)"
+                } else {
+                    ""
+                };
+                Some(format!("{other}{what} is bound to {driver}"))
             })
             .collect())
     }
@@ -535,16 +559,38 @@ mod tests {
     }
 
     #[test]
-    fn group_viable_when_others_are_vfio_unbound_or_bridges() {
+    fn group_viable_when_others_are_vfio_pci_stub_unbound_or_ports() {
+        // The kernel's rule (vfio_group_ioctl_get_status): drivers with driver_managed_dma
+        // (vfio-pci and variants, pci-stub, pcieport) and unbound devices leave it usable.
         let f = FakeSys::new();
         f.device("0000:01:00.0", NIC, Some("vfio-pci"), Some(4));
         f.device("0000:01:00.1", NIC, Some("vfio-pci"), Some(4));
         f.device("0000:01:00.2", NIC, None, Some(4));
+        f.device("0000:01:00.3", NIC, Some("pci-stub"), Some(4));
         f.device("0000:00:1c.0", BRIDGE, Some("pcieport"), Some(4));
+        f.device("0000:00:1d.0", BRIDGE, None, Some(4));
         let s = f.sysfs();
-        assert_eq!(s.group_devices(4).unwrap().len(), 4);
+        assert_eq!(s.group_devices(4).unwrap().len(), 6);
         assert_eq!(s.check_vfio_ready(addr("0000:01:00.0")).unwrap(), 4);
         assert_eq!(s.check_vfio_ready(addr("0000:01:00.1")).unwrap(), 4);
+    }
+
+    #[test]
+    fn a_bridge_bound_to_a_dma_using_driver_blocks_the_group() {
+        // shpchp (a conventional hot-plug bridge) does not set driver_managed_dma: the kernel
+        // refuses the group, so we say so first, naming the bridge.
+        let f = FakeSys::new();
+        f.device("0000:02:01.0", NIC, Some("vfio-pci"), Some(7));
+        f.device("0000:01:00.0", BRIDGE, Some("shpchp"), Some(7));
+        let err = f
+            .sysfs()
+            .check_vfio_ready(addr("0000:02:01.0"))
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("0000:01:00.0 (a PCI bridge) is bound to shpchp"),
+            "{err}"
+        );
     }
 
     #[test]
