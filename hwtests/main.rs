@@ -642,12 +642,13 @@ fn dma_map_through_iommu(ctx: &Ctx) -> Outcome {
             }
         }
         Ok(format!(
-            "{} mappings at {:#x}, {:#x}, {:#x} (huge pages: {})",
+            "{} mappings at {:#x}, {:#x}, {:#x} (huge pages: {}); IOVA windows now {}",
             ranges.len(),
             ranges[0].0,
             ranges[1].0,
             ranges[2].0,
-            a.is_huge()
+            a.is_huge(),
+            dev.container().iova_windows()
         ))
     })
 }

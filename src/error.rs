@@ -109,8 +109,12 @@ pub enum Error {
         reason: String,
     },
 
-    #[error("IOVA space exhausted: no free range of {bytes} bytes aligned to {align}; free DMA memory or use fewer/smaller pools")]
-    IovaExhausted { bytes: u64, align: u64 },
+    #[error("IOVA space exhausted: no free range of {bytes} bytes aligned to {align} in the usable IOVA windows ({windows}, the IOMMU's reported ranges less what is in use); free DMA memory or use fewer/smaller pools")]
+    IovaExhausted {
+        bytes: u64,
+        align: u64,
+        windows: String,
+    },
 
     /// A register poll did not see the expected value in time.
     #[error("{device}: timed out after {timeout_ms} ms waiting for {register} {expect}; last value {last:#010x}")]

@@ -76,7 +76,44 @@ impl IovaAllocator {
             self.free.splice(i..=i, replacement);
             return Ok(aligned);
         }
-        Err(Error::IovaExhausted { bytes: len, align })
+        Err(Error::IovaExhausted {
+            bytes: len,
+            align,
+            windows: self.describe(),
+        })
+    }
+
+    /// Keeps only the addresses that also lie in one of `usable` (inclusive `(start, end)`
+    /// ranges, as VFIO's IOVA-range capability reports them: the IOMMU's address width less
+    /// reserved regions such as the MSI window). Call it before the first allocation. The last
+    /// page below 2^64 is never used (`iova + size` would wrap to 0 there, which type1 handles
+    /// badly). Returns the windows left, for messages.
+    pub fn restrict_to(&mut self, usable: &[(u64, u64)]) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for &(fs, fe) in &self.free {
+            for &(us, ue) in usable {
+                let ue_excl = ue.saturating_add(1).min(u64::MAX - 4095);
+                let (s, e) = (fs.max(us), fe.min(ue_excl));
+                if s < e {
+                    out.push((s, e));
+                }
+            }
+        }
+        out.sort_unstable();
+        self.free = out.clone();
+        out
+    }
+
+    /// The free windows, as "0x100000-0xfee00000, 0xfef00000-0x8000000000" (for messages).
+    pub fn describe(&self) -> String {
+        if self.free.is_empty() {
+            return "none".into();
+        }
+        self.free
+            .iter()
+            .map(|(s, e)| format!("{s:#x}-{e:#x}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Returns a range obtained from [`IovaAllocator::alloc`].
@@ -137,6 +174,33 @@ mod tests {
             last = x;
         }
         assert!(last >= MSI_WINDOW.1);
+    }
+
+    #[test]
+    fn the_usable_ranges_the_kernel_reports_bound_the_window() {
+        // What QEMU's intel-iommu (39-bit) reports through VFIO: everything but the MSI window,
+        // inclusive ends; and a narrower 32-bit IOMMU.
+        let mut a = IovaAllocator::default();
+        let left = a.restrict_to(&[(0, 0xfedf_ffff), (0xfef0_0000, (1 << 39) - 1)]);
+        assert_eq!(
+            left,
+            [(DEFAULT_BASE, MSI_WINDOW.0), (MSI_WINDOW.1, DEFAULT_LIMIT)]
+        );
+        let mut b = IovaAllocator::default();
+        b.restrict_to(&[(0, 0x7fff_ffff)]);
+        assert_eq!(b.describe(), "0x100000-0x80000000");
+        let x = b.alloc(1 << 30, 1 << 21).unwrap();
+        assert!(x + (1 << 30) <= 0x8000_0000, "{x:#x}");
+        assert!(matches!(
+            b.alloc(1 << 30, 1 << 21),
+            Err(Error::IovaExhausted { .. })
+        ));
+        // A range up to the top of the address space loses its last page.
+        let mut c = IovaAllocator::new(1 << 20, u64::MAX);
+        assert_eq!(
+            c.restrict_to(&[(0, u64::MAX)]),
+            [(1 << 20, u64::MAX - 4095)]
+        );
     }
 
     #[test]

@@ -53,6 +53,19 @@ impl Backend {
         }
     }
 
+    /// The usable IOVA ranges the IOMMU reports (inclusive ends), or `None` when the kernel
+    /// has no IOVA-range capability (before Linux 5.4).
+    pub(super) fn iova_ranges(
+        self,
+        container: BorrowedFd<'_>,
+    ) -> nix::Result<Option<Vec<(u64, u64)>>> {
+        match self {
+            Backend::Type1 { .. } => {
+                ioctl::iommu_get_info(container).map(|b| ioctl::parse_iova_ranges(&b))
+            }
+        }
+    }
+
     /// Attaches a group to the container.
     pub(super) fn attach_group(
         self,

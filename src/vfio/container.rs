@@ -226,6 +226,23 @@ impl Container {
                 .set_iommu(self.fd.as_fd())
                 .map_err(|e| vfio_err("VFIO_SET_IOMMU", e))?;
             st.iommu_set = true;
+            // Allocate only where the IOMMU can translate (its address width, less reserved
+            // regions such as the MSI window); without the capability, the default window.
+            match self.backend.iova_ranges(self.fd.as_fd()) {
+                Ok(Some(ranges)) => {
+                    st.iova.restrict_to(&ranges);
+                    tracing::debug!(reported = ?ranges, windows = %st.iova.describe(), "IOVA ranges from VFIO_IOMMU_GET_INFO");
+                }
+                Ok(None) => tracing::debug!(
+                    windows = %st.iova.describe(),
+                    "no IOVA-range capability (Linux < 5.4): using the default window"
+                ),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    windows = %st.iova.describe(),
+                    "VFIO_IOMMU_GET_INFO failed; using the default IOVA window"
+                ),
+            }
         }
         tracing::debug!(group = number, %addr, backend = self.backend.name(), "VFIO group attached");
         Ok(file)
@@ -263,6 +280,14 @@ fn map_error(len: u64, iova: u64, e: Errno) -> Error {
     Error::DmaAlloc {
         bytes: len as usize,
         reason: format!("VFIO_IOMMU_MAP_DMA at IOVA {iova:#x} failed: {e}; {hint}"),
+    }
+}
+
+impl Container {
+    /// The IOVA windows DMA memory is allocated in (for messages and tests): the IOMMU's
+    /// reported ranges, less what is in use.
+    pub fn iova_windows(&self) -> String {
+        lock(&self.state).iova.describe()
     }
 }
 

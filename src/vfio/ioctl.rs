@@ -16,7 +16,8 @@ use nix::errno::Errno;
 use nix::libc::{c_char, c_int};
 use vfio_bindings::bindings::vfio::{
     vfio_device_info, vfio_group_status, vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap,
-    vfio_region_info, VFIO_BASE, VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE, VFIO_TYPE,
+    vfio_iommu_type1_info, vfio_region_info, VFIO_BASE, VFIO_DMA_MAP_FLAG_READ,
+    VFIO_DMA_MAP_FLAG_WRITE, VFIO_IOMMU_INFO_CAPS, VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE, VFIO_TYPE,
 };
 
 mod raw {
@@ -55,6 +56,11 @@ mod raw {
         vfio_region_info
     );
     nix::ioctl_none_bad!(device_reset, request_code_none!(VFIO_TYPE, VFIO_BASE + 11));
+    nix::ioctl_readwrite_bad!(
+        iommu_get_info,
+        request_code_none!(VFIO_TYPE, VFIO_BASE + 12),
+        vfio_iommu_type1_info
+    );
     nix::ioctl_write_ptr_bad!(
         iommu_map_dma,
         request_code_none!(VFIO_TYPE, VFIO_BASE + 13),
@@ -153,6 +159,62 @@ pub fn device_reset(device: BorrowedFd<'_>) -> nix::Result<()> {
     unsafe { raw::device_reset(device.as_raw_fd()) }.map(drop)
 }
 
+/// `VFIO_IOMMU_GET_INFO` (type1) with its capability chain: the raw info buffer, as long as
+/// the kernel asked for (a first call with the fixed part learns the size: Linux
+/// `vfio_iommu_type1_get_info` raises `argsz` instead of failing).
+pub fn iommu_get_info(container: BorrowedFd<'_>) -> nix::Result<Vec<u8>> {
+    let mut size = argsz::<vfio_iommu_type1_info>();
+    for _ in 0..4 {
+        // u64 words: the buffer is aligned for the struct (it holds a u64).
+        let mut buf = vec![0u64; (size as usize).div_ceil(8)];
+        buf[0] = u64::from(size); // argsz in the low half of the first word (little endian)
+        let p = buf.as_mut_ptr().cast::<vfio_iommu_type1_info>();
+        // SAFETY: `buf` is live, 8-aligned and at least `size` bytes, the `argsz` the kernel is
+        // given; it writes only within `argsz` bytes during the call.
+        unsafe { raw::iommu_get_info(container.as_raw_fd(), p) }?;
+        let bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let want = u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes"));
+        if want <= size {
+            return Ok(bytes);
+        }
+        size = want;
+    }
+    Err(Errno::EOVERFLOW)
+}
+
+/// The usable IOVA ranges (inclusive `(start, end)`) from a `VFIO_IOMMU_GET_INFO` buffer's
+/// `VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE` capability (Linux >= 5.4; `include/uapi/linux/vfio.h`:
+/// header `{u16 id, u16 version, u32 next}` with `next` from the start of the buffer, then
+/// `u32 nr_iovas, u32 reserved`, then `{u64 start, u64 end}` per range, `end` inclusive).
+/// `None` when the kernel reports no such capability. Every offset is bounds-checked: a
+/// malformed buffer gives `None`, never a panic.
+pub fn parse_iova_ranges(info: &[u8]) -> Option<Vec<(u64, u64)>> {
+    let u16_at = |o: usize| Some(u16::from_le_bytes(info.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_le_bytes(info.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_le_bytes(info.get(o..o + 8)?.try_into().ok()?));
+    if u32_at(4)? & VFIO_IOMMU_INFO_CAPS == 0 {
+        return None;
+    }
+    let mut at = u32_at(16)? as usize;
+    // The chain is short (three capabilities today); a loop in it must not hang us.
+    for _ in 0..16 {
+        if at == 0 {
+            return None;
+        }
+        if u32::from(u16_at(at)?) == VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE {
+            let n = u32_at(at + 8)? as usize;
+            return (0..n.min(1024))
+                .map(|i| {
+                    let r = at + 16 + 16 * i;
+                    Some((u64_at(r)?, u64_at(r + 8)?))
+                })
+                .collect();
+        }
+        at = u32_at(at + 4)? as usize;
+    }
+    None
+}
+
 /// `VFIO_IOMMU_MAP_DMA` (type1): maps `size` bytes at `vaddr` to `iova`, readable and writable by
 /// the devices of the container.
 ///
@@ -218,6 +280,50 @@ mod tests {
         assert_eq!(argsz::<vfio_iommu_type1_dma_unmap>(), 24);
     }
 
+    /// An info buffer as Linux 6.1 returns it for a VT-d container: a migration capability
+    /// first, then the IOVA ranges (the cap is not necessarily first: the chain is walked).
+    fn info_with_caps(ranges: &[(u64, u64)]) -> Vec<u8> {
+        let mut b = vec![0u8; 24];
+        b[4..8].copy_from_slice(&(1u32 | VFIO_IOMMU_INFO_CAPS).to_le_bytes());
+        b[16..20].copy_from_slice(&24u32.to_le_bytes());
+        // Migration capability (id 2) at 24, 32 bytes long, next = 56.
+        b.extend_from_slice(&2u16.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&56u32.to_le_bytes());
+        b.extend_from_slice(&[0; 24]);
+        // IOVA ranges (id 1) at 56, last in the chain.
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&(ranges.len() as u32).to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        for &(s, e) in ranges {
+            b.extend_from_slice(&s.to_le_bytes());
+            b.extend_from_slice(&e.to_le_bytes());
+        }
+        let len = b.len() as u32;
+        b[0..4].copy_from_slice(&len.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn iova_ranges_are_found_in_the_capability_chain() {
+        let r = [(0, 0xfedf_ffff), (0xfef0_0000, (1 << 39) - 1)];
+        assert_eq!(parse_iova_ranges(&info_with_caps(&r)), Some(r.to_vec()));
+        // No CAPS flag, a truncated buffer, a loop in the chain: no ranges, no panic.
+        let mut none = info_with_caps(&r);
+        none[4..8].copy_from_slice(&1u32.to_le_bytes());
+        assert_eq!(parse_iova_ranges(&none), None);
+        let full = info_with_caps(&r);
+        for cut in [0, 10, 20, 30, 60, 70, full.len() - 1] {
+            let _ = parse_iova_ranges(&full[..cut]);
+        }
+        let mut looped = info_with_caps(&r);
+        looped[56..58].copy_from_slice(&9u16.to_le_bytes()); // not the IOVA cap ...
+        looped[60..64].copy_from_slice(&24u32.to_le_bytes()); // ... and it points back
+        assert_eq!(parse_iova_ranges(&looped), None);
+    }
+
     #[test]
     fn ioctls_on_a_non_vfio_fd_fail_cleanly() {
         let f = tempfile::tempfile().unwrap();
@@ -225,5 +331,6 @@ mod tests {
         assert!(get_api_version(f.as_fd()).is_err());
         assert!(group_get_status(f.as_fd()).is_err());
         assert!(device_get_region_info(f.as_fd(), 7).is_err());
+        assert!(iommu_get_info(f.as_fd()).is_err());
     }
 }
