@@ -48,7 +48,7 @@ use std::process::{Command, ExitCode};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use vfio_nic::device::MacAddr;
+use vfio_nic::device::{MacAddr, Port, RxQueue};
 use vfio_nic::dma::{DmaMemory, Pool, PoolConfig};
 use vfio_nic::ids::{self, Family};
 use vfio_nic::mmio::Mmio;
@@ -99,6 +99,7 @@ const TESTS: &[Test] = &[
     test("open_twice_fails", open_twice_fails, 30),
     test("two_ports_share_container", two_ports_share_container, 30),
     test("other_driver_refused", other_driver_refused, 30),
+    test("two_ports_in_one_group", two_ports_in_one_group, 90),
     test(
         "driver_open_link_mac_counters",
         traffic::driver_open_link_mac_counters,
@@ -711,6 +712,93 @@ fn two_ports_share_container(ctx: &Ctx) -> Outcome {
         Ok(m) => Outcome::Pass(format!("one container; shared mapping at {:#x}", m.iova())),
         Err(e) => Outcome::Fail(e.to_string()),
     }
+}
+
+/// The IOMMU group sysfs puts `addr` in.
+fn sysfs_group(addr: PciAddress) -> Option<u32> {
+    let link = std::fs::read_link(format!("/sys/bus/pci/devices/{addr}/iommu_group")).ok()?;
+    link.file_name()?.to_str()?.parse().ok()
+}
+
+/// Two ports that share one IOMMU group (two functions behind a conventional PCI bridge, as
+/// the QEMU layout `shared-group` builds them): both open through the one group fd the process
+/// may hold, in one container, and frames cross between them in both directions.
+fn two_ports_in_one_group(ctx: &Ctx) -> Outcome {
+    let expect = std::env::var("VFIO_NIC_SHARED_GROUP").as_deref() == Ok("1");
+    if ctx.ports.len() < 2 {
+        return Outcome::Skip("needs two ports in one IOMMU group".into());
+    }
+    let (a, b) = (ctx.ports[0], ctx.ports[1]);
+    let (ga, gb) = (sysfs_group(a), sysfs_group(b));
+    if ga.is_none() || ga != gb {
+        let why = format!("{a} is in IOMMU group {ga:?}, {b} in {gb:?}");
+        return if expect {
+            Outcome::Fail(format!("VFIO_NIC_SHARED_GROUP=1 but {why}"))
+        } else {
+            Outcome::Skip(format!("needs two ports in one IOMMU group: {why}"))
+        };
+    }
+    verdict(|| {
+        {
+            step("opening both functions of the group");
+            let (da, _) = open(a)?;
+            let (db, _) = open(b)?;
+            if da.iommu_group() != db.iommu_group() || da.group_fd() != db.group_fd() {
+                return Err(format!(
+                    "group {} fd {} and group {} fd {}: the group was opened twice",
+                    da.iommu_group(),
+                    da.group_fd(),
+                    db.iommu_group(),
+                    db.group_fd()
+                ));
+            }
+            if !Arc::ptr_eq(&da.container(), &db.container()) {
+                return Err("the two functions got different containers".into());
+            }
+        }
+        let mut pa = drv::open(a, false)?;
+        let mut pb = drv::open(b, false)?;
+        let (ma, mb) = (pa.info().mac, pb.info().mac);
+        let (mut rxa, mut txa) = pa.take_queues().map_err(text_q)?;
+        let (mut rxb, mut txb) = pb.take_queues().map_err(text_q)?;
+        drv::drain(&mut rxa[0], Duration::from_millis(30))?;
+        drv::drain(&mut rxb[0], Duration::from_millis(30))?;
+        let mut seen = Vec::new();
+        for (name, tx, rx, dst, src) in [
+            ("A -> B", &mut txa[0], &mut rxb[0], mb, ma),
+            ("B -> A", &mut txb[0], &mut rxa[0], ma, mb),
+        ] {
+            let pool = rx.pool().clone();
+            let got = drv::pump(
+                tx,
+                rx,
+                500,
+                |i| drv::packet(&pool, &drv::frame(dst, src, i as u32, 60 + i % 1400)),
+                500,
+                Duration::from_millis(20),
+            )?;
+            let in_order = got.iter().enumerate().all(|(i, p)| {
+                p.data().get(14..18) == Some(&(i as u32).to_be_bytes()[..])
+                    && p.len() == 60 + i % 1400
+            });
+            if got.len() != 500 || !in_order {
+                return Err(format!(
+                    "{name}: {} of 500 frames, in order and of the right length: {in_order}",
+                    got.len()
+                ));
+            }
+            seen.push(name);
+        }
+        Ok(format!(
+            "{a} and {b} share IOMMU group {}: one group fd, one container; 500 frames {}",
+            ga.unwrap_or_default(),
+            seen.join(" and ")
+        ))
+    })
+}
+
+fn text_q(e: Error) -> String {
+    e.to_string()
 }
 
 fn other_driver_refused(ctx: &Ctx) -> Outcome {

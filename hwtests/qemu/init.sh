@@ -6,7 +6,8 @@
 # the host parses, and powers the machine off. Nothing here may depend on the host beyond the
 # initramfs: configuration comes from /etc/hwtests.env, written by the host-side runner:
 #   HWT_LAYOUT        vfio | kernel-peer
-#   HWT_VFIO_PORTS    BDFs to bind to vfio-pci (space separated)
+#   HWT_VFIO_PORTS    BDFs to bind to vfio-pci (space separated), or "auto": every 82576
+#                     found (then VFIO_NIC_PORTS is exported here)
 #   HWT_PEER_PORT     BDF to leave to Linux's igb driver (kernel-peer only)
 #   HWT_VFIO_MODULES  modules (file names without .ko, dependency order) for VFIO
 #   HWT_PEER_MODULES  modules for the Linux peer (igb, 8021q and their dependencies)
@@ -78,6 +79,17 @@ bind_port() { # bdf driver
 # 1. VFIO: load, then bind every VFIO port before any NIC driver is loaded (so igb cannot grab it).
 # shellcheck disable=SC2086 # word lists on purpose
 load_modules $HWT_VFIO_MODULES
+if [ "$HWT_VFIO_PORTS" = auto ]; then
+    # Every 82576 (8086:10c9) physical function, in address order.
+    HWT_VFIO_PORTS=
+    for d in /sys/bus/pci/devices/*; do
+        [ "$(cat "$d/vendor")" = 0x8086 ] && [ "$(cat "$d/device")" = 0x10c9 ] || continue
+        HWT_VFIO_PORTS="$HWT_VFIO_PORTS $(basename "$d")"
+    done
+    [ -n "$HWT_VFIO_PORTS" ] || setup_failed "no 82576 (8086:10c9) found for the automatic port list"
+    VFIO_NIC_PORTS=$(echo $HWT_VFIO_PORTS | tr ' ' ',')
+    export VFIO_NIC_PORTS
+fi
 for bdf in $HWT_VFIO_PORTS; do
     bind_port "$bdf" vfio-pci
     grp=$(basename "$(readlink "/sys/bus/pci/devices/$bdf/iommu_group")")

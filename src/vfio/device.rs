@@ -170,6 +170,13 @@ impl Device {
         self.inner.group.number()
     }
 
+    /// The file descriptor of the device's open group (`/dev/vfio/<group>`): devices of one
+    /// group opened in one process share it (VFIO allows a group to be opened once).
+    pub fn group_fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        self.inner.group.fd().as_raw_fd()
+    }
+
     /// Number of regions VFIO exposes (BARs, ROM, config space, ...).
     pub fn num_regions(&self) -> u32 {
         self.inner.num_regions
