@@ -21,7 +21,7 @@ use crate::regs::ixgbe::{self as r};
 use crate::intel::{queue, rss};
 
 use super::queue::{txdctl, IxgbeRx, IxgbeTx, RX_RING, TX_RING};
-use super::IxgbePort;
+use super::{swfw, IxgbePort};
 
 /// Receive packet buffer 0 gets all 512 KB with one traffic class and no Flow Director
 /// (Linux/DPDK `ixgbe_set_rxpba_generic`, PBA_STRATEGY_EQUAL: IXGBE_RXPBSIZE_MAX 0x80000).
@@ -98,7 +98,8 @@ impl<B: Bus> IxgbePort<B> {
         self.mac = crate::intel::read_mac(m, &name, r::RAL.at(0), r::RAH.at(0), r::rah::AV.bit());
 
         // Step 4 (datasheet 4.6.4 "Link setup"), or step 11 for MAC loopback.
-        setup_link(m, self.cfg.loopback);
+        let (_, device) = self.bus.pci_id();
+        setup_link(m, &name, self.cfg.loopback, sfp_part(device))?;
 
         // Step 5: clear the read-to-clear statistics; totals start at zero.
         self.stats.accumulate(m, self.cfg.rx_queues);
@@ -291,18 +292,37 @@ fn enable_rx_dma<M: Mmio + ?Sized>(m: &M, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Link mode (notes 1.4 step 4; datasheet 4.6.4): 10G serial, XAUI PMA/PMD, restart AN. In
-/// MAC loopback (step 11, DPDK's setup_loopback_link_82599): 10G without AN, force link up,
-/// and the AN restart resets the pipeline.
-fn setup_link<M: Mmio + ?Sized>(m: &M, loopback: bool) {
+/// Whether an 82599 of PCI device id `device` has SFP+/QSFP+ cages (SFI), the parts whose link
+/// the driver sets to 10G serial. Every other part (KX4, KR, backplane, CX4, XAUI, BaseT LOM)
+/// keeps the link mode its NVM loaded into AUTOC, as Linux does (`ixgbe_setup_mac_link_82599`
+/// starts from `orig_autoc`; only multispeed fiber is set by the driver). Ids from
+/// Linux/DPDK ixgbe_type.h (IXGBE_DEV_ID_82599_SFP*, _82599EN_SFP, _82599_QSFP_SF_QP).
+pub(crate) fn sfp_part(device: u16) -> bool {
+    matches!(
+        device,
+        0x10fb | 0x1529 | 0x1507 | 0x154d | 0x154a | 0x1557 | 0x1558
+    )
+}
+
+/// Link mode (notes 1.4 step 4; datasheet 4.6.4). SFP+ parts: 10G serial, XAUI PMA/PMD, restart
+/// AN (ixy's setting, for the 82599ES). Other parts: the NVM's link mode, AN restarted. In MAC
+/// loopback (step 11, DPDK's setup_loopback_link_82599): 10G without AN, force link up, and the
+/// AN restart resets the pipeline. AUTOC is written while holding the software/firmware
+/// semaphore of the MAC CSRs, because manageability firmware may write it too (Linux/DPDK
+/// `prot_autoc_write_82599`).
+fn setup_link<M: Mmio + ?Sized>(m: &M, name: &str, loopback: bool, sfp: bool) -> Result<()> {
     let a = r::autoc::LMS.mask() | r::autoc::_10G_PMA_PMD.mask() | r::autoc::FLU.bit();
     let v = if loopback {
         r::autoc::LMS.val(1) | r::autoc::FLU.bit()
     } else {
         r::autoc::LMS.val(3) | r::autoc::_10G_PMA_PMD.val(0)
     };
-    m.modify(r::AUTOC, a, v);
+    let _csr = swfw::MacCsr::acquire(m, name)?;
+    if loopback || sfp {
+        m.modify(r::AUTOC, a, v);
+    }
     m.modify(r::AUTOC, 0, r::autoc::AN_RESTART.bit());
+    Ok(())
 }
 
 /// The RSS registers (datasheet 7.1.2.8).

@@ -10,6 +10,7 @@
 //! | `queue.rs` | [`IxgbeRx`] / [`IxgbeTx`]: ring registers, enable/disable, the VLAN strip switch |
 //! | `vlan.rs` | VLAN filter table shadow, TPID, extended (double) VLAN |
 //! | `stats.rs` | read-to-clear counters accumulated to 64 bits |
+//! | `swfw.rs` | the software/firmware semaphore around AUTOC writes |
 //!
 //! Shutdown is part of the design, not an afterthought: every queue disables its own hardware
 //! queue in `Drop` (a bounded poll of RXDCTL/TXDCTL.ENABLE) before its ring and buffers are freed,
@@ -20,6 +21,7 @@
 mod init;
 mod queue;
 mod stats;
+mod swfw;
 mod vlan;
 
 #[cfg(test)]

@@ -172,10 +172,21 @@ fn init_follows_the_datasheet_order() {
     let restore = find(&w, clear + 1, r::VFTA.at(0), all, 1).expect("VID 0 restored");
     assert!(clear < cleared_last && cleared_last < restore);
 
-    // Link: 10G serial, AN restart.
+    // Link: 10G serial, AN restart (an SFP+ part, 8086:10fb).
     let autoc = f.regs.peek(r::AUTOC.offset());
     assert_eq!(r::autoc::LMS.get(autoc), 3);
     assert!(r::autoc::AN_RESTART.is_set(autoc));
+    // AUTOC is written under the MAC CSR semaphore (prot_autoc_write_82599): SWSM taken (SMBI
+    // read clear, SWESMBI set), SW_FW_SYNC's software bit set, SWSM released; AUTOC; then the
+    // bit cleared again under SWSM.
+    let sw = r::sw_fw_sync::SW_MAC_CSR_SM.bit();
+    let take = pos(&w, r::SW_FW_SYNC, sw, sw);
+    let autoc_w = find(&w, take, r::AUTOC, 0, 0).expect("AUTOC after the semaphore");
+    let give = find(&w, autoc_w, r::SW_FW_SYNC, sw, 0).expect("semaphore released");
+    let swesmbi = r::swsm::SWESMBI.bit();
+    let sem = pos(&w, r::SWSM, swesmbi, swesmbi);
+    assert!(sem < take && take < autoc_w && autoc_w < give);
+    assert_eq!(f.regs.peek(r::SW_FW_SYNC.offset()) & sw, 0, "released");
     let l = port.link().unwrap();
     assert!(l.up && l.speed_mbps == 10_000);
     assert_eq!(f.events.lock().unwrap().as_slice(), ["bus master on"]);
@@ -188,6 +199,35 @@ fn init_follows_the_datasheet_order() {
         ("ixgbe", 64, 1)
     );
     assert!(info.model.contains("82599"));
+}
+
+#[test]
+fn non_sfp_parts_keep_the_link_mode_of_their_nvm() {
+    // A KX4 part (8086:10f7): its NVM loaded KX4/KX/KR autonegotiation (LMS 4) into AUTOC;
+    // forcing 10G serial there would take the link down (Linux starts from orig_autoc).
+    let (mut bus, f) = fake();
+    bus.id = (0x8086, 0x10f7);
+    f.regs.preset(
+        r::AUTOC.offset(),
+        r::autoc::LMS.val(4) | r::autoc::_10G_PMA_PMD.val(1),
+    );
+    let _port = IxgbePort::open(bus, small()).unwrap();
+    let autoc = f.regs.peek(r::AUTOC.offset());
+    assert_eq!(r::autoc::LMS.get(autoc), 4, "{autoc:#x}");
+    assert_eq!(r::autoc::_10G_PMA_PMD.get(autoc), 1, "{autoc:#x}");
+    assert!(r::autoc::AN_RESTART.is_set(autoc));
+}
+
+#[test]
+fn firmware_holding_the_mac_csrs_is_waited_for_then_reported() {
+    // Firmware's bit of SW_FW_SYNC stays set: AUTOC is not written; the error names who holds
+    // it (after Linux's 200 x 5 ms).
+    let (bus, f) = fake();
+    f.regs
+        .preset(r::SW_FW_SYNC.offset(), r::sw_fw_sync::FW_MAC_CSR_SM.bit());
+    let e = IxgbePort::open(bus, small()).err().unwrap().to_string();
+    assert!(e.contains("SW_FW_SYNC") && e.contains("firmware"), "{e}");
+    assert!(f.regs.writes().iter().all(|&(o, _)| o != r::AUTOC.offset()));
 }
 
 #[test]

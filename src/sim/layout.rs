@@ -68,6 +68,10 @@ pub(super) enum Kind {
     /// SECRXCTRL (stored; RX_DIS makes SECRXSTAT report ready) and SECRXSTAT (read-only).
     Secrxctrl,
     Secrxstat,
+    /// SWSM: a read that finds SMBI clear sets it (the EEPROM semaphore).
+    Swsm,
+    /// SW_FW_SYNC: stored; AUTOC may be written only while its SW_MAC_CSR_SM bit is held.
+    SwFwSync,
     Hlreg0,
     Maxfrs,
     Autoc,
@@ -221,6 +225,8 @@ pub(super) fn classify(off: usize) -> Kind {
         },
         0x8D00 => Secrxctrl,
         0x8D04 => Secrxstat,
+        0x10140 => Swsm,
+        0x10160 => SwFwSync,
         0x3C00..=0x3C1F | 0xCC00..=0xCC1F | 0x4950..=0x496F | 0x8100 => Harmless,
         _ => match in_map(off) {
             Some(_) => Storage,
@@ -286,6 +292,8 @@ pub(super) fn unmodelled_bits(k: Kind, v: u32) -> u32 {
         }
         Kind::Rxctrl => r::rxctrl::RXEN.bit() | r::rxctrl::DMBYPS.bit(),
         Kind::Secrxctrl => r::secrxctrl::RX_DIS.bit(),
+        Kind::Swsm => r::swsm::SMBI.bit() | r::swsm::SWESMBI.bit(),
+        Kind::SwFwSync => u32::MAX,
         Kind::Hlreg0 => {
             use r::hlreg0::*;
             TXCRCEN.bit()

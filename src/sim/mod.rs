@@ -59,7 +59,9 @@
 //! - Errata the model checks ([`SimCounters::errata`], each logged): RXCTRL.RXEN may change only
 //!   while SECRXCTRL.RX_DIS is set (SECRXSTAT.SECRX_RDY reads 1 as soon as it is: the model's
 //!   security block is always idle); DMATXCTL.TE may be set only while TXPBTHRESH(0) fits
-//!   TXPBSIZE(0) (threshold <= size in KB - 10; reset values 150 and 160 KB).
+//!   TXPBSIZE(0) (threshold <= size in KB - 10; reset values 150 and 160 KB); AUTOC may be
+//!   written only while SW_FW_SYNC.SW_MAC_CSR_SM is held (SWSM.SMBI is set by the read that
+//!   finds it clear, as on the part; the model has no firmware, so nothing else holds it).
 //! - Statistics are read-to-clear: GPRC, GPTC, TPR, TPT, BPRC, MPRC, BPTC, MPTC, PRC64..1522,
 //!   PTC64..1522, RUC, ROC, CRCERRS, MPC(0), RNBC(0), QPRC(n), QPTC(n), QPRDC(n), RXDGPC, TXDGPC.
 //!   64-bit pairs (GORCL/H, GOTCL/H, TORL/H, QBRC_L/H, QBTC_L/H): reading L returns the low 32
@@ -203,8 +205,9 @@ counters! {
     dma_faults,
     /// Register sequences the real part is documented to hang or misbehave on, which the
     /// model notices (each also logged): RXCTRL.RXEN changed while SECRXCTRL.RX_DIS was clear
-    /// (the receive-enable erratum, Linux/DPDK `ixgbe_enable_rx_dma_82599`), and transmit
-    /// enabled with TXPBTHRESH(0) above TXPBSIZE(0) in KB - 10 (`ixgbe_set_rxpba_generic`).
+    /// (the receive-enable erratum, Linux/DPDK `ixgbe_enable_rx_dma_82599`), transmit
+    /// enabled with TXPBTHRESH(0) above TXPBSIZE(0) in KB - 10 (`ixgbe_set_rxpba_generic`), and
+    /// AUTOC written without the SW/FW semaphore (`prot_autoc_write_82599`).
     errata,
     /// Transmit queues hung by a data descriptor of length 0 (the part hangs on one).
     tx_hangs,

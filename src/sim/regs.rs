@@ -357,6 +357,8 @@ impl SimRegs {
             Kind::Links => self.read_links(),
             Kind::Status => self.status(),
             Kind::Eics | Kind::Eimc => 0,
+            // The read that finds the semaphore free takes it.
+            Kind::Swsm => w.fetch_or(r::swsm::SMBI.bit(), AcqRel),
             Kind::Secrxstat => {
                 let idle = r::secrxctrl::RX_DIS.is_set(self.get(r::SECRXCTRL));
                 if idle {
@@ -465,6 +467,12 @@ impl SimRegs {
                 self.word[r::EIMS.offset() / 4].fetch_and(!v, AcqRel);
             }
             Kind::Autoc => {
+                if !r::sw_fw_sync::SW_MAC_CSR_SM.is_set(self.get(r::SW_FW_SYNC)) {
+                    self.errata(
+                        "AUTOC written without holding SW_FW_SYNC.SW_MAC_CSR_SM (manageability \
+                         firmware may be changing the link at the same time)",
+                    );
+                }
                 self.set_off(c, v & !r::autoc::AN_RESTART.bit());
                 if v & (r::autoc::AN_RESTART.bit() | r::autoc::FLU.bit()) != 0 {
                     self.train_link();
