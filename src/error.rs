@@ -100,7 +100,6 @@ pub enum Error {
     #[error("cannot allocate {bytes} bytes of DMA memory: {reason}")]
     DmaAlloc { bytes: usize, reason: String },
 
-    /// The IOVA space is exhausted.
     /// The IOMMU mapping of DMA memory could not be removed, so the device may still reach it.
     #[error("cannot unmap {len} bytes of DMA memory at IOVA {iova:#x}: {reason}; the memory is kept (leaked) because the device may still reach it; check `dmesg` for IOMMU errors and reset or unbind the device")]
     DmaUnmap {
@@ -109,6 +108,7 @@ pub enum Error {
         reason: String,
     },
 
+    /// The IOVA space is exhausted.
     #[error("IOVA space exhausted: no free range of {bytes} bytes aligned to {align} in the usable IOVA windows ({windows}, the IOMMU's reported ranges less what is in use); free DMA memory or use fewer/smaller pools")]
     IovaExhausted {
         bytes: u64,

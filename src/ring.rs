@@ -619,21 +619,33 @@ pub const MIN_TX_LEN: usize = crate::dma::slots::MIN_TX_LEN;
 /// 82576 TCTL.PSP), so the wire sees the same frame either way.
 pub const PAD_TX_LEN: usize = 60;
 
-/// Pads a frame shorter than [`MIN_TX_LEN`] to [`PAD_TX_LEN`] bytes with zeros (the pool's
-/// buffers always have room for 64 bytes).
+/// Pads a frame shorter than [`MIN_TX_LEN`] to [`PAD_TX_LEN`] bytes with zeros. Behind the
+/// pool's own headroom every buffer has room for 64 bytes (the pool refuses less); a frame
+/// moved far back with `pull_front` may not, so such a frame first moves back to the default
+/// headroom (at most 16 bytes are copied). Returns false only if even that leaves no room.
 #[cold]
 #[inline(never)]
-fn pad_short(p: &mut Packet) {
+fn pad_short(p: &mut Packet) -> bool {
     let len = p.len();
-    let ok = p.set_len(PAD_TX_LEN);
-    debug_assert!(ok, "a pool buffer holds at least 64 bytes");
-    if ok {
-        p.data_mut()[len..].fill(0);
-        tracing::debug!(
-            len,
-            "transmit: frame shorter than 17 bytes padded to 60 with zeros"
-        );
+    if p.capacity() < PAD_TX_LEN {
+        let mut keep = [0u8; MIN_TX_LEN];
+        keep[..len].copy_from_slice(p.data());
+        let meta = p.meta;
+        p.reset_for_rx();
+        p.meta = meta;
+        if !p.set_data(&keep[..len]) {
+            return false;
+        }
     }
+    if !p.set_len(PAD_TX_LEN) {
+        return false;
+    }
+    p.data_mut()[len..].fill(0);
+    tracing::debug!(
+        len,
+        "transmit: frame shorter than 17 bytes padded to 60 with zeros"
+    );
+    true
 }
 
 impl<M: Mmio> TxRing<M> {
@@ -858,6 +870,9 @@ impl<M: Mmio> TxRing<M> {
     ) -> Result<usize, QueueError> {
         let size = self.mask + 1;
         let mut malformed = 0;
+        // Dropped for other reasons than a tag (a buffer the device cannot reach and no bounce
+        // buffer for it), counted in `stats.dropped`.
+        let mut unsent = 0;
         loop {
             let left = room - (self.next.wrapping_sub(start) & self.mask);
             let want = batch.len().min(left);
@@ -898,16 +913,23 @@ impl<M: Mmio> TxRing<M> {
                     Ok(true) => continue,
                     Ok(false) => break,
                     Err(e) => {
-                        tracing::error!(error = %e, "transmit: dropping a packet the device cannot reach");
+                        // Counted as dropped (and logged once per queue, in `bounce`).
+                        tracing::debug!(error = %e, "transmit: dropping a packet the device cannot reach");
                         drop(batch.remove(0));
                         self.stats.dropped += 1;
-                        malformed += 1;
+                        unsent += 1;
                         continue;
                     }
                 }
             }
             if k < run && pad {
-                pad_short(&mut batch[0]);
+                if !pad_short(&mut batch[0]) {
+                    // Cannot happen with a pool's buffers (64 bytes behind the headroom at
+                    // least); dropped rather than retried, so the burst always moves on.
+                    drop(batch.remove(0));
+                    self.stats.dropped += 1;
+                    unsent += 1;
+                }
                 continue;
             }
             if k < run && sw.is_none() {
@@ -921,9 +943,9 @@ impl<M: Mmio> TxRing<M> {
             }
         }
         counts.malformed += malformed as u64;
-        self.stats.no_room += (total - sent - malformed) as u64;
+        self.stats.no_room += (total - sent - malformed - unsent) as u64;
         if sent == 0 {
-            if total > 0 && malformed == 0 && self.mmio.read32(self.head) == u32::MAX {
+            if total > 0 && malformed + unsent == 0 && self.mmio.read32(self.head) == u32::MAX {
                 return Err(QueueError::DeviceGone);
             }
             return Ok(0);
@@ -941,12 +963,12 @@ impl<M: Mmio> TxRing<M> {
     #[inline(never)]
     fn bounce(&mut self, batch: &mut [Packet]) -> Result<bool> {
         let size = self.mask + 1;
-        let Some(mut q) = self.slots.bounce_buffer(size, batch[0].len())? else {
+        let Some(mut q) = self.slots.bounce_buffer(size, batch[0].buf_size())? else {
             return Ok(false);
         };
         if !q.set_data(batch[0].data()) {
             return Err(Error::InvalidConfig(format!(
-                "a {}-byte frame from a pool the device cannot reach does not fit a {}-byte bounce buffer",
+                "a {}-byte frame from a pool the device cannot reach does not fit a {}-byte bounce buffer; send it from a pool of this port (or of another VFIO port of the process), which needs no copy",
                 batch[0].len(),
                 q.capacity()
             )));

@@ -100,8 +100,16 @@ impl IovaAllocator {
             }
         }
         out.sort_unstable();
-        self.free = out.clone();
-        out
+        // Adjacent pieces (from adjacent reported ranges) become one, as `free` keeps them.
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(out.len());
+        for (s, e) in out {
+            match merged.last_mut() {
+                Some(last) if last.1 == s => last.1 = e,
+                _ => merged.push((s, e)),
+            }
+        }
+        self.free = merged.clone();
+        merged
     }
 
     /// The free windows, as "0x100000-0xfee00000, 0xfef00000-0x8000000000" (for messages).
@@ -195,6 +203,15 @@ mod tests {
             b.alloc(1 << 30, 1 << 21),
             Err(Error::IovaExhausted { .. })
         ));
+        // Adjacent reported ranges give one window; a second restriction (another group
+        // attached) narrows what is free, never what is in use.
+        let mut d = IovaAllocator::default();
+        d.restrict_to(&[(0, 0x0fff_ffff), (0x1000_0000, 0x7fff_ffff)]);
+        assert_eq!(d.describe(), "0x100000-0x80000000");
+        let used = d.alloc(1 << 20, 1 << 20).unwrap();
+        d.restrict_to(&[(0, 0x3fff_ffff)]);
+        assert_eq!(d.free_bytes(), (0x4000_0000 - (1 << 20)) - (1 << 20));
+        d.free(used, 1 << 20);
         // A range up to the top of the address space loses its last page.
         let mut c = IovaAllocator::new(1 << 20, u64::MAX);
         assert_eq!(

@@ -321,10 +321,19 @@ pub struct TxSlots {
     /// The pool of the last run (dangling before the first), kept apart from `runs` so that
     /// checking a packet against it is one compare.
     cur: NonNull<Shared>,
-    /// The device's mapper, and buffers mapped through it for packets of pools the device
-    /// cannot reach (made at the first such packet; one per descriptor, so it never runs dry
-    /// while the ring has room). Kept here, out of the ring's hot fields.
-    bounce: Box<(Arc<dyn DmaMapper>, Option<Pool>)>,
+    /// Buffers mapped in the device's domain for packets of pools it cannot reach; kept
+    /// here, out of the ring's hot fields.
+    bounce: Box<Bounce>,
+}
+
+/// The bounce pool of a transmit queue: made at the first packet the device cannot reach, one
+/// buffer per descriptor (so it never runs dry while the ring has room), as large as that
+/// packet's pool's buffers. A pool that could not be made is not retried for every packet:
+/// the error is kept and returned (and logged once).
+struct Bounce {
+    mapper: Arc<dyn DmaMapper>,
+    pool: Option<Pool>,
+    failed: Option<String>,
 }
 
 // SAFETY: the offsets are owned buffers of the pools named in `runs`, which stay alive while
@@ -338,6 +347,11 @@ unsafe impl Send for TxSlots {}
 struct Runs {
     q: VecDeque<(NonNull<Shared>, usize)>,
     domain: usize,
+    /// A handle of the current pool (`cur`), taken when it became current: it keeps that pool
+    /// allocated, so its address cannot be reused by a new pool (of another DMA domain, say)
+    /// that would then pass the one-compare check as the current one. Taken only when the pool
+    /// changes, so a queue fed from one pool pays for it once.
+    cur_pool: Option<Pool>,
 }
 
 /// Commits a send (also on unwind): the FIFO's new tail, and the first `taken` packets leave
@@ -381,32 +395,58 @@ impl TxSlots {
             runs: Runs {
                 q: VecDeque::with_capacity(4),
                 domain: domain_of(domain),
+                cur_pool: None,
             },
             cur: NonNull::dangling(),
-            bounce: Box::new((domain.clone(), None)),
+            bounce: Box::new(Bounce {
+                mapper: domain.clone(),
+                pool: None,
+                failed: None,
+            }),
         }
     }
 
-    /// A buffer of the bounce pool (made now, with `buffers` buffers of room for `len` bytes,
-    /// if this is the first): for a copy of a packet the device cannot reach. `None` while
-    /// every bounce buffer is in flight.
-    pub(crate) fn bounce_buffer(&mut self, buffers: usize, len: usize) -> Result<Option<Packet>> {
-        let (mapper, pool) = &mut *self.bounce;
-        if pool.is_none() {
+    /// A buffer of the bounce pool (made now, with `buffers` buffers of `buf_size` bytes, if
+    /// this is the first): for a copy of a packet the device cannot reach. `None` while every
+    /// bounce buffer is in flight.
+    pub(crate) fn bounce_buffer(
+        &mut self,
+        buffers: usize,
+        buf_size: usize,
+    ) -> Result<Option<Packet>> {
+        let b = &mut *self.bounce;
+        if let Some(why) = &b.failed {
+            return Err(Error::DmaAlloc {
+                bytes: buffers * buf_size,
+                reason: why.clone(),
+            });
+        }
+        if b.pool.is_none() {
             let cfg = super::PoolConfig {
                 buffers,
-                // Room for this frame behind the default headroom, at least 2 KB.
-                buf_size: (len + 256).next_multiple_of(128).clamp(2048, 65408),
+                buf_size: buf_size.next_multiple_of(128).clamp(2048, 65408),
                 ..super::PoolConfig::default()
             };
-            tracing::info!(
-                buffers,
-                mapper = %mapper.describe(),
-                "transmit: packets from a pool the device cannot reach are copied (bounce pool made)"
-            );
-            *pool = Some(Pool::new(cfg, mapper.clone())?);
+            match Pool::new(cfg, b.mapper.clone()) {
+                Ok(p) => {
+                    tracing::info!(
+                        buffers,
+                        mapper = %b.mapper.describe(),
+                        "transmit: packets from a pool the device cannot reach are copied (bounce pool made)"
+                    );
+                    b.pool = Some(p);
+                }
+                Err(e) => {
+                    let why = format!(
+                        "no bounce pool for packets the device cannot reach ({e}); they are dropped: send from a pool of this port's DMA domain instead"
+                    );
+                    tracing::error!("{why}");
+                    b.failed = Some(why);
+                    return Err(e);
+                }
+            }
         }
-        Ok(pool.as_ref().and_then(Pool::alloc))
+        Ok(b.pool.as_ref().and_then(Pool::alloc))
     }
 
     /// Whether the device can reach `p`'s buffer: its pool is mapped in this queue's DMA
@@ -607,6 +647,8 @@ fn new_run(runs: &mut Runs, cur: &mut NonNull<Shared>, pool: NonNull<Shared>, at
     if unsafe { pool.as_ref() }.domain != runs.domain {
         return false;
     }
+    // SAFETY: as above; the new handle counts like any other.
+    runs.cur_pool = Some(unsafe { Pool::from_shared(pool) });
     *cur = pool;
     match runs.q.back_mut() {
         Some(last) if last.1 == at => last.0 = pool,
@@ -718,6 +760,39 @@ mod tests {
         }
         drop(t);
         assert_eq!((a.stats().free, b.stats().free), (8, 8));
+    }
+
+    #[test]
+    fn the_current_pool_stays_allocated_so_its_address_cannot_pass_for_another() {
+        // If the current pool were freed, a new pool of another DMA domain could get its
+        // address and pass the one-compare check unchecked: the FIFO keeps it alive.
+        let a = pool(8);
+        let mut t = TxSlots::new(8, &a.mapper().clone());
+        let mut batch = Vec::new();
+        a.alloc_bulk_len(2, 60, &mut batch);
+        let d: Vec<usize> = (0..2).collect();
+        assert_eq!(t.send(&mut batch, &d, |_, _| true).0, 2);
+        assert_eq!(t.cur, a.shared_ptr());
+        t.release(t.tail());
+        drop(a);
+        let kept = t
+            .runs
+            .cur_pool
+            .as_ref()
+            .expect("a handle of the current pool");
+        assert_eq!((kept.shared_ptr(), kept.stats().free), (t.cur, 8));
+        // A pool of another domain (a software IOMMU) is refused at the front of the batch.
+        let other = Pool::new(
+            super::super::PoolConfig {
+                buffers: 8,
+                ..super::super::PoolConfig::default()
+            },
+            Arc::new(super::super::SoftIommu::new("other")),
+        )
+        .unwrap();
+        other.alloc_bulk_len(1, 60, &mut batch);
+        assert!(!t.reaches(&batch[0]));
+        assert_eq!(t.send(&mut batch, &d[..1], |_, _| true).0, 0);
     }
 
     #[test]

@@ -83,7 +83,11 @@ fn the_model_notices_the_82599_errata_sequences() {
     // AUTOC without the MAC CSR semaphore, then with it (SWSM.SMBI is taken by a read).
     m.write(r::AUTOC, r::autoc::AN_RESTART.bit());
     assert_eq!(p.counters().errata, 3);
-    assert_eq!(m.read(r::SWSM) & r::swsm::SMBI.bit(), 0, "free: this read takes it");
+    assert_eq!(
+        m.read(r::SWSM) & r::swsm::SMBI.bit(),
+        0,
+        "free: this read takes it"
+    );
     assert_ne!(m.read(r::SWSM) & r::swsm::SMBI.bit(), 0, "taken");
     m.write(r::SW_FW_SYNC, r::sw_fw_sync::SW_MAC_CSR_SM.bit());
     m.write(r::AUTOC, r::autoc::AN_RESTART.bit());

@@ -226,23 +226,25 @@ impl Container {
                 .set_iommu(self.fd.as_fd())
                 .map_err(|e| vfio_err("VFIO_SET_IOMMU", e))?;
             st.iommu_set = true;
-            // Allocate only where the IOMMU can translate (its address width, less reserved
-            // regions such as the MSI window); without the capability, the default window.
-            match self.backend.iova_ranges(self.fd.as_fd()) {
-                Ok(Some(ranges)) => {
-                    st.iova.restrict_to(&ranges);
-                    tracing::debug!(reported = ?ranges, windows = %st.iova.describe(), "IOVA ranges from VFIO_IOMMU_GET_INFO");
-                }
-                Ok(None) => tracing::debug!(
-                    windows = %st.iova.describe(),
-                    "no IOVA-range capability (Linux < 5.4): using the default window"
-                ),
-                Err(e) => tracing::warn!(
-                    error = %e,
-                    windows = %st.iova.describe(),
-                    "VFIO_IOMMU_GET_INFO failed; using the default IOVA window"
-                ),
+        }
+        // Allocate only where the IOMMU can translate (its address width, less reserved
+        // regions such as the MSI window); without the capability, the default window. After
+        // every attach: a new group's reserved regions can narrow the ranges (and intersecting
+        // the free windows again is safe at any time).
+        match self.backend.iova_ranges(self.fd.as_fd()) {
+            Ok(Some(ranges)) => {
+                st.iova.restrict_to(&ranges);
+                tracing::debug!(reported = ?ranges, windows = %st.iova.describe(), "IOVA ranges from VFIO_IOMMU_GET_INFO");
             }
+            Ok(None) => tracing::debug!(
+                windows = %st.iova.describe(),
+                "no IOVA-range capability (Linux < 5.4): using the default window"
+            ),
+            Err(e) => tracing::warn!(
+                error = %e,
+                windows = %st.iova.describe(),
+                "VFIO_IOMMU_GET_INFO failed; using the current IOVA windows"
+            ),
         }
         tracing::debug!(group = number, %addr, backend = self.backend.name(), "VFIO group attached");
         Ok(file)

@@ -168,7 +168,8 @@ pub struct StatsArgs {
 }
 
 fn queue_json(q: &QueueStats) -> Value {
-    json!({"packets": q.packets, "bytes": q.bytes, "no_room": q.no_room, "dropped": q.dropped})
+    json!({"packets": q.packets, "bytes": q.bytes, "no_room": q.no_room, "dropped": q.dropped,
+           "copied": q.copied})
 }
 
 /// `vfio-nic stats PORT`.
