@@ -160,6 +160,21 @@ fn short_frames_leave_padded_and_never_as_a_zero_length_descriptor() {
     assert!(got[0].data().iter().all(|&b| b == 0));
     assert_eq!(&got[1].data()[..5], &[0xff; 5]);
     assert!(got[1].data()[5..].iter().all(|&b| b == 0));
+    // A frame cut down from the front to 8 bytes at the very end of its buffer (no room for
+    // 60 bytes behind it): moved back and padded, not retried for ever.
+    let mut cut = pool.alloc().unwrap();
+    let room = cut.capacity();
+    assert!(cut.set_len(room));
+    cut.data_mut()[room - 8..].copy_from_slice(&[7; 8]);
+    assert!(cut.pull_front(room - 8));
+    assert!(cut.capacity() < 60);
+    let mut batch = vec![cut];
+    assert_eq!(txa.tx_burst(&mut batch).unwrap(), 1);
+    let mut got = Vec::new();
+    receive(&mut rxb, &mut got, 1);
+    assert_eq!(got.len(), 1);
+    assert_eq!(&got[0].data()[..8], &[7; 8]);
+    assert!(got[0].len() == 60 && got[0].data()[8..].iter().all(|&b| b == 0));
 }
 
 #[test]
