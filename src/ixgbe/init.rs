@@ -154,7 +154,7 @@ impl<B: Bus> IxgbePort<B> {
         }
         // The receive unit last, after every queue is set up (Linux's ixgbe_configure_rx and
         // DPDK's ixgbe_dev_rxtx_start), through the erratum workaround.
-        enable_rx_dma(m, &name)?;
+        set_rx_enable(m, &name, true)?;
         // The port is ours: firmware (manageability) is told so until `shutdown` (Linux's
         // ixgbe_get_hw_control / ixgbe_release_hw_control).
         m.modify(r::CTRL_EXT, 0, r::ctrl_ext::DRV_LOAD.bit());
@@ -262,16 +262,16 @@ impl<B: Bus> IxgbePort<B> {
     }
 }
 
-/// Sets RXCTRL.RXEN the way Linux's and DPDK's `ixgbe_enable_rx_dma_82599` do (82599 erratum:
-/// enabling receive while the security block is busy can hang the receive DMA): stop the
-/// receive security block (SECRXCTRL.RX_DIS), wait for SECRXSTAT.SECRX_RDY, write RXCTRL,
+/// Sets RXCTRL.RXEN to `on` the way Linux's and DPDK's `ixgbe_enable_rx_dma_82599` do (82599
+/// erratum: changing it while the receive security block is busy can hang the receive DMA):
+/// stop the security block (SECRXCTRL.RX_DIS), wait for SECRXSTAT.SECRX_RDY, write RXCTRL,
 /// start the block again. Like Linux and DPDK, a block that does not report ready within
-/// [`SECRX_TIMEOUT`] is logged and receive is enabled anyway (a removed device is an error).
-fn enable_rx_dma<M: Mmio + ?Sized>(m: &M, name: &str) -> Result<()> {
+/// [`SECRX_TIMEOUT`] is logged and RXCTRL written anyway; only a removed device is an error.
+fn set_rx_enable<M: Mmio + ?Sized>(m: &M, name: &str, on: bool) -> Result<()> {
     let dis = r::secrxctrl::RX_DIS.bit();
     m.modify(r::SECRXCTRL, 0, dis);
     let rdy = r::secrxstat::SECRX_RDY.bit();
-    match wait_for(
+    let ready = wait_for(
         m,
         name,
         r::SECRXSTAT,
@@ -279,15 +279,22 @@ fn enable_rx_dma<M: Mmio + ?Sized>(m: &M, name: &str) -> Result<()> {
         rdy,
         rdy,
         SECRX_TIMEOUT,
-    ) {
+    );
+    match ready {
         Ok(_) => {}
         Err(Error::RegisterTimeout { .. }) => tracing::warn!(
             port = %name,
-            "the receive security block did not report ready (SECRXSTAT.SECRX_RDY) within 40 ms; enabling receive anyway, as Linux does"
+            on,
+            "the receive security block did not report ready (SECRXSTAT.SECRX_RDY) within 40 ms; writing RXCTRL.RXEN anyway, as Linux does"
         ),
         Err(e) => return Err(e),
     }
-    m.modify(r::RXCTRL, 0, r::rxctrl::RXEN.bit());
+    let rxen = r::rxctrl::RXEN.bit();
+    if on {
+        m.modify(r::RXCTRL, 0, rxen);
+    } else {
+        m.modify(r::RXCTRL, rxen, 0);
+    }
     m.modify(r::SECRXCTRL, dis, 0);
     Ok(())
 }
@@ -361,22 +368,9 @@ pub(crate) fn shutdown<M: Mmio + ?Sized>(
     let tx = (0..u32::from(tx_queues)).map(|q| (q, TX_RING.ctl(q)));
     queue::stop_all(m, name, rx.chain(tx), t);
     // Receive off through the same erratum workaround as on, then the port is no longer ours.
-    let dis = r::secrxctrl::RX_DIS.bit();
-    m.modify(r::SECRXCTRL, 0, dis);
-    let rdy = r::secrxstat::SECRX_RDY.bit();
-    if let Err(e) = wait_for(
-        m,
-        name,
-        r::SECRXSTAT,
-        "SECRXSTAT.SECRX_RDY",
-        rdy,
-        rdy,
-        SECRX_TIMEOUT,
-    ) {
-        tracing::warn!(port = %name, error = %e, "disabling receive anyway");
+    if let Err(e) = set_rx_enable(m, name, false) {
+        tracing::warn!(port = %name, error = %e, "could not stop receive through the security block");
     }
-    m.modify(r::RXCTRL, r::rxctrl::RXEN.bit(), 0);
-    m.modify(r::SECRXCTRL, dis, 0);
     m.modify(r::CTRL_EXT, r::ctrl_ext::DRV_LOAD.bit(), 0);
     m.write(r::EIMC, EIMC_ALL);
     let rst = r::ctrl::RST.bit() | r::ctrl::LNK_RST.bit();
