@@ -96,6 +96,24 @@ pub(super) enum Kind {
     Unknown,
 }
 
+impl Kind {
+    /// Registers the driver can only read (status, counters, the security-block status):
+    /// writes to them are ignored and reported. [`unmodelled_bits`] lists the same kinds in
+    /// its exhaustive match (acting on none of their bits).
+    pub(super) fn is_read_only(self) -> bool {
+        matches!(
+            self,
+            Kind::Status
+                | Kind::Eec
+                | Kind::Links
+                | Kind::Count
+                | Kind::Lo(_)
+                | Kind::Hi(_)
+                | Kind::Secrxstat
+        )
+    }
+}
+
 /// RQSMR(n) (receive queue statistic mapping) at 0x2300 + 4n, TQSM(n) at 0x8600 + 4n; not in
 /// the register map, modelled because they decide which QPRC/QPTC a queue counts into.
 pub(super) const RQSMR: usize = 0x2300;

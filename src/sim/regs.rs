@@ -323,13 +323,7 @@ impl SimRegs {
             .map(|f| f.name)
             .collect();
         let what = match kind {
-            Kind::Status
-            | Kind::Eec
-            | Kind::Links
-            | Kind::Count
-            | Kind::Lo(_)
-            | Kind::Hi(_)
-            | Kind::Secrxstat => "write to a read-only register ignored",
+            k if k.is_read_only() => "write to a read-only register ignored",
             Kind::Storage => "register stored but its function is not modelled",
             _ => "bits written that the software 82599 does not model",
         };
@@ -409,13 +403,7 @@ impl SimRegs {
                 }
                 self.set_off(c, v & !rst);
             }
-            Kind::Status
-            | Kind::Eec
-            | Kind::Links
-            | Kind::Count
-            | Kind::Lo(_)
-            | Kind::Hi(_)
-            | Kind::Secrxstat => {}
+            k if k.is_read_only() => {}
             Kind::Rxctrl => {
                 let rxen = r::rxctrl::RXEN.bit();
                 let secrx_off = r::secrxctrl::RX_DIS.is_set(self.get(r::SECRXCTRL));
