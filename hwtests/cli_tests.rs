@@ -43,16 +43,7 @@ fn spawn(bin: &str, args: &[&str]) -> Result<Bounded, String> {
 /// Runs a one-shot command to its end (at most [`ONE_SHOT`]), whatever its status.
 fn run(bin: &str, args: &[&str]) -> Result<Finished, String> {
     step(format!("running `vfio-nic {}`", args.join(" ")));
-    let f = spawn(bin, args)?.finish(ONE_SHOT);
-    if f.timed_out {
-        return Err(format!(
-            "`vfio-nic {}` did not finish within {} s and was killed: {}",
-            args.join(" "),
-            ONE_SHOT.as_secs(),
-            f.text()
-        ));
-    }
-    Ok(f)
+    spawn(bin, args)?.finish_within(ONE_SHOT)
 }
 
 /// Runs a command that must succeed; returns its stdout.
@@ -91,15 +82,9 @@ fn wait_serving(child: &mut Bounded, what: &str) -> Result<(), String> {
 fn interrupt(child: Bounded, what: &str) -> Result<Finished, String> {
     step(format!("stopping {what} with SIGINT"));
     child.signal(Signal::SIGINT);
-    let f = child.finish(STOP_LIMIT);
-    if f.timed_out {
-        return Err(format!(
-            "{what} did not stop within {} s of SIGINT and was killed; it had printed: {}",
-            STOP_LIMIT.as_secs(),
-            f.text()
-        ));
-    }
-    Ok(f)
+    child
+        .finish_within(STOP_LIMIT)
+        .map_err(|e| format!("after SIGINT: {e}"))
 }
 
 fn json(text: &str) -> Result<Value, String> {

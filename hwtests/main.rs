@@ -43,7 +43,7 @@ mod vlan_tests;
 
 use vfio_nic::selftest::regtest;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Command, ExitCode};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -52,7 +52,7 @@ use vfio_nic::device::{MacAddr, Port, RxQueue};
 use vfio_nic::dma::{DmaMemory, Pool, PoolConfig};
 use vfio_nic::ids::{self, Family};
 use vfio_nic::mmio::Mmio;
-use vfio_nic::pci::PciAddress;
+use vfio_nic::pci::{PciAddress, Sysfs};
 use vfio_nic::regs::{igb, ixgbe};
 use vfio_nic::vfio::VfioDevice;
 use vfio_nic::Error;
@@ -319,24 +319,7 @@ fn run_isolated(t: &Test, limit: Duration) -> (Outcome, bool) {
         Ok(c) => c,
         Err(e) => return (Outcome::Fail(e), false),
     };
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let (lines_tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut r = BufReader::new(stdout);
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            match r.read_until(b'\n', &mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    let line = String::from_utf8_lossy(&buf).trim_end().to_string();
-                    if lines_tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-    });
+    let lines = proc::lines_of(child.stdout.take().expect("stdout is piped"));
     let start = Instant::now();
     let deadline = start + limit;
     let mut last_step = String::from("starting the test process");
@@ -346,6 +329,7 @@ fn run_isolated(t: &Test, limit: Duration) -> (Outcome, bool) {
     loop {
         match lines.recv_timeout(Duration::from_millis(50)) {
             Ok(line) => {
+                let line = line.trim_end();
                 if let Some(s) = line.strip_prefix(STEP) {
                     println!(
                         ".. {} [{:.1} s]: {s}",
@@ -714,12 +698,6 @@ fn two_ports_share_container(ctx: &Ctx) -> Outcome {
     }
 }
 
-/// The IOMMU group sysfs puts `addr` in.
-fn sysfs_group(addr: PciAddress) -> Option<u32> {
-    let link = std::fs::read_link(format!("/sys/bus/pci/devices/{addr}/iommu_group")).ok()?;
-    link.file_name()?.to_str()?.parse().ok()
-}
-
 /// Two ports that share one IOMMU group (two functions behind a conventional PCI bridge, as
 /// the QEMU layout `shared-group` builds them): both open through the one group fd the process
 /// may hold, in one container, and frames cross between them in both directions.
@@ -729,7 +707,8 @@ fn two_ports_in_one_group(ctx: &Ctx) -> Outcome {
         return Outcome::Skip("needs two ports in one IOMMU group".into());
     }
     let (a, b) = (ctx.ports[0], ctx.ports[1]);
-    let (ga, gb) = (sysfs_group(a), sysfs_group(b));
+    let sysfs = Sysfs::default();
+    let (ga, gb) = (sysfs.iommu_group(a).ok(), sysfs.iommu_group(b).ok());
     if ga.is_none() || ga != gb {
         let why = format!("{a} is in IOMMU group {ga:?}, {b} in {gb:?}");
         return if expect {
@@ -759,8 +738,8 @@ fn two_ports_in_one_group(ctx: &Ctx) -> Outcome {
         let mut pa = drv::open(a, false)?;
         let mut pb = drv::open(b, false)?;
         let (ma, mb) = (pa.info().mac, pb.info().mac);
-        let (mut rxa, mut txa) = pa.take_queues().map_err(text_q)?;
-        let (mut rxb, mut txb) = pb.take_queues().map_err(text_q)?;
+        let (mut rxa, mut txa) = pa.take_queues().map_err(text)?;
+        let (mut rxb, mut txb) = pb.take_queues().map_err(text)?;
         drv::drain(&mut rxa[0], Duration::from_millis(30))?;
         drv::drain(&mut rxb[0], Duration::from_millis(30))?;
         let mut seen = Vec::new();
@@ -795,10 +774,6 @@ fn two_ports_in_one_group(ctx: &Ctx) -> Outcome {
             seen.join(" and ")
         ))
     })
-}
-
-fn text_q(e: Error) -> String {
-    e.to_string()
 }
 
 fn other_driver_refused(ctx: &Ctx) -> Outcome {

@@ -216,9 +216,9 @@ impl Bounded {
         }
     }
 
-    /// [`Bounded::finish`], turned into an error naming the child when it timed out, could
-    /// not be reaped, or exited unsuccessfully.
-    pub fn finish_ok(self, limit: Duration) -> Result<Finished, String> {
+    /// [`Bounded::finish`], turned into an error naming the child when it timed out (whatever
+    /// its exit status otherwise).
+    pub fn finish_within(self, limit: Duration) -> Result<Finished, String> {
         let what = self.what.clone();
         let f = self.finish(limit);
         if f.timed_out {
@@ -228,6 +228,14 @@ impl Bounded {
                 f.text()
             ));
         }
+        Ok(f)
+    }
+
+    /// [`Bounded::finish_within`], with an error too when the child could not be reaped or
+    /// exited unsuccessfully.
+    pub fn finish_ok(self, limit: Duration) -> Result<Finished, String> {
+        let what = self.what.clone();
+        let f = self.finish_within(limit)?;
         match f.status {
             None => Err(format!(
                 "{what} could not be reaped even after SIGKILL (stuck in the kernel?)"
@@ -245,6 +253,14 @@ impl Drop for Bounded {
         kill_group(self.child.id());
         let _ = reap(&mut self.child, REAP_LIMIT);
     }
+}
+
+/// The lines of `pipe` (each with its end of line) as they arrive, read by a thread of its own
+/// until end-of-file: how the suite runner follows a test process's output.
+pub fn lines_of(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    reader(pipe, Some(tx));
+    rx
 }
 
 /// Starts `cmd` with stdout piped (for the caller to read) and stderr passed through: how the
