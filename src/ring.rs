@@ -903,36 +903,37 @@ impl<M: Mmio> TxRing<M> {
             if k == want {
                 break;
             }
-            // A frame too short for a descriptor is padded, unless it waits for a software
-            // tag (then the next pass drops it as too short to take one, the VLAN rule).
-            let pad = batch.first().is_some_and(|p| {
-                p.len() < MIN_TX_LEN && (sw.is_none() || p.meta.flags & Meta::TX_VLAN == 0)
-            });
-            if k < run && !self.slots.reaches(&batch[0]) {
+            if k == run {
+                // The run ended at the end of the ring: the next pass goes on from slot 0.
+                continue;
+            }
+            // The walk stopped before the packet now at the front; why decides what to do.
+            if !self.slots.reaches(&batch[0]) {
                 match self.bounce(batch) {
                     Ok(true) => continue,
                     Ok(false) => break,
                     Err(e) => {
                         // Counted as dropped (and logged once per queue, in `bounce`).
                         tracing::debug!(error = %e, "transmit: dropping a packet the device cannot reach");
-                        drop(batch.remove(0));
-                        self.stats.dropped += 1;
+                        self.drop_front(batch);
                         unsent += 1;
                         continue;
                     }
                 }
             }
-            if k < run && pad {
+            // A frame too short for a descriptor is padded, unless it waits for a software
+            // tag (then the next pass drops it as too short to take one, the VLAN rule).
+            let p = &batch[0];
+            if p.len() < MIN_TX_LEN && (sw.is_none() || p.meta.flags & Meta::TX_VLAN == 0) {
                 if !pad_short(&mut batch[0]) {
                     // Cannot happen with a pool's buffers (64 bytes behind the headroom at
                     // least); dropped rather than retried, so the burst always moves on.
-                    drop(batch.remove(0));
-                    self.stats.dropped += 1;
+                    self.drop_front(batch);
                     unsent += 1;
                 }
                 continue;
             }
-            if k < run && sw.is_none() {
+            if sw.is_none() {
                 match self.put_tagged(batch, left - k, want - k) {
                     Tagged::Sent(len) => {
                         sent += 1;
@@ -952,6 +953,13 @@ impl<M: Mmio> TxRing<M> {
         }
         self.finish(start, sent, bytes);
         Ok(sent)
+    }
+
+    /// Drops the packet at the front of `batch`, counted in `stats.dropped`.
+    #[cold]
+    fn drop_front(&mut self, batch: &mut Vec<Packet>) {
+        drop(batch.remove(0));
+        self.stats.dropped += 1;
     }
 
     /// Replaces the packet at the front of `batch`, whose pool the device cannot reach, by a
