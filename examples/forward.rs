@@ -13,10 +13,10 @@
 
 use std::time::{Duration, Instant};
 
+use vfio_nic::app::wire::{build_udp_frame, UdpFlow};
 use vfio_nic::device::{Port, RxQueue, TxQueue};
-use vfio_nic::dma::{Packet, Pool};
-use vfio_nic::port::{self, AnyRx, AnyTx, PortConfig};
-use vfio_nic::wire::{build_udp_frame, UdpFlow};
+use vfio_nic::devices::{self, AnyRx, AnyTx, PortConfig};
+use vfio_nic::platform::dma::{Packet, Pool};
 
 const BURST: usize = 32;
 
@@ -66,8 +66,8 @@ fn run() -> vfio_nic::Result<()> {
         ));
     }
     let config = PortConfig::default();
-    let mut a = port::open(&names[0], &config)?;
-    let mut b = port::open(&names[1], &config)?;
+    let mut a = devices::open(&names[0], &config)?;
+    let mut b = devices::open(&names[1], &config)?;
     let (mut a_rx, mut a_tx) = a.take_queues()?;
     let (mut b_rx, mut b_tx) = b.take_queues()?;
     println!(

@@ -19,11 +19,11 @@
 
 use std::time::Duration;
 
+use vfio_nic::app::forward::{forward_burst, FwdStats};
 use vfio_nic::device::{MacAddr, Port, RxQueue, TxQueue};
-use vfio_nic::dma::{Packet, Pool, PoolConfig};
-use vfio_nic::forward::{forward_burst, FwdStats};
-use vfio_nic::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx, IxgbeTx};
-use vfio_nic::sim::{Mode, SimConfig, SimPort, Source};
+use vfio_nic::devices::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx, IxgbeTx};
+use vfio_nic::devices::sim::{Mode, SimConfig, SimPort, Source};
+use vfio_nic::platform::dma::{Packet, Pool, PoolConfig};
 use vfio_nic::vlan::{PacketVlan, RxMode, TxMode, VlanConfig, VlanControl, VlanRx, VlanTx};
 
 const BURST: usize = 32;

@@ -20,7 +20,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vfio_nic::dma::{IdentityMapper, Pool, PoolConfig};
+use vfio_nic::platform::dma::{IdentityMapper, Pool, PoolConfig};
 use vfio_nic::vlan::{Tci, Tpid, VlanRxCtx};
 
 #[path = "vlan_check.rs"]

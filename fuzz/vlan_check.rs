@@ -9,7 +9,7 @@
 //! model below and with each other (strip = find + move; take = strip once; wire view of a
 //! stripped frame = the original; push then pop = identity).
 
-use vfio_nic::dma::{Packet, Pool};
+use vfio_nic::platform::dma::{Packet, Pool};
 use vfio_nic::vlan::frame::{
     rx_wire_frame_into, rx_wire_frame_to_slice, strip_in_place, tx_wire_frame_into,
 };

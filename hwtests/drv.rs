@@ -1,7 +1,7 @@
 //! Helpers for the driver-level tests: opening ports through the public API, building test
 //! frames, pumping frames from one queue to another with timeouts, and reading counters.
 //!
-//! Everything goes through `vfio_nic::port::open` and the burst API, so the same tests run on
+//! Everything goes through `vfio_nic::devices::any::open` and the burst API, so the same tests run on
 //! QEMU's 82576, a real 82576 and a real 82599. Waits are bounded by wall-clock timeouts
 //! (real hardware is asynchronous; QEMU delivers synchronously inside the tail write).
 //!
@@ -11,11 +11,11 @@
 use std::time::{Duration, Instant};
 
 use vfio_nic::device::{MacAddr, Port, PortStats, RxQueue, TxQueue};
-use vfio_nic::dma::{Packet, Pool, PoolConfig};
-use vfio_nic::igb::IgbConfig;
-use vfio_nic::ixgbe::IxgbeConfig;
-use vfio_nic::pci::PciAddress;
-use vfio_nic::port::{self, AnyPort, PortConfig};
+use vfio_nic::devices::igb::IgbConfig;
+use vfio_nic::devices::ixgbe::IxgbeConfig;
+use vfio_nic::devices::{self, AnyPort, PortConfig};
+use vfio_nic::platform::dma::{Packet, Pool, PoolConfig};
+use vfio_nic::platform::pci::PciAddress;
 
 /// Ethertype of the test frames (IEEE local experimental 1).
 pub const TEST_ETHERTYPE: u16 = 0x88b5;
@@ -58,7 +58,7 @@ pub fn open(addr: PciAddress, loopback: bool) -> Result<AnyPort, String> {
         "opening {addr}{} (reset, link)",
         if loopback { " in MAC loopback" } else { "" }
     ));
-    port::open(&addr.to_string(), &config(loopback)).map_err(|e| format!("{addr}: open: {e}"))
+    devices::open(&addr.to_string(), &config(loopback)).map_err(|e| format!("{addr}: open: {e}"))
 }
 
 /// A test frame: `dst`, `src`, ethertype 0x88b5, a 4-byte sequence number, then a pattern

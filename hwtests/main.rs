@@ -41,7 +41,7 @@ mod proc;
 mod traffic;
 mod vlan_tests;
 
-use vfio_nic::selftest::regtest;
+use vfio_nic::app::selftest::regtest;
 
 use std::io::Write;
 use std::process::{Command, ExitCode};
@@ -49,12 +49,12 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use vfio_nic::device::{MacAddr, Port, RxQueue};
-use vfio_nic::dma::{DmaMemory, Pool, PoolConfig};
-use vfio_nic::ids::{self, Family};
-use vfio_nic::mmio::Mmio;
-use vfio_nic::pci::{PciAddress, Sysfs};
-use vfio_nic::regs::{igb, ixgbe};
-use vfio_nic::vfio::VfioDevice;
+use vfio_nic::devices::ids::{self, Family};
+use vfio_nic::platform::dma::{DmaMemory, Pool, PoolConfig};
+use vfio_nic::platform::mmio::Mmio;
+use vfio_nic::platform::pci::{PciAddress, Sysfs};
+use vfio_nic::platform::regs::{igb, ixgbe};
+use vfio_nic::platform::vfio::VfioDevice;
 use vfio_nic::Error;
 
 /// What a test learns from the environment.

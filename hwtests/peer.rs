@@ -4,15 +4,15 @@
 //! Linux must accept our tags (hardware- or software-inserted), and we must see its tags.
 //!
 //! The addresses live only inside the isolated test guest, on a virtual hub with nothing else
-//! on it. The library's responder ([`vfio_nic::respond`]) answers ARP requests and ICMP echo
+//! on it. The library's responder ([`vfio_nic::app::respond`]) answers ARP requests and ICMP echo
 //! requests for 10.99.0.2 on VLAN 100 and ignores everything else (IPv6 neighbour discovery).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use vfio_nic::app::respond::{Responder, ResponderConfig};
 use vfio_nic::device::{Port, RxQueue, TxQueue};
-use vfio_nic::dma::{Packet, Pool};
-use vfio_nic::respond::{Responder, ResponderConfig};
+use vfio_nic::platform::dma::{Packet, Pool};
 use vfio_nic::vlan::{PacketVlan, RxMode, TxMode, Vid, VlanConfig, VlanControl, VlanRxCtx};
 
 use super::drv;

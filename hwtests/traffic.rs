@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use vfio_nic::device::{MacAddr, Port, RxQueue, TxQueue};
-use vfio_nic::dma::Packet;
+use vfio_nic::platform::dma::Packet;
 
 use super::drv::{self, counter, deltas, drain, frame, mixed_sizes, packet, pump, pump_into};
 use super::{Ctx, Outcome};

@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use vfio_nic::device::{MacAddr, Port, RxQueue};
-use vfio_nic::dma::Packet;
-use vfio_nic::port::AnyPort;
+use vfio_nic::devices::any::AnyPort;
+use vfio_nic::platform::dma::Packet;
 use vfio_nic::vlan::{
     PacketVlan, RxMode, Tci, Tpid, TxMode, Vid, VlanConfig, VlanControl, VlanFilter,
 };
@@ -34,11 +34,14 @@ struct Pair {
     ctl_b: VlanControl,
     ma: MacAddr,
     mb: MacAddr,
-    txa: vfio_nic::vlan::VlanTx<vfio_nic::port::AnyTx>,
-    rxb: vfio_nic::vlan::VlanRx<vfio_nic::port::AnyRx>,
-    pool: vfio_nic::dma::Pool,
+    txa: vfio_nic::vlan::VlanTx<vfio_nic::devices::any::AnyTx>,
+    rxb: vfio_nic::vlan::VlanRx<vfio_nic::devices::any::AnyRx>,
+    pool: vfio_nic::platform::dma::Pool,
     // Kept so their Drop runs with the ports'.
-    _rest: (Vec<vfio_nic::port::AnyRx>, Vec<vfio_nic::port::AnyTx>),
+    _rest: (
+        Vec<vfio_nic::devices::any::AnyRx>,
+        Vec<vfio_nic::devices::any::AnyTx>,
+    ),
 }
 
 fn pair(ctx: &Ctx, cfg_b: &VlanConfig) -> Result<Pair, String> {

@@ -12,8 +12,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::dma::{Packet, Pool};
 use crate::error::{Error, Result};
+use crate::platform::dma::{Packet, Pool};
 
 /// A 48-bit Ethernet address.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -182,7 +182,7 @@ pub trait TxQueue: Send {
     fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError>;
 
     /// [`tx_burst`](Self::tx_burst) with software VLAN insertion: every packet marked
-    /// [`Meta::TX_VLAN`](crate::dma::Meta::TX_VLAN) gets its tag pushed into the frame (TPID
+    /// [`Meta::TX_VLAN`](crate::platform::dma::Meta::TX_VLAN) gets its tag pushed into the frame (TPID
     /// `tpid`) and the mark cleared before it is queued; a packet that cannot take it is
     /// dropped. Dropped packets leave the batch too. Adds the tags inserted and the packets
     /// dropped to `counts`; returns how many were queued.

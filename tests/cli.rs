@@ -6,8 +6,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
+use vfio_nic::app::wire::{build_udp_frame, UdpFlow};
 use vfio_nic::device::MacAddr;
-use vfio_nic::wire::{build_udp_frame, UdpFlow};
 
 fn vfio_nic(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_vfio-nic"))

@@ -1,16 +1,16 @@
-//! The ixgbe driver against the software 82599 (`vfio_nic::sim`), inline mode: every TDT write
+//! The ixgbe driver against the software 82599 (`vfio_nic::devices::sim`), inline mode: every TDT write
 //! delivers the frames to the peer's ring before it returns, so the tests are deterministic.
 
 use std::time::Duration;
 
 use proptest::prelude::*;
-use vfio_nic::bus::Bus;
 use vfio_nic::device::{MacAddr, Port, QueueError, RxQueue, TxQueue};
-use vfio_nic::dma::{Meta, Packet, Pool, PoolConfig};
-use vfio_nic::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx, IxgbeTx};
-use vfio_nic::mmio::Mmio;
-use vfio_nic::regs::ixgbe as r;
-use vfio_nic::sim::{SimConfig, SimPort, Source};
+use vfio_nic::devices::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx, IxgbeTx};
+use vfio_nic::devices::sim::{SimConfig, SimPort, Source};
+use vfio_nic::platform::bus::Bus;
+use vfio_nic::platform::dma::{Meta, Packet, Pool, PoolConfig};
+use vfio_nic::platform::mmio::Mmio;
+use vfio_nic::platform::regs::ixgbe as r;
 
 const RING: usize = 64;
 
@@ -183,7 +183,7 @@ fn udp_checksum_errors_are_not_believed_on_the_82599() {
     // model always does. Like Linux and DPDK the driver reports the L4 checksum of any UDP
     // frame with L4E as not verified (neither OK nor BAD), never as bad.
     use std::net::Ipv4Addr;
-    use vfio_nic::wire::{build_udp_frame, UdpFlow};
+    use vfio_nic::app::wire::{build_udp_frame, UdpFlow};
     let (a, b) = SimPort::pair(SimConfig::default());
     let (_pa, (_rxa, mut txa)) = open(&a, cfg());
     let (_pb, (mut rxb, _txb)) = open(&b, cfg());
@@ -234,7 +234,7 @@ fn packets_the_device_cannot_reach_are_copied_never_handed_over() {
     // than the sim ports' software IOMMU, just as host addresses are for a VFIO device: its
     // buffers must never reach a descriptor. They are copied into the ring's bounce pool.
     use std::sync::Arc;
-    use vfio_nic::dma::IdentityMapper;
+    use vfio_nic::platform::dma::IdentityMapper;
     let (a, b) = SimPort::pair(SimConfig::default());
     let (_pa, (_rxa, mut txa)) = open(&a, cfg());
     let (_pb, (mut rxb, _txb)) = open(&b, cfg());
@@ -436,7 +436,7 @@ fn error_and_multi_descriptor_frames_are_dropped_without_leaking() {
     // are free: nothing leaked with the dropped frames.
     let s = rxb.pool().stats();
     assert!(
-        (RING..=RING + vfio_nic::dma::slots::RX_RESERVE).contains(&s.in_use),
+        (RING..=RING + vfio_nic::platform::dma::slots::RX_RESERVE).contains(&s.in_use),
         "{s:?}"
     );
     let pool_b = rxb.pool().clone();
@@ -474,7 +474,7 @@ fn a_million_packets_and_every_buffer_comes_home() {
     // Only the ring and its reserve hold buffers: the batches gave every packet back.
     let in_use = pool.stats().in_use;
     assert!(
-        (512..=512 + vfio_nic::dma::slots::RX_RESERVE).contains(&in_use),
+        (512..=512 + vfio_nic::platform::dma::slots::RX_RESERVE).contains(&in_use),
         "{in_use} buffers out"
     );
     drop((rx, tx, port));
@@ -724,7 +724,7 @@ proptest! {
 
 #[test]
 fn per_queue_drop_counters_count_their_own_queue() {
-    use vfio_nic::wire::{build_udp_frame, UdpFlow};
+    use vfio_nic::app::wire::{build_udp_frame, UdpFlow};
     let (a, b) = SimPort::pair(SimConfig::default());
     let (_pa, (_rxa, mut txa)) = open(&a, cfg());
     let mut pb = IxgbePort::open(

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
 use vfio_nic::device::{Port, QueueError, QueueStats, RxQueue, TxQueue};
-use vfio_nic::dma::{IdentityMapper, Meta, Packet, Pool, PoolConfig};
+use vfio_nic::devices::null::{NullConfig, NullPort, NullRx};
 use vfio_nic::error::{Error, Result};
-use vfio_nic::null::{NullConfig, NullPort, NullRx};
+use vfio_nic::platform::dma::{IdentityMapper, Meta, Packet, Pool, PoolConfig};
 use vfio_nic::vlan::frame::rx_wire_frame_into;
 use vfio_nic::vlan::{
     find_tag, tx_wire_frame, Lookup, PacketVlan, RxMode, Tci, Tpid, TxMode, Vid, VlanCaps,

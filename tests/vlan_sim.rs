@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use vfio_nic::bus::Bus;
 use vfio_nic::device::{Port, RxQueue, TxQueue};
-use vfio_nic::dma::{Packet, Pool, PoolConfig};
-use vfio_nic::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx, IxgbeTx};
-use vfio_nic::sim::{SimConfig, SimPort};
+use vfio_nic::devices::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx, IxgbeTx};
+use vfio_nic::devices::sim::{SimConfig, SimPort};
+use vfio_nic::platform::bus::Bus;
+use vfio_nic::platform::dma::{Packet, Pool, PoolConfig};
 use vfio_nic::vlan::{
     tx_wire_frame, PacketVlan, RxMode, Tci, Tpid, TxMode, VlanConfig, VlanControl, VlanFilter,
     VlanRx, VlanTx,
@@ -388,7 +388,7 @@ fn hardware_and_software_insertion_put_identical_frames_on_the_wire() {
     // The 82599 refuses hardware insertion in extended mode (which TPID it inserts there is
     // unconfirmed) with an error naming the device, and keeps taking software insertion.
     let (a, _b) = SimPort::pair(SimConfig::default());
-    let mut port = vfio_nic::ixgbe::IxgbePort::open(a, cfg()).unwrap();
+    let mut port = vfio_nic::devices::ixgbe::IxgbePort::open(a, cfg()).unwrap();
     let qinq = |tx_mode| VlanConfig {
         tx_mode,
         extended: true,
@@ -441,8 +441,8 @@ fn switching_receive_modes_under_traffic_never_double_strips_or_loses_a_tag() {
 
 #[test]
 fn queues_of_one_port_in_different_receive_modes() {
-    use vfio_nic::mmio::Mmio;
-    use vfio_nic::regs::ixgbe as r;
+    use vfio_nic::platform::mmio::Mmio;
+    use vfio_nic::platform::regs::ixgbe as r;
     let (sa, sb) = SimPort::pair(SimConfig::default());
     let mut a = IxgbePort::open(sa.clone(), cfg()).unwrap();
     let two = IxgbeConfig {

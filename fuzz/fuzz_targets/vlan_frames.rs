@@ -4,7 +4,7 @@
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use vfio_nic::dma::{IdentityMapper, Pool, PoolConfig};
+use vfio_nic::platform::dma::{IdentityMapper, Pool, PoolConfig};
 
 #[path = "../vlan_check.rs"]
 mod vlan_check;

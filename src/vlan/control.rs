@@ -10,7 +10,7 @@
 //!
 //! # Why a mode switch under traffic is safe
 //! The guarantee does not rest on timing. It rests on three per-packet facts:
-//! 1. the driver sets [`Meta::VLAN_STRIPPED`](crate::dma::Meta::VLAN_STRIPPED) exactly when the
+//! 1. the driver sets [`Meta::VLAN_STRIPPED`](crate::platform::dma::Meta::VLAN_STRIPPED) exactly when the
 //!    device removed the tag (it knows from the descriptor and its queue's strip bit);
 //! 2. software strips a packet only when neither `VLAN_STRIPPED` nor `VLAN_HANDLED` is set, and
 //!    sets one of them when it does (or finds nothing to strip);
@@ -91,11 +91,11 @@ impl VlanCaps {
 /// for what [`vlan_caps`](VlanHardware::vlan_caps) reports, and only on the configuration path.
 ///
 /// Contract for receive: with the strip bit on, every packet whose tag the device removed must
-/// carry [`Meta::VLAN_STRIPPED`](crate::dma::Meta::VLAN_STRIPPED) and the TCI; no packet that
+/// carry [`Meta::VLAN_STRIPPED`](crate::platform::dma::Meta::VLAN_STRIPPED) and the TCI; no packet that
 /// still holds its tag may carry it. A driver may also set
-/// [`Meta::VLAN_HANDLED`](crate::dma::Meta::VLAN_HANDLED) when its descriptor proves the frame
+/// [`Meta::VLAN_HANDLED`](crate::platform::dma::Meta::VLAN_HANDLED) when its descriptor proves the frame
 /// had no tag (82599: VP clear, non-extended mode), which spares `take_vlan` a frame read.
-/// Contract for transmit: a packet with [`Meta::TX_VLAN`](crate::dma::Meta::TX_VLAN) goes out
+/// Contract for transmit: a packet with [`Meta::TX_VLAN`](crate::platform::dma::Meta::TX_VLAN) goes out
 /// byte-identical to [`tx_wire_frame`](super::tx_wire_frame) with the TPID
 /// [`VlanRxCtx::push_tpid`] of the current setting.
 pub trait VlanHardware {
@@ -624,7 +624,7 @@ impl VlanControl {
     }
 
     /// Switches the transmit mode. A packet's tag is inserted exactly once: software insertion
-    /// clears [`Meta::TX_VLAN`](crate::dma::Meta::TX_VLAN), so a packet left in a batch and
+    /// clears [`Meta::TX_VLAN`](crate::platform::dma::Meta::TX_VLAN), so a packet left in a batch and
     /// retried after a switch is not tagged again.
     pub fn set_tx_mode(&self, hw: &mut dyn VlanHardware, mode: TxMode) -> Result<()> {
         self.change(hw, |c| c.tx_mode = mode)

@@ -2,7 +2,7 @@
 //!
 //! Everything here is a pure function of its arguments, total over every input: it never panics
 //! and never indexes past the slice it is given (every access is a checked `get` or is guarded
-//! by a length test right before it). The [`Packet`](crate::dma::Packet) operations in
+//! by a length test right before it). The [`Packet`](crate::platform::dma::Packet) operations in
 //! [`packet`](super::packet) are these functions applied to a packet's frame, so the fuzz
 //! harness and the property tests exercise both.
 //!

@@ -7,11 +7,11 @@
 
 use super::control::{VlanCaps, VlanHardware};
 use super::tag::{Tpid, Vid};
-use crate::bus::Bus;
 use crate::device::Port;
+use crate::devices::any::AnyPort;
+use crate::devices::ixgbe::IxgbePort;
 use crate::error::Result;
-use crate::ixgbe::IxgbePort;
-use crate::port::AnyPort;
+use crate::platform::bus::Bus;
 
 /// `tx_insert_extended: false`: in extended mode the driver sets DMATXCTL.VT to the outer TPID,
 /// so that an inserted tag is the new outermost one, as software insertion does (and as the

@@ -7,7 +7,7 @@
 //! answers (`vlan-behaviour.md`):
 //!
 //! - [`RxMode::Hardware`]: the device strips; the driver marks the packet
-//!   [`Meta::VLAN_STRIPPED`](crate::dma::Meta::VLAN_STRIPPED) with the TCI.
+//!   [`Meta::VLAN_STRIPPED`](crate::platform::dma::Meta::VLAN_STRIPPED) with the TCI.
 //! - [`RxMode::Software`]: [`VlanRx`] strips inside the burst (moving only the 12 MAC bytes).
 //! - [`RxMode::Deferred`]: nothing in the burst; [`PacketVlan::take_vlan`] strips when the
 //!   application asks, on the header line it is reading anyway.
@@ -17,7 +17,7 @@
 //! Pieces:
 //! - [`tag`]: [`Tci`], [`Vid`] (4095 refused: 802.1Q reserves it), [`Tpid`], the modes.
 //! - [`frame`]: pure, total functions on byte slices (find, strip, insert, wire view).
-//! - [`PacketVlan`]: the per-packet calls on [`Packet`](crate::dma::Packet).
+//! - [`PacketVlan`]: the per-packet calls on [`Packet`](crate::platform::dma::Packet).
 //! - [`VlanFilter`]: the 4096-bit table (VFTA layout) kept in software and written back after
 //!   resets.
 //! - [`VlanControl`] + [`VlanHardware`]: configuration and mode switches while traffic flows,
@@ -25,7 +25,7 @@
 //!
 //! ```
 //! use vfio_nic::device::{Port, RxQueue};
-//! use vfio_nic::null::{NullConfig, NullPort};
+//! use vfio_nic::devices::null::{NullConfig, NullPort};
 //! use vfio_nic::vlan::{PacketVlan, RxMode, VlanConfig, VlanControl};
 //!
 //! let mut frame = vec![0u8; 64];
@@ -63,8 +63,8 @@ pub(crate) use queue::insert_all;
 pub use queue::{VlanRx, VlanStats, VlanTx};
 pub use tag::{ReservedVid, RxMode, Tci, Tpid, TxMode, Vid};
 
+use crate::devices::null::NullPort;
 use crate::error::{Error, Result};
-use crate::null::NullPort;
 
 fn no_vlan_hardware(port: &NullPort, what: &str) -> Error {
     Error::NotSupported {
@@ -109,14 +109,14 @@ mod tests {
         fn control<T: Clone + Send + Sync + 'static>() {}
         fn queue<T: Send>() {}
         control::<VlanControl>();
-        queue::<VlanRx<crate::null::NullRx>>();
-        queue::<VlanTx<crate::null::NullTx>>();
+        queue::<VlanRx<crate::devices::null::NullRx>>();
+        queue::<VlanTx<crate::devices::null::NullTx>>();
         queue::<VlanRxCtx>();
     }
 
     #[test]
     fn the_null_device_reports_no_vlan_hardware() {
-        let mut port = NullPort::new(3, crate::null::NullConfig::default()).unwrap();
+        let mut port = NullPort::new(3, crate::devices::null::NullConfig::default()).unwrap();
         assert_eq!(port.vlan_caps(), VlanCaps::none("null:3"));
         let e = port.set_rx_strip(0, true).unwrap_err().to_string();
         assert!(

@@ -20,7 +20,7 @@
 //! 16-bit stores. No allocation, no atomics, no locks: the TPID arrives in the `Copy`
 //! [`VlanRxCtx`] the queue handed out with the burst.
 
-use crate::dma::{Meta, Packet};
+use crate::platform::dma::{Meta, Packet};
 
 use super::frame::{self, Lookup, VlanRxCtx, MAC_LEN, TAG_LEN};
 use super::tag::{ReservedVid, Tci, Tpid};
@@ -214,7 +214,7 @@ fn push_vlan_at_tail(p: &mut Packet, tpid: Tpid, tci: Tci) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dma::{IdentityMapper, Pool, PoolConfig};
+    use crate::platform::dma::{IdentityMapper, Pool, PoolConfig};
     use std::sync::Arc;
 
     fn pool() -> Pool {

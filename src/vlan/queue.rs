@@ -11,14 +11,14 @@
 //! | Deferred | nothing (no loop) | every unflagged frame's tag is read (the cost of filtering) |
 //!
 //! Transmit: Software mode pushes the tag of every packet marked
-//! [`Meta::TX_VLAN`](crate::dma::Meta::TX_VLAN) into its headroom and clears the mark; Hardware
+//! [`Meta::TX_VLAN`](crate::platform::dma::Meta::TX_VLAN) into its headroom and clears the mark; Hardware
 //! mode passes the batch untouched, and the driver puts the TCI in its descriptors.
 //!
 //! Counters are plain `u64` fields of the wrapper (one thread owns a queue), counting what the
 //! VLAN layer did in software; what the device did shows in the device's counters.
 
 use crate::device::{QueueError, QueueStats, RxQueue, SwVlanCounts, TxQueue};
-use crate::dma::{Meta, Packet, Pool};
+use crate::platform::dma::{Meta, Packet, Pool};
 
 use super::control::{RxKey, VlanControl};
 use super::frame::{find_tag, Lookup, VlanRxCtx, TAG_LEN};

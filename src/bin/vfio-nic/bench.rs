@@ -27,12 +27,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use vfio_nic::app::forward::{forward_burst, forward_burst_with, FwdStats};
 use vfio_nic::device::{Port, RxQueue, TxQueue};
-use vfio_nic::dma::{Packet, PoolConfig};
-use vfio_nic::forward::{forward_burst, forward_burst_with, FwdStats};
-use vfio_nic::ixgbe::{IxgbeConfig, IxgbePort};
-use vfio_nic::null::{NullConfig, NullPort};
-use vfio_nic::sim::{pin_current_thread, DeviceThread, Mode, SimConfig, SimPort, Source};
+use vfio_nic::devices::ixgbe::{IxgbeConfig, IxgbePort};
+use vfio_nic::devices::null::{NullConfig, NullPort};
+use vfio_nic::devices::sim::{pin_current_thread, DeviceThread, Mode, SimConfig, SimPort, Source};
+use vfio_nic::platform::dma::{Packet, PoolConfig};
 use vfio_nic::vlan::{PacketVlan, RxMode, TxMode, VlanConfig, VlanControl, VlanRx, VlanTx};
 use vfio_nic::{Error, Result};
 

@@ -6,7 +6,7 @@
 use std::str::FromStr;
 
 use vfio_nic::device::{Port, PortStats};
-use vfio_nic::port::{AnyPort, PortConfig};
+use vfio_nic::devices::any::{AnyPort, PortConfig};
 use vfio_nic::vlan::{RxMode, Tci, TxMode, Vid, VlanConfig, VlanControl, VlanFilter};
 use vfio_nic::{Error, Result};
 

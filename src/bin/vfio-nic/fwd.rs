@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Map};
+use vfio_nic::app::forward::{forward_burst, forward_burst_with, FwdStats};
 use vfio_nic::device::{Port, QueueError};
-use vfio_nic::dma::{Meta, Packet};
-use vfio_nic::forward::{forward_burst, forward_burst_with, FwdStats};
-use vfio_nic::port::{self, AnyRx, AnyTx};
+use vfio_nic::devices::{self, AnyRx, AnyTx};
+use vfio_nic::platform::dma::{Meta, Packet};
 use vfio_nic::vlan::{PacketVlan, Tci, VlanControl};
 use vfio_nic::{Error, Result};
 
@@ -112,7 +112,7 @@ pub fn run(args: &FwdArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> 
     let mut ctls: Vec<VlanControl> = Vec::new();
     let mut queues = Vec::new();
     for name in &args.ports {
-        let mut p = port::open(name, &config)?;
+        let mut p = devices::open(name, &config)?;
         if use_vlan {
             ctls.push(common::vlan_control(&mut p, &vcfg)?);
         }

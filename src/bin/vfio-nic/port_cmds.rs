@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use vfio_nic::bus::PciBus;
+use vfio_nic::app::selftest::{self, SelftestConfig, Verdict};
 use vfio_nic::device::{Port, QueueStats, RxQueue, TxQueue};
-use vfio_nic::dma::Pool;
-use vfio_nic::port::{self, PortName};
-use vfio_nic::selftest::{self, SelftestConfig, Verdict};
-use vfio_nic::sim;
+use vfio_nic::devices::sim;
+use vfio_nic::devices::{self, PortName};
+use vfio_nic::platform::bus::PciBus;
+use vfio_nic::platform::dma::Pool;
 use vfio_nic::vlan::{VlanConfig, VlanHardware};
 use vfio_nic::{Error, Result};
 
@@ -58,7 +58,7 @@ fn bars(name: &str) -> Result<Vec<Value>> {
 /// `vfio-nic info PORT`.
 pub fn info(name: &str, json_out: bool) -> Result<()> {
     let bars = bars(name)?;
-    let mut port = port::open(name, &common::port_config(1))?;
+    let mut port = devices::open(name, &common::port_config(1))?;
     let info = port.info();
     let link = port.link()?;
     let caps = port.vlan_caps();
@@ -180,7 +180,7 @@ pub fn stats(args: &StatsArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<
             args.duration
         )));
     }
-    let mut port = port::open(&args.port, &common::port_config(1))?;
+    let mut port = devices::open(&args.port, &common::port_config(1))?;
     let (mut rx, tx) = port.take_queues()?;
     let end = Instant::now() + Duration::from_secs_f64(args.duration);
     let mut batch = Vec::new();

@@ -1,13 +1,13 @@
 //! `list`, `regs` and `reg`: looking at a card without a driver running.
 
 use serde_json::{json, Value};
-use vfio_nic::bus::{Bus, PciBus};
-use vfio_nic::ids;
-use vfio_nic::mmio::Mmio;
-use vfio_nic::pci::Sysfs;
-use vfio_nic::port::PortName;
-use vfio_nic::regs::{self, Access, RegisterInfo, RegisterMap};
-use vfio_nic::sim::{SimConfig, SimPort};
+use vfio_nic::devices::any::PortName;
+use vfio_nic::devices::ids;
+use vfio_nic::devices::sim::{SimConfig, SimPort};
+use vfio_nic::platform::bus::{Bus, PciBus};
+use vfio_nic::platform::mmio::Mmio;
+use vfio_nic::platform::pci::Sysfs;
+use vfio_nic::platform::regs::{self, Access, RegisterInfo, RegisterMap};
 use vfio_nic::{Error, Result};
 
 /// `vfio-nic list`.

@@ -1,6 +1,6 @@
 //! `respond`: answer ARP and ping for one address, so any host's `ping` checks the port end to end.
 //!
-//! The logic is [`vfio_nic::respond::Responder`]; this file moves frames. Replies reuse the
+//! The logic is [`vfio_nic::app::respond::Responder`]; this file moves frames. Replies reuse the
 //! request's buffer (a reply is never longer than its request, padding aside), carry the
 //! request's VLAN tag through the transmit VLAN mode, and go out in the same burst.
 //!
@@ -13,14 +13,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map};
-use vfio_nic::device::{MacAddr, Port, RxQueue, TxQueue};
-use vfio_nic::dma::Pool;
-use vfio_nic::port::{self, AnyRx, AnyTx};
-use vfio_nic::respond::{arp_request, echo_request, Ipv4Cidr, Responder, ResponderConfig};
-use vfio_nic::vlan::{PacketVlan, Tci, VlanRx, VlanTx};
-use vfio_nic::wire::{
+use vfio_nic::app::respond::{arp_request, echo_request, Ipv4Cidr, Responder, ResponderConfig};
+use vfio_nic::app::wire::{
     ArpPacket, EthernetFrame, IcmpPacket, Ipv4Packet, ARP_REPLY, ICMP_ECHO_REPLY,
 };
+use vfio_nic::device::{MacAddr, Port, RxQueue, TxQueue};
+use vfio_nic::devices::{self, AnyRx, AnyTx};
+use vfio_nic::platform::dma::Pool;
+use vfio_nic::vlan::{PacketVlan, Tci, VlanRx, VlanTx};
 use vfio_nic::{Error, Result};
 
 use crate::common::{self, RunOpts, VlanRxOpts, VlanTxOpts};
@@ -177,7 +177,7 @@ pub fn run(args: &RespondArgs, json_out: bool, stop: Arc<AtomicBool>) -> CliResu
         .map(|v| common::parse_vid(v, "--vlan"))
         .transpose()?;
     let vcfg = common::vlan_config(Some(&args.rx), Some(&args.tx))?;
-    let mut port = port::open(&args.port, &common::port_config(1))?;
+    let mut port = devices::open(&args.port, &common::port_config(1))?;
     let ctl = common::vlan_control(&mut port, &vcfg)?;
     let cfg = ResponderConfig {
         mac: port.info().mac,
@@ -188,7 +188,7 @@ pub fn run(args: &RespondArgs, json_out: bool, stop: Arc<AtomicBool>) -> CliResu
     // The prober is opened before the responder's queues start, so nothing it sends is missed.
     let mut probe = match &args.probe_from {
         Some(peer) => {
-            let mut pp = port::open(peer, &common::port_config(1))?;
+            let mut pp = devices::open(peer, &common::port_config(1))?;
             let pctl = common::vlan_control(&mut pp, &common::vlan_config(None, None)?)?;
             let mac = pp.info().mac;
             let (mut r, mut t) = pp.take_queues()?;

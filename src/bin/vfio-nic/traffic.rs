@@ -18,12 +18,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map};
-use vfio_nic::capture::{PcapSink, Timestamps};
+use vfio_nic::app::capture::{PcapSink, Timestamps};
+use vfio_nic::app::wire::{build_udp_frame, UdpFlow, MAX_UDP_FRAME, MIN_UDP_FRAME};
 use vfio_nic::device::{MacAddr, Port, RxQueue, TxQueue};
-use vfio_nic::dma::{Packet, Pool};
-use vfio_nic::port::{self, AnyPort, AnyRx, AnyTx};
+use vfio_nic::devices::{self, AnyPort, AnyRx, AnyTx};
+use vfio_nic::platform::dma::{Packet, Pool};
 use vfio_nic::vlan::{PacketVlan, Tci, VlanControl, VlanRx, VlanTx};
-use vfio_nic::wire::{build_udp_frame, UdpFlow, MAX_UDP_FRAME, MIN_UDP_FRAME};
 use vfio_nic::{Error, Result};
 
 use crate::common::{self, RunOpts, VlanRxOpts, VlanTxOpts};
@@ -206,7 +206,7 @@ struct Generator {
 
 impl Generator {
     fn open(name: &str, plan: &GenPlan, filter: Option<&str>) -> Result<(AnyPort, Generator)> {
-        let mut port = port::open(name, &common::port_config(1))?;
+        let mut port = devices::open(name, &common::port_config(1))?;
         let rx_opts = VlanRxOpts {
             vlan_rx: "sw".into(),
             vlan_filter: filter.map(str::to_string),
@@ -376,7 +376,7 @@ pub fn capture(args: &CaptureArgs, json_out: bool, stop: Arc<AtomicBool>) -> Res
         .transpose()?;
     // The file first: a bad path fails before any device is touched.
     let mut sink = PcapSink::create(&args.file, ts)?;
-    let mut port = port::open(&args.port, &common::port_config(1))?;
+    let mut port = devices::open(&args.port, &common::port_config(1))?;
     let ctl = common::vlan_control(&mut port, &vcfg)?;
     let mut gen = match (&args.gen_on, &plan) {
         (Some(peer), Some(plan)) => Some(Generator::open(peer, plan, None)?),

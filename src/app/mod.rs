@@ -1,0 +1,14 @@
+//! Application helpers: what tools and appliances build on the burst API, through the device
+//! contract only (no driver is named here except by the port-opening helpers they are given).
+//!
+//! - [`wire`]: typed views of Ethernet, ARP, IPv4, ICMP and UDP headers;
+//! - [`respond`]: an ARP and ICMP echo responder;
+//! - [`capture`]: writing received frames to pcap;
+//! - [`forward`]: the forwarding loop;
+//! - [`selftest`]: the register and loopback self-test.
+
+pub mod capture;
+pub mod forward;
+pub mod respond;
+pub mod selftest;
+pub mod wire;

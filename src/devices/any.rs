@@ -1,0 +1,352 @@
+//! Port names, and opening a port by name.
+//!
+//! Every tool and example takes ports the same way: a PCI address for a real NIC
+//! (`0000:01:00.0`, or `01:00.0` for domain 0) or an in-memory device (`null:0`, `null:1`, ...).
+//! [`AnyPort`] lets a program that chooses its ports at run time use one code path for all of
+//! them; a program that knows its driver can use the concrete port type and avoid the `match`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::device::{
+    LinkStatus, Port, PortInfo, PortStats, QueueError, QueueSet, QueueStats, RxQueue, SwVlanCounts,
+    TxQueue,
+};
+use crate::devices::ids::{self, Family};
+use crate::devices::igb::{IgbConfig, IgbPort, IgbRx, IgbTx};
+use crate::devices::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx, IxgbeTx};
+use crate::devices::null::{NullConfig, NullPort, NullRx, NullTx};
+use crate::devices::sim::{SimConfig, SimPort};
+use crate::error::{Error, Result};
+use crate::platform::bus::{Bus, PciBus};
+use crate::platform::dma::{Packet, Pool};
+use crate::platform::pci::PciAddress;
+use crate::vlan::Tpid;
+
+/// A parsed port name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortName {
+    /// A PCI device driven through VFIO.
+    Pci(PciAddress),
+    /// `null:N`, the null device.
+    Null(u32),
+    /// `sim:N`, the software 82599 (ports 2k and 2k+1 are wired to each other).
+    Sim(u32),
+}
+
+impl FromStr for PortName {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        if let Some((kind, index)) = s.split_once(':') {
+            if kind.chars().all(|c| c.is_ascii_alphabetic()) && !kind.is_empty() {
+                let index: u32 = index.parse().map_err(|_| Error::BadPortName {
+                    input: s.into(),
+                    reason: format!("'{index}' is not a port number"),
+                })?;
+                return match kind {
+                    "null" => Ok(PortName::Null(index)),
+                    "sim" => Ok(PortName::Sim(index)),
+                    _ => Err(Error::BadPortName {
+                        input: s.into(),
+                        reason: format!("unknown in-memory device '{kind}' (known: null, sim)"),
+                    }),
+                };
+            }
+        }
+        Ok(PortName::Pci(s.parse()?))
+    }
+}
+
+impl fmt::Display for PortName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PortName::Pci(a) => write!(f, "{a}"),
+            PortName::Null(i) => write!(f, "null:{i}"),
+            PortName::Sim(i) => write!(f, "sim:{i}"),
+        }
+    }
+}
+
+/// How to open a port, whatever its kind.
+#[derive(Clone, Debug, Default)]
+pub struct PortConfig {
+    /// Settings of null ports.
+    pub null: NullConfig,
+    /// Settings of 82576 (igb) ports.
+    pub igb: IgbConfig,
+    /// Settings of 82599 (ixgbe) ports, real or software.
+    pub ixgbe: IxgbeConfig,
+    /// Settings of the software 82599 behind `sim:N` ports.
+    pub sim: SimConfig,
+}
+
+/// A port of any kind.
+pub enum AnyPort {
+    /// A null port.
+    Null(NullPort),
+    /// An Intel 82576 driven through VFIO (boxed: the port is large and rarely touched).
+    Igb(Box<IgbPort<PciBus>>),
+    /// An Intel 82599 driven through VFIO (boxed: the port is large and rarely touched).
+    Ixgbe(Box<IxgbePort<PciBus>>),
+    /// The ixgbe driver on a software 82599 (`sim:N`).
+    IxgbeSim(Box<IxgbePort<SimPort>>),
+}
+
+/// Opens a port by name.
+pub fn open(name: &str, config: &PortConfig) -> Result<AnyPort> {
+    match name.parse::<PortName>()? {
+        PortName::Null(i) => Ok(AnyPort::Null(NullPort::new(i, config.null.clone())?)),
+        PortName::Sim(i) => Ok(AnyPort::IxgbeSim(Box::new(IxgbePort::open(
+            SimPort::open_named(i, &config.sim)?,
+            config.ixgbe.clone(),
+        )?))),
+        PortName::Pci(addr) => open_pci(addr, config),
+    }
+}
+
+/// Opens a PCI port through VFIO and picks the driver by PCI id.
+fn open_pci(addr: PciAddress, config: &PortConfig) -> Result<AnyPort> {
+    let bus = PciBus::open(addr)?;
+    let (vendor, device) = bus.pci_id();
+    match ids::lookup(vendor, device) {
+        Some((Family::Ixgbe, _)) => Ok(AnyPort::Ixgbe(Box::new(IxgbePort::open(
+            bus,
+            config.ixgbe.clone(),
+        )?))),
+        Some((Family::Igb, _)) => Ok(AnyPort::Igb(Box::new(IgbPort::open(
+            bus,
+            config.igb.clone(),
+        )?))),
+        None => Err(Error::UnsupportedDevice {
+            addr: addr.to_string(),
+            vendor,
+            device,
+            supported: ids::supported_list(),
+        }),
+    }
+}
+
+/// A receive queue of any kind of port.
+// Queues are not boxed: the burst path would pay a pointer chase per call, and a few hundred
+// bytes per queue in a `Vec` cost nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum AnyRx {
+    /// Of a null port.
+    Null(NullRx),
+    /// Of an 82576 port.
+    Igb(IgbRx<PciBus>),
+    /// Of an 82599 port.
+    Ixgbe(IxgbeRx<PciBus>),
+    /// Of a software 82599 port.
+    IxgbeSim(IxgbeRx<SimPort>),
+}
+
+/// A transmit queue of any kind of port.
+#[allow(clippy::large_enum_variant)]
+pub enum AnyTx {
+    /// Of a null port.
+    Null(NullTx),
+    /// Of an 82576 port.
+    Igb(IgbTx<PciBus>),
+    /// Of an 82599 port.
+    Ixgbe(IxgbeTx<PciBus>),
+    /// Of a software 82599 port.
+    IxgbeSim(IxgbeTx<SimPort>),
+}
+
+impl Port for AnyPort {
+    type Rx = AnyRx;
+    type Tx = AnyTx;
+
+    fn info(&self) -> PortInfo {
+        match self {
+            AnyPort::Null(p) => p.info(),
+            AnyPort::Igb(p) => p.info(),
+            AnyPort::Ixgbe(p) => p.info(),
+            AnyPort::IxgbeSim(p) => p.info(),
+        }
+    }
+
+    fn link(&self) -> Result<LinkStatus> {
+        match self {
+            AnyPort::Null(p) => p.link(),
+            AnyPort::Igb(p) => p.link(),
+            AnyPort::Ixgbe(p) => p.link(),
+            AnyPort::IxgbeSim(p) => p.link(),
+        }
+    }
+
+    fn stats(&mut self) -> Result<PortStats> {
+        match self {
+            AnyPort::Null(p) => p.stats(),
+            AnyPort::Igb(p) => p.stats(),
+            AnyPort::Ixgbe(p) => p.stats(),
+            AnyPort::IxgbeSim(p) => p.stats(),
+        }
+    }
+
+    fn take_queues(&mut self) -> Result<QueueSet<AnyRx, AnyTx>> {
+        match self {
+            AnyPort::Null(p) => {
+                let (rx, tx) = p.take_queues()?;
+                Ok((
+                    rx.into_iter().map(AnyRx::Null).collect(),
+                    tx.into_iter().map(AnyTx::Null).collect(),
+                ))
+            }
+            AnyPort::Igb(p) => {
+                let (rx, tx) = p.take_queues()?;
+                Ok((
+                    rx.into_iter().map(AnyRx::Igb).collect(),
+                    tx.into_iter().map(AnyTx::Igb).collect(),
+                ))
+            }
+            AnyPort::Ixgbe(p) => {
+                let (rx, tx) = p.take_queues()?;
+                Ok((
+                    rx.into_iter().map(AnyRx::Ixgbe).collect(),
+                    tx.into_iter().map(AnyTx::Ixgbe).collect(),
+                ))
+            }
+            AnyPort::IxgbeSim(p) => {
+                let (rx, tx) = p.take_queues()?;
+                Ok((
+                    rx.into_iter().map(AnyRx::IxgbeSim).collect(),
+                    tx.into_iter().map(AnyTx::IxgbeSim).collect(),
+                ))
+            }
+        }
+    }
+}
+
+impl RxQueue for AnyRx {
+    #[inline]
+    fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
+        match self {
+            AnyRx::Null(q) => q.rx_burst(batch, max),
+            AnyRx::Igb(q) => q.rx_burst(batch, max),
+            AnyRx::Ixgbe(q) => q.rx_burst(batch, max),
+            AnyRx::IxgbeSim(q) => q.rx_burst(batch, max),
+        }
+    }
+    fn stats(&self) -> QueueStats {
+        match self {
+            AnyRx::Null(q) => q.stats(),
+            AnyRx::Igb(q) => q.stats(),
+            AnyRx::Ixgbe(q) => q.stats(),
+            AnyRx::IxgbeSim(q) => q.stats(),
+        }
+    }
+    fn pool(&self) -> &Pool {
+        match self {
+            AnyRx::Null(q) => q.pool(),
+            AnyRx::Igb(q) => q.pool(),
+            AnyRx::Ixgbe(q) => q.pool(),
+            AnyRx::IxgbeSim(q) => q.pool(),
+        }
+    }
+}
+
+impl TxQueue for AnyTx {
+    #[inline]
+    fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
+        match self {
+            AnyTx::Null(q) => q.tx_burst(batch),
+            AnyTx::Igb(q) => q.tx_burst(batch),
+            AnyTx::Ixgbe(q) => q.tx_burst(batch),
+            AnyTx::IxgbeSim(q) => q.tx_burst(batch),
+        }
+    }
+    #[inline]
+    fn tx_burst_sw_vlan(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        tpid: Tpid,
+        counts: &mut SwVlanCounts,
+    ) -> Result<usize, QueueError> {
+        match self {
+            AnyTx::Null(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
+            AnyTx::Igb(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
+            AnyTx::Ixgbe(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
+            AnyTx::IxgbeSim(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
+        }
+    }
+    fn stats(&self) -> QueueStats {
+        match self {
+            AnyTx::Null(q) => q.stats(),
+            AnyTx::Igb(q) => q.stats(),
+            AnyTx::Ixgbe(q) => q.stats(),
+            AnyTx::IxgbeSim(q) => q.stats(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse() {
+        assert_eq!("null:3".parse::<PortName>().unwrap(), PortName::Null(3));
+        assert_eq!("null:3".parse::<PortName>().unwrap().to_string(), "null:3");
+        assert_eq!("sim:5".parse::<PortName>().unwrap(), PortName::Sim(5));
+        assert_eq!("sim:5".parse::<PortName>().unwrap().to_string(), "sim:5");
+        let p: PortName = "01:00.0".parse().unwrap();
+        assert_eq!(p.to_string(), "0000:01:00.0");
+        for bad in ["null:x", "foo:1", "01:00", "0000:01:00.8", ""] {
+            let e = bad.parse::<PortName>().unwrap_err().to_string();
+            assert!(
+                e.contains("not a port name") || e.contains(bad),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn pci_ports_go_through_vfio() {
+        // No such device on a build machine (or not bound to vfio-pci): the error names the
+        // address and says what to do, it does not claim there is no driver.
+        let e = open("0000:7f:1f.7", &PortConfig::default())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("0000:7f:1f.7"), "{e}");
+        assert!(!e.contains("no hardware driver"), "{e}");
+    }
+
+    #[test]
+    fn sim_ports_open_by_name_and_are_wired() {
+        let cfg = PortConfig {
+            ixgbe: IxgbeConfig {
+                rx_ring: 64,
+                tx_ring: 64,
+                pool: crate::platform::dma::PoolConfig {
+                    buffers: 256,
+                    ..Default::default()
+                },
+                ..IxgbeConfig::default()
+            },
+            ..PortConfig::default()
+        };
+        let mut a = open("sim:40", &cfg).unwrap();
+        let mut b = open("sim:41", &cfg).unwrap();
+        assert_eq!(a.info().driver, "ixgbe");
+        assert!(a.link().unwrap().up);
+        let (_rxa, mut txa) = a.take_queues().unwrap();
+        let (mut rxb, _txb) = b.take_queues().unwrap();
+        let mut batch = Vec::new();
+        assert_eq!(rxb[0].pool().alloc_bulk_len(4, 60, &mut batch), 4);
+        assert_eq!(txa[0].tx_burst(&mut batch).unwrap(), 4);
+        assert_eq!(rxb[0].rx_burst(&mut batch, 32).unwrap(), 4);
+    }
+
+    #[test]
+    fn null_ports_open_by_name() {
+        let mut p = open("null:1", &PortConfig::default()).unwrap();
+        assert_eq!(p.info().driver, "null");
+        let (mut rx, mut tx) = p.take_queues().unwrap();
+        let mut b = Vec::new();
+        assert_eq!(rx[0].rx_burst(&mut b, 4).unwrap(), 4);
+        assert_eq!(tx[0].tx_burst(&mut b).unwrap(), 4);
+    }
+}

@@ -1,0 +1,195 @@
+//! The configuration of an Intel port, and the checks both drivers make on it.
+//!
+//! The 82576 and the 82599 take the same settings (queues, rings, pool, promiscuous mode, MTU,
+//! loopback, timeouts, initial VLAN state); only their limits differ. So there is one struct,
+//! [`IntelConfig`], parameterised by the chip, and each driver names it (`IgbConfig`,
+//! `IxgbeConfig`). The reasoning behind every check lives here once.
+
+use std::fmt::Debug;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::platform::dma::PoolConfig;
+
+/// A chip family's limits, which parameterise [`IntelConfig`].
+pub trait Chip: Clone + Copy + Debug + Default + PartialEq + Eq + Send + Sync + 'static {
+    /// The limits of this chip.
+    const LIMITS: Limits;
+}
+
+/// How to open an Intel port (82576 or 82599). Register names in the field docs are given for
+/// both chips where they differ (82576 / 82599).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IntelConfig<C: Chip> {
+    /// Receive queues (1 to the chip's maximum). More than one turns RSS on.
+    pub rx_queues: u16,
+    /// Transmit queues (1 to the chip's maximum).
+    pub tx_queues: u16,
+    /// Descriptors per receive ring (power of two, 32 to the chip's maximum).
+    pub rx_ring: usize,
+    /// Descriptors per transmit ring (power of two, 32 to the chip's maximum).
+    pub tx_ring: usize,
+    /// Layout of each receive queue's pool (one pool per queue). The receive buffer size
+    /// programmed into the device is the buffer room (`buf_size - headroom`) in whole KB.
+    pub pool: PoolConfig,
+    /// Accept every unicast and multicast frame (RCTL.UPE|MPE / FCTRL.UPE|MPE).
+    pub promiscuous: bool,
+    /// Largest IP packet; above 1500 long frames are enabled (RCTL.LPE + RLPML /
+    /// HLREG0.JUMBOEN + MAXFRS).
+    pub mtu: u16,
+    /// MAC loopback: transmitted frames come back on the same port, no cable needed.
+    pub loopback: bool,
+    /// How long `open` waits for the link; a link still down after it is a warning, not an
+    /// error (a cable may be unplugged), and `Port::link` reports it.
+    pub link_timeout: Duration,
+    /// How long any other register poll (reset done, queue enable, MDIC) may take.
+    pub reg_timeout: Duration,
+    /// Strip VLAN tags from the start (CTRL.VME, port-wide / RXDCTL.VME on every queue).
+    pub rx_strip: bool,
+    /// VLAN filtering on from the start (RCTL.VFE / VLNCTRL.VFE); the table is `vlans`.
+    pub vlan_filter: bool,
+    /// VLAN ids in the filter table from the start (VID 0 is always in it).
+    pub vlans: Vec<u16>,
+    /// The TPID recognised on receive and inserted on transmit (VET / VLNCTRL.VET + DMATXCTL.VT).
+    pub tpid: u16,
+    /// The chip the limits come from.
+    pub chip: PhantomData<C>,
+}
+
+impl<C: Chip> Default for IntelConfig<C> {
+    /// One queue pair, 512-descriptor rings, the default pool, promiscuous, MTU 1500.
+    fn default() -> Self {
+        IntelConfig {
+            rx_queues: 1,
+            tx_queues: 1,
+            rx_ring: 512,
+            tx_ring: 512,
+            pool: PoolConfig::default(),
+            promiscuous: true,
+            mtu: 1500,
+            loopback: false,
+            link_timeout: Duration::from_secs(10),
+            reg_timeout: Duration::from_secs(1),
+            rx_strip: false,
+            vlan_filter: false,
+            vlans: Vec::new(),
+            tpid: 0x8100,
+            chip: PhantomData,
+        }
+    }
+}
+
+impl<C: Chip> IntelConfig<C> {
+    /// The receive buffer size in KB for SRRCTL.BSIZEPKT: the pool's buffer room rounded down
+    /// (the device must never write past a buffer), at most 16 KB.
+    pub fn rx_buffer_kb(&self) -> Result<u32> {
+        rx_buffer_kb(&C::LIMITS, &self.pool)
+    }
+
+    /// Checks every setting against the chip's limits.
+    pub fn check(&self) -> Result<()> {
+        let l = &C::LIMITS;
+        check_queues(l, "rx_queues", self.rx_queues, l.max_rx_queues)?;
+        check_queues(l, "tx_queues", self.tx_queues, l.max_tx_queues)?;
+        check_rings_and_mtu(l, self.rx_ring, self.tx_ring, &self.pool, self.mtu)?;
+        for &vid in &self.vlans {
+            super::vlan::check_vid(vid)?;
+        }
+        Ok(())
+    }
+}
+
+/// The limits of one chip, for messages and checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Driver family for messages ("igb", "ixgbe").
+    pub family: &'static str,
+    /// Chip for messages ("82576", "82599").
+    pub chip: &'static str,
+    /// Largest ring in descriptors.
+    pub max_ring: usize,
+    /// Largest MTU.
+    pub max_mtu: u16,
+    /// Receive queues usable with RSS.
+    pub max_rx_queues: u16,
+    /// Transmit queues usable.
+    pub max_tx_queues: u16,
+}
+
+/// The receive buffer size in KB for SRRCTL.BSIZEPKT: the pool's buffer room rounded down
+/// (the device must never write past a buffer), at most 16 KB.
+pub(crate) fn rx_buffer_kb(l: &Limits, pool: &PoolConfig) -> Result<u32> {
+    let room = pool.buf_size.saturating_sub(pool.headroom);
+    let kb = (room / 1024).min(16) as u32;
+    if kb == 0 {
+        return Err(Error::InvalidConfig(format!(
+            "the {} receives into whole KB: the pool's buffer room ({} - {} = {room} bytes) must be at least 1024; raise pool.buf_size",
+            l.chip, pool.buf_size, pool.headroom
+        )));
+    }
+    Ok(kb)
+}
+
+/// Queue counts against `1..=max`.
+pub(crate) fn check_queues(l: &Limits, what: &str, n: u16, max: u16) -> Result<()> {
+    if !(1..=max).contains(&n) {
+        return Err(Error::InvalidConfig(format!(
+            "{}: {what} {n} must be between 1 and {max}",
+            l.family
+        )));
+    }
+    Ok(())
+}
+
+/// Buffers a receive pool needs beyond its ring: one burst of the default size (32).
+pub const MIN_RX_SPARE: usize = 32;
+
+/// Ring sizes, pool size, MTU, and the buffer size the MTU needs.
+pub(crate) fn check_rings_and_mtu(
+    l: &Limits,
+    rx_ring: usize,
+    tx_ring: usize,
+    pool: &PoolConfig,
+    mtu: u16,
+) -> Result<()> {
+    for (what, n) in [("rx_ring", rx_ring), ("tx_ring", tx_ring)] {
+        crate::devices::intel::ring::check_ring_size(n)?;
+        if n > l.max_ring {
+            return Err(Error::InvalidConfig(format!(
+                "{}: {what} {n} is larger than the {}'s {} descriptors",
+                l.family, l.chip, l.max_ring
+            )));
+        }
+    }
+    // Every buffer of a pool that only fits the ring sits in the ring: a frame received can
+    // never be handed over (its slot has no buffer to be re-armed with), nothing is ever freed,
+    // and receive stalls for ever. One burst more keeps it moving.
+    let need = rx_ring + MIN_RX_SPARE;
+    if pool.buffers < need {
+        return Err(Error::InvalidConfig(format!(
+            "{}: each receive pool needs at least rx_ring + {MIN_RX_SPARE} = {need} buffers (the ring's, plus one burst that can be in the application's hands while the ring is re-armed), not {}; raise pool.buffers (rx_ring + {} avoids allocation failures on a busy queue)",
+            l.family,
+            pool.buffers,
+            crate::platform::dma::slots::RX_RESERVE
+        )));
+    }
+    if !(68..=l.max_mtu).contains(&mtu) {
+        return Err(Error::InvalidConfig(format!(
+            "{}: MTU {mtu} must be between 68 and {}",
+            l.family, l.max_mtu
+        )));
+    }
+    // A frame larger than one buffer spans descriptors and the ring drops it, so the buffer
+    // must hold the largest frame: header, two VLAN tags, MTU (the CRC is stripped).
+    let kb = rx_buffer_kb(l, pool)?;
+    let frame = usize::from(mtu) + 14 + 8;
+    if frame > kb as usize * 1024 {
+        return Err(Error::InvalidConfig(format!(
+            "{}: MTU {mtu} needs receive buffers of {frame} bytes but the pool gives {kb} KB; set pool.buf_size to at least {}",
+            l.family,
+            frame.div_ceil(1024) * 1024 + pool.headroom
+        )));
+    }
+    Ok(())
+}

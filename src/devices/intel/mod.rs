@@ -1,0 +1,56 @@
+//! What the 82576 (igb) and 82599 (ixgbe) drivers share above the descriptor rings.
+//!
+//! The two chips differ in register offsets and in a few semantics (where the VLAN strip bit
+//! lives, what VP means, how the link is brought up), but much of a driver around those
+//! differences is the same program with other register names. That program lives here once,
+//! taking the chip's registers as arguments, so a fix reaches both drivers:
+//!
+//! | file | what |
+//! |---|---|
+//! | `config.rs` | ring, pool and MTU checks shared by both configuration structs |
+//! | `queue.rs` | ring registers, enabling a queue, and stopping it safely before its memory is freed |
+//! | `txq.rs` | [`IntelTx`], the transmit queue of both chips |
+//! | `stats.rs` | read-to-clear counters accumulated to 64 bits, from a per-chip table |
+//! | `vlan.rs` | the VLAN filter table shadow, VID checks, writing VFTA after a reset |
+//! | `rss.rs` | the RSS key and redirection table contents |
+//!
+//! The descriptor rings themselves are in [`crate::devices::intel::ring`].
+
+pub mod config;
+pub(crate) mod queue;
+pub mod ring;
+pub(crate) mod rss;
+pub(crate) mod stats;
+pub mod txq;
+pub mod vlan;
+
+#[cfg(test)]
+pub(crate) mod testkit;
+
+pub use config::{Chip, IntelConfig, Limits};
+pub use txq::IntelTx;
+pub use vlan::VlanFilter;
+
+use crate::device::MacAddr;
+use crate::platform::mmio::Mmio;
+use crate::platform::regs::Reg;
+
+/// Reads receive address 0 (RAL0/RAH0), where both chips load the port's MAC from the EEPROM at
+/// reset with the address-valid bit `av` set. An invalid or all-zero entry is logged, not fatal:
+/// the port still works in promiscuous mode.
+pub(crate) fn read_mac<M: Mmio + ?Sized>(
+    m: &M,
+    name: &str,
+    ral: Reg,
+    rah: Reg,
+    av: u32,
+) -> MacAddr {
+    let lo = m.read(ral).to_le_bytes();
+    let hi = m.read(rah);
+    let h = hi.to_le_bytes();
+    let mac = MacAddr([lo[0], lo[1], lo[2], lo[3], h[0], h[1]]);
+    if hi & av == 0 || mac == MacAddr::default() {
+        tracing::warn!(port = %name, %mac, "receive address 0 is not valid after reset; is the EEPROM blank?");
+    }
+    mac
+}

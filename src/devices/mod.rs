@@ -1,0 +1,20 @@
+//! The device layer: one folder or file per device family, each owning all of its code (its
+//! registers, init, link, counters and VLAN register work), on top of the device contract
+//! ([`crate::device`]) and the VLAN layer's [`VlanHardware`](crate::vlan::VlanHardware) trait.
+//!
+//! - [`intel`]: what the 82576 and the 82599 share: descriptor rings, typed descriptor views,
+//!   the generic port shell over a per-chip trait, queue control, counters, RSS, the VFTA shadow;
+//! - [`igb`]: the Intel 82576; [`ixgbe`]: the Intel 82599;
+//! - [`null`]: the null device (DPDK's `net_null`);
+//! - [`sim`]: the software 82599, a register-level model the unchanged ixgbe driver runs on;
+//! - [`ids`]: the PCI ids each driver takes; [`any`]: opening a port by name ([`AnyPort`]).
+
+pub mod any;
+pub mod ids;
+pub mod igb;
+pub mod intel;
+pub mod ixgbe;
+pub mod null;
+pub mod sim;
+
+pub use any::{open, AnyPort, AnyRx, AnyTx, PortConfig, PortName};

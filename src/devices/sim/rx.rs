@@ -1,0 +1,512 @@
+//! The receive engine: from a frame on the wire to a written-back descriptor.
+//!
+//! Order of decisions, as on the 82599: receive enabled (bus master, link or MAC loopback,
+//! RXCTRL.RXEN) -> FCS -> size (60 bytes minimum, 1518 or MAXFRS.MFS with HLREG0.JUMBOEN, +4 per
+//! recognised tag) -> VLAN filter (VLNCTRL.VFE + VFTA, VID 0 included) -> address filter (FCTRL
+//! BAM/MPE/UPE, MTA hash with MCSTCTRL.MO = 0, RAL/RAH with AV) -> queue (RSS via RETA when
+//! MRQC.MRQE = 1, else queue 0) -> that queue's RXDCTL.ENABLE -> strip (RXDCTL.VME) and FCS
+//! (HLREG0.RXCRCSTRP) -> buffers.
+//!
+//! Buffers are written first, descriptors after: qword 0 (pkt_info, RSS hash), then length and
+//! VLAN, then the status/error dword with DD as a release store, one descriptor after the other.
+//! A DMA fault anywhere drops the frame before any descriptor is written back and leaves RDH
+//! where it was.
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+use super::frame::{self, VlanView};
+use super::layout::{rxq, RQSMR, W_GORC, W_QBRC, W_TOR};
+use super::regs::{lock, SimRegs};
+use crate::platform::regs::ixgbe as r;
+
+/// A frame on the wire (no FCS bytes; `fcs_ok` says whether the sender appended a valid one).
+#[derive(Clone, Debug)]
+pub(super) struct WireFrame {
+    pub data: Vec<u8>,
+    pub fcs_ok: bool,
+}
+
+/// The built-in traffic source's state.
+#[derive(Debug)]
+pub(super) struct SourceState {
+    pub frame: Vec<u8>,
+    pub remaining: Option<u64>,
+}
+
+/// Receive-side state of a port (held under its `rx` lock).
+#[derive(Debug, Default)]
+pub(super) struct RxEngine {
+    pub source: Option<SourceState>,
+    scratch: Vec<u8>,
+    /// The frame at the head of the inbound queue already counted as waiting (RNBC).
+    blocked: bool,
+    /// Counts of this service run, added to the registers once at its end.
+    tally: RxTally,
+}
+
+/// Receive counters gathered during one run of the engine and flushed once at its end (one
+/// atomic add per counter and run instead of a dozen per frame). Every run ends with a flush
+/// before the `rx` lock is released, so a reader sees whole runs, as with the real part's
+/// counters, which are also updated behind the frames.
+#[derive(Debug, Default)]
+struct RxTally {
+    /// Frames placed (GPRC, RXDGPC, the model's rx_frames).
+    frames: u32,
+    /// Their bytes on the wire, FCS included (GORC).
+    wire: u64,
+    /// Their bytes as written (the model's rx_bytes).
+    delivered: u64,
+    bucket: [u32; 6],
+    bcast: u32,
+    mcast: u32,
+    /// Per statistics counter (RQSMR map): frames and delivered bytes (QPRC, QBRC).
+    q_frames: [u32; 16],
+    q_bytes: [u64; 16],
+    /// Frames whose fate is final, and their wire bytes (TPR, TORL).
+    total: u32,
+    total_wire: u64,
+}
+
+impl RxEngine {
+    pub(super) fn new(source: Option<SourceState>) -> RxEngine {
+        RxEngine {
+            source,
+            ..RxEngine::default()
+        }
+    }
+
+    /// A device reset forgets what was in flight; the traffic source is part of the wire and
+    /// keeps its state.
+    pub(super) fn reset(&mut self) {
+        self.blocked = false;
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Placed,
+    Dropped,
+    /// Receive is off (RXEN, the queue, link, bus master): counted by the caller.
+    NotReady,
+    NoRoom(usize),
+}
+
+/// Frames the source produces per service call at most.
+const SOURCE_BUDGET: usize = 4096;
+/// The same per poll of a device thread (threaded mode).
+const THREADED_SOURCE_BUDGET: usize = 64;
+
+const DD: u32 = 1;
+const EOP: u32 = 1 << 1;
+const VP: u32 = 1 << 3;
+const VEXT: u32 = 1 << 9;
+/// RXE: MAC error (what fault injection sets).
+pub(super) const RXE: u32 = 1 << 29;
+
+impl SimRegs {
+    /// Offers a frame to this port's receive side (from the peer, loopback or a test). It waits
+    /// in the inbound FIFO (the packet buffer, RXPBSIZE(0) bytes) until the receive engine runs:
+    /// at once in inline mode, on the next poll in threaded mode.
+    pub(super) fn arrive(&self, f: WireFrame) {
+        let kb = r::rxpbsize::SIZE.get(self.get(r::RXPBSIZE.at(0))) as usize;
+        let cap = (kb * 1024).max(16 * 1024);
+        let len = f.data.len();
+        {
+            let mut q = lock(&self.inbound);
+            if self.inbound_bytes.load(Relaxed) + len > cap {
+                drop(q);
+                self.bump(r::MPC.at(0), 1);
+                self.counters.rx_fifo_overflow.inc();
+                return;
+            }
+            q.push_back(f);
+            self.inbound_bytes.fetch_add(len, Relaxed);
+        }
+        if self.inline.load(Relaxed) {
+            self.service_rx();
+        }
+    }
+
+    /// Adds a run's counts to the registers and the model's counters, and clears them.
+    fn flush_rx(&self, t: &mut RxTally) {
+        if t.total != 0 {
+            self.bump(r::TPR, t.total);
+            self.bump_wide(W_TOR, t.total_wire);
+        }
+        if t.frames != 0 {
+            self.bump(r::GPRC, t.frames);
+            self.bump(r::RXDGPC, t.frames);
+            self.bump_wide(W_GORC, t.wire);
+            for (i, &n) in t.bucket.iter().enumerate() {
+                if n != 0 {
+                    self.bump(RX_BUCKETS[i], n);
+                }
+            }
+            if t.bcast != 0 {
+                self.bump(r::BPRC, t.bcast);
+            }
+            if t.mcast != 0 {
+                self.bump(r::MPRC, t.mcast);
+            }
+            for s in 0..16 {
+                if t.q_frames[s] != 0 {
+                    self.bump(r::QPRC.at(s as u32), t.q_frames[s]);
+                    self.bump_wide(W_QBRC + s, t.q_bytes[s]);
+                }
+            }
+            self.counters.rx_frames.add(u64::from(t.frames));
+            self.counters.rx_bytes.add(t.delivered);
+        }
+        *t = RxTally::default();
+    }
+
+    /// Runs the receive engine: delivers what waits in the inbound FIFO, then lets the traffic
+    /// source fill free descriptors. Returns whether anything happened.
+    pub(super) fn service_rx(&self) -> bool {
+        let mut rx = lock(&self.rx);
+        let worked = self.service_rx_locked(&mut rx);
+        let mut tally = std::mem::take(&mut rx.tally);
+        self.flush_rx(&mut tally);
+        worked
+    }
+
+    fn service_rx_locked(&self, rx: &mut RxEngine) -> bool {
+        let inline = self.inline.load(Relaxed);
+        let mut worked = false;
+        loop {
+            let Some(f) = lock(&self.inbound).pop_front() else {
+                break;
+            };
+            self.inbound_bytes.fetch_sub(f.data.len(), Relaxed);
+            match self.receive(rx, &f.data, f.fcs_ok) {
+                Outcome::NoRoom(q) => {
+                    let drop_en = r::srrctl::DROP_EN.is_set(self.get_off(rxq(q) + 0x14));
+                    if inline || drop_en {
+                        self.count_no_room(q, drop_en);
+                        Self::count_total(&mut rx.tally, f.data.len());
+                        worked = true;
+                        continue;
+                    }
+                    // Threaded, DROP_EN clear: the frame waits in the packet buffer.
+                    if !rx.blocked {
+                        rx.blocked = true;
+                        self.bump(r::RNBC.at(0), 1);
+                    }
+                    self.inbound_bytes.fetch_add(f.data.len(), Relaxed);
+                    lock(&self.inbound).push_front(f);
+                    break;
+                }
+                o => {
+                    if o == Outcome::NotReady {
+                        self.counters.rx_not_ready.inc();
+                    }
+                    rx.blocked = false;
+                    worked = true;
+                }
+            }
+        }
+        worked | self.run_source(rx, inline)
+    }
+
+    fn run_source(&self, rx: &mut RxEngine, inline: bool) -> bool {
+        let Some(mut src) = rx.source.take() else {
+            return false;
+        };
+        let mut worked = false;
+        // A device thread serves transmit queues (its own and other ports') between runs: a
+        // large budget would starve them while the driver keeps freeing descriptors.
+        let budget = if inline {
+            SOURCE_BUDGET
+        } else {
+            THREADED_SOURCE_BUDGET
+        };
+        for _ in 0..budget {
+            if src.remaining == Some(0) || !self.rx_ready() {
+                break;
+            }
+            let o = self.receive(rx, &src.frame, true);
+            if matches!(o, Outcome::NoRoom(_) | Outcome::NotReady) {
+                break; // The source waits until the port can take its frame.
+            }
+            self.counters.source_frames.inc();
+            if let Some(n) = src.remaining.as_mut() {
+                *n -= 1;
+            }
+            if o == Outcome::Dropped {
+                // Every source frame is the same: the next one would be dropped too. Not
+                // progress either, so an idle device thread backs off.
+                break;
+            }
+            worked = true;
+        }
+        rx.source = Some(src);
+        worked
+    }
+
+    fn count_no_room(&self, q: usize, drop_en: bool) {
+        self.counters.rx_no_descriptor.inc();
+        if drop_en {
+            self.bump(r::QPRDC.at(self.stat_index(RQSMR, q) as u32), 1);
+        } else {
+            self.bump(r::MPC.at(0), 1);
+            self.bump(r::RNBC.at(0), 1);
+        }
+    }
+
+    fn rx_ready(&self) -> bool {
+        self.dma_allowed()
+            && r::rxctrl::RXEN.is_set(self.get(r::RXCTRL))
+            && (self.link_up() || r::hlreg0::LPBK.is_set(self.get(r::HLREG0)))
+    }
+
+    fn address_ok(&self, f: &[u8]) -> bool {
+        let fctrl = self.get(r::FCTRL);
+        let d = &f[..6];
+        if d == [0xff; 6] {
+            return r::fctrl::BAM.is_set(fctrl);
+        }
+        if d[0] & 1 != 0 {
+            let h = (u32::from(d[4]) >> 4 | u32::from(d[5]) << 4) & 0xfff;
+            let mta = self.get(r::MTA.at(h >> 5));
+            return r::fctrl::MPE.is_set(fctrl) || mta >> (h & 31) & 1 != 0;
+        }
+        if r::fctrl::UPE.is_set(fctrl) {
+            return true;
+        }
+        let lo = u32::from_le_bytes([d[0], d[1], d[2], d[3]]);
+        let hi = u32::from(u16::from_le_bytes([d[4], d[5]]));
+        (0..r::RAH.count()).any(|n| {
+            let rah = self.get(r::RAH.at(n));
+            r::rah::AV.is_set(rah) && rah & 0xffff == hi && self.get(r::RAL.at(n)) == lo
+        })
+    }
+
+    fn rss_queue(&self, f: &[u8], h: Option<frame::Headers>) -> Option<(u16, u32, usize)> {
+        let mrqc = self.get(r::MRQC);
+        if r::mrqc::MRQE.get(mrqc) != 1 {
+            return None;
+        }
+        let mut key = [0u8; 40];
+        for (i, k) in key.chunks_exact_mut(4).enumerate() {
+            k.copy_from_slice(&self.get(r::RSSRK.at(i as u32)).to_le_bytes());
+        }
+        let (t, hash) = frame::rss(f, h, mrqc, &key)?;
+        let idx = hash & 0x7f;
+        let q = (self.get(r::RETA.at(idx / 4)) >> (8 * (idx % 4))) & 0xf;
+        Some((t, hash, q as usize))
+    }
+
+    /// Runs one frame through the receive path. TPR/TORL count every frame whose fate is
+    /// final (placed or dropped); a frame that waits or is not taken is not counted yet.
+    fn receive(&self, rx: &mut RxEngine, f: &[u8], fcs_ok: bool) -> Outcome {
+        let o = self.receive_inner(rx, f, fcs_ok);
+        if matches!(o, Outcome::Placed | Outcome::Dropped) {
+            Self::count_total(&mut rx.tally, f.len());
+        }
+        o
+    }
+
+    fn count_total(t: &mut RxTally, len: usize) {
+        t.total += 1;
+        t.total_wire += len as u64 + 4;
+    }
+
+    fn receive_inner(&self, rx: &mut RxEngine, f: &[u8], fcs_ok: bool) -> Outcome {
+        if !self.rx_ready() {
+            return Outcome::NotReady;
+        }
+        let (err, reg) = if !fcs_ok {
+            (true, r::CRCERRS)
+        } else {
+            (f.len() < 60, r::RUC)
+        };
+        if err {
+            self.bump(reg, 1);
+            self.counters.rx_errors.inc();
+            return Outcome::Dropped;
+        }
+        let vet = r::vlnctrl::VET.get(self.get(r::VLNCTRL)) as u16;
+        let ext = r::ctrl_ext::EXTENDED_VLAN.is_set(self.get(r::CTRL_EXT));
+        let outer = ext.then(|| r::exvet::VET_EXT.get(self.get(r::EXVET)) as u16);
+        let vv = frame::vlan_view(f, vet, outer);
+        let hl = self.get(r::HLREG0);
+        let max = if r::hlreg0::JUMBOEN.is_set(hl) {
+            r::maxfrs::MFS.get(self.get(r::MAXFRS)) as usize
+        } else {
+            1518
+        } + 4 * vv.tags;
+        if f.len() + 4 > max {
+            self.bump(r::ROC, 1);
+            self.counters.rx_errors.inc();
+            return Outcome::Dropped;
+        }
+        if !self.vlan_ok(vv) || !self.address_ok(f) {
+            self.counters.rx_filtered.inc();
+            return Outcome::Dropped;
+        }
+        let h = frame::headers(f, [vet, outer.unwrap_or(vet)]);
+        let rss = self.rss_queue(f, h);
+        let q = rss.map_or(0, |(_, _, q)| q);
+        let rb = rxq(q);
+        let dctl = self.get_off(rb + 0x28);
+        if !r::rxdctl::ENABLE.is_set(dctl) || self.get_off(rb + 8) < 16 {
+            return Outcome::NotReady;
+        }
+        let strip = vv.tagged && r::rxdctl::VME.is_set(dctl);
+        let mut data = std::mem::take(&mut rx.scratch);
+        data.clear();
+        if strip {
+            data.extend_from_slice(&f[..vv.tag_off]);
+            data.extend_from_slice(&f[vv.tag_off + 4..]);
+        } else {
+            data.extend_from_slice(f);
+        }
+        if !r::hlreg0::RXCRCSTRP.is_set(hl) {
+            data.extend_from_slice(&frame::fcs(f));
+        }
+        let cs = frame::checksums(f, h);
+        let mut staterr = DD | cs.status | cs.errors;
+        if vv.tagged {
+            staterr |= VP;
+        }
+        if ext && vv.tags == 2 {
+            staterr |= VEXT;
+        }
+        let inject = self.faults.rx_errors.load(Relaxed) > 0;
+        if inject {
+            staterr |= RXE;
+        }
+        let (rss_type, hash) = rss.map_or((0, 0), |(t, hash, _)| (t, hash));
+        let hash = if r::rxcsum::PCSD.is_set(self.get(r::RXCSUM)) {
+            hash
+        } else {
+            0
+        };
+        let lo = u64::from(rss_type | frame::packet_type(h)) | u64::from(hash) << 32;
+        let o = self.place(q, &data, lo, staterr, if strip { vv.tci } else { 0 });
+        if o == Outcome::Placed {
+            if inject {
+                self.faults.rx_errors.fetch_sub(1, Relaxed);
+                self.counters.injected_rx_errors.inc();
+            }
+            let s = self.stat_index(RQSMR, q);
+            Self::count_rx(&mut rx.tally, s, f, data.len());
+        }
+        rx.scratch = data;
+        o
+    }
+
+    fn vlan_ok(&self, vv: VlanView) -> bool {
+        if !vv.tagged || !r::vlnctrl::VFE.is_set(self.get(r::VLNCTRL)) {
+            return true;
+        }
+        let vid = u32::from(vv.tci & 0xfff);
+        self.get(r::VFTA.at(vid >> 5)) >> (vid & 31) & 1 != 0
+    }
+
+    /// Writes `data` into the buffers of queue `q` and writes the descriptors back.
+    fn place(&self, q: usize, data: &[u8], lo: u64, staterr: u32, vlan: u16) -> Outcome {
+        let rb = rxq(q);
+        let n = (self.get_off(rb + 8) & 0x000F_FF80) as usize / 16;
+        let head = self.get_off(rb + 0x10) as usize;
+        let tail = self.get_off(rb + 0x18) as usize;
+        if n == 0 || head >= n || tail >= n {
+            return Outcome::NoRoom(q);
+        }
+        let free = (tail + n - head) % n;
+        let mut chunk = r::srrctl::BSIZEPKT.get(self.get_off(rb + 0x14)) as usize * 1024;
+        if chunk == 0 {
+            chunk = 2048;
+        }
+        let split = self.faults.split_frames.load(Relaxed) > 0;
+        if split {
+            chunk = chunk.min(self.faults.split_chunk.load(Relaxed).max(1));
+        }
+        let needed = data.len().div_ceil(chunk).max(1);
+        if needed > free {
+            return Outcome::NoRoom(q);
+        }
+        let base = u64::from(self.get_off(rb + 4)) << 32 | u64::from(self.get_off(rb) & !0x7f);
+        let desc = |i: usize| base + ((head + i) % n * 16) as u64;
+        for (i, part) in data.chunks(chunk).enumerate() {
+            let ok = self
+                .iommu
+                .load_u64(desc(i), Acquire)
+                .and_then(|addr| self.iommu.write(addr, part));
+            if ok.is_err() {
+                self.counters.dma_faults.inc();
+                return Outcome::Dropped;
+            }
+        }
+        for (i, part) in data.chunks(chunk).enumerate() {
+            let d = desc(i);
+            let (wb_lo, st) = if i + 1 == needed {
+                (lo, staterr | EOP)
+            } else {
+                (0, DD | (staterr & RXE))
+            };
+            let len_vlan = part.len() as u32 | u32::from(vlan) << 16;
+            // Dwords 2 (status, with DD) and 3 (length, VLAN) in one release store: the driver
+            // sees DD only together with the length (little-endian: dword 2 is the low half).
+            let ok = self.iommu.store_u64(d, wb_lo, Relaxed).and_then(|_| {
+                self.iommu
+                    .store_u64(d + 8, u64::from(st) | u64::from(len_vlan) << 32, Release)
+            });
+            if ok.is_err() {
+                self.counters.dma_faults.inc();
+                return Outcome::Dropped;
+            }
+        }
+        if split {
+            self.faults.split_frames.fetch_sub(1, Relaxed);
+        }
+        self.set_off(rb + 0x10, ((head + needed) % n) as u32);
+        Outcome::Placed
+    }
+
+    /// Counts a placed frame (statistics counter `s`) in the run's tally.
+    fn count_rx(t: &mut RxTally, s: usize, f: &[u8], delivered: usize) {
+        let wire = f.len() as u64 + 4;
+        t.frames += 1;
+        t.wire += wire;
+        t.delivered += delivered as u64;
+        t.bucket[bucket_index(wire)] += 1;
+        if f[..6] == [0xff; 6] {
+            t.bcast += 1;
+        } else if f[0] & 1 != 0 {
+            t.mcast += 1;
+        }
+        t.q_frames[s] += 1;
+        t.q_bytes[s] += delivered as u64;
+    }
+}
+
+pub(super) const RX_BUCKETS: [crate::platform::regs::Reg; 6] = [
+    r::PRC64,
+    r::PRC127,
+    r::PRC255,
+    r::PRC511,
+    r::PRC1023,
+    r::PRC1522,
+];
+pub(super) const TX_BUCKETS: [crate::platform::regs::Reg; 6] = [
+    r::PTC64,
+    r::PTC127,
+    r::PTC255,
+    r::PTC511,
+    r::PTC1023,
+    r::PTC1522,
+];
+
+/// The size bucket (index into [`RX_BUCKETS`] / [`TX_BUCKETS`]) of a frame of `len` bytes (FCS
+/// included).
+pub(super) fn bucket_index(len: u64) -> usize {
+    match len {
+        ..=64 => 0,
+        65..=127 => 1,
+        128..=255 => 2,
+        256..=511 => 3,
+        512..=1023 => 4,
+        _ => 5,
+    }
+}

@@ -1,0 +1,382 @@
+//! The transmit engine: from TDH..TDT to frames on the wire.
+//!
+//! It runs only while DMATXCTL.TE, the queue's TXDCTL.ENABLE and bus mastering are on and
+//! RTTDCS.ARBDIS is off. It walks the ring from TDH to TDT: context descriptors (DTYP 0010)
+//! store the VLAN tag of dword 0 bits 31:16 in slot IDX (dword 3 bits 6:4; two slots per queue);
+//! data descriptors (DTYP 0011) are gathered until EOP, and the frame's first descriptor decides
+//! VLE and IDX. A frame with VLE gets the context's TCI inserted after the MAC addresses with
+//! DMATXCTL.VT as TPID, and HLREG0.TXPADEN pads it to 60 bytes. Descriptors with RS get DD
+//! (dword 3 bit 0) written back with a release store, unless TDWBAL.HEAD_WB_EN asks for head
+//! write-back instead (the head index is then stored at TDWBAH:TDWBAL after each run).
+//!
+//! A data descriptor of length 0 hangs the queue, as it hangs the part's transmit DMA: TDH stays
+//! on it and nothing more is sent until a reset or the queue is disabled
+//! ([`SimCounters::tx_hangs`](super::SimCounters::tx_hangs)).
+//!
+//! Not trusted: a descriptor that cannot be read stops the queue where it is (TDH stays on it,
+//! the fault is counted, a later tail write retries); a buffer that cannot be read drops its
+//! frame (counted) but the descriptors still complete, so the ring does not wedge. Legacy
+//! descriptors (DEXT = 0), TSO and checksum insertion are logged once and the frame is sent as
+//! its buffers say.
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+use super::layout::{txq, TQSM, W_GOTC, W_QBTC};
+use super::regs::{lock, SimRegs};
+use std::sync::Arc;
+
+use super::rx::{bucket_index, WireFrame, TX_BUCKETS};
+use crate::platform::regs::ixgbe as r;
+
+/// Largest frame the engine gathers (the 82599 limit without TSO is about 15.5 KB).
+const MAX_FRAME: usize = 16 * 1024;
+
+const EOP: u32 = 1 << 24;
+const RS: u32 = 1 << 27;
+const DEXT: u32 = 1 << 29;
+const VLE: u32 = 1 << 30;
+const TSE: u32 = 1 << 31;
+const DD: u32 = 1;
+
+/// One transmit queue's state.
+#[derive(Debug, Default)]
+struct TxQueue {
+    /// VLAN of context slots 0 and 1.
+    ctx: [u16; 2],
+    frame: Vec<u8>,
+    in_frame: bool,
+    vle: bool,
+    idx: usize,
+    bad: bool,
+    /// A zero-length data descriptor was fetched: the queue's DMA is hung (the part needs a
+    /// reset); cleared by a reset or by disabling the queue.
+    hung: bool,
+}
+
+/// Transmit-side state of a port (held under its `tx` lock).
+#[derive(Debug)]
+pub(super) struct TxEngine {
+    q: Vec<TxQueue>,
+    /// Frame buffers that went nowhere (no peer), kept for the next frames: no allocation per
+    /// frame in the steady state.
+    spare: Vec<Vec<u8>>,
+    /// The list of frames of a run, kept between runs for its capacity.
+    out: Vec<Out>,
+}
+
+/// Frame buffers kept for reuse at most.
+const SPARE: usize = 256;
+
+impl Default for TxEngine {
+    fn default() -> Self {
+        TxEngine {
+            q: (0..128).map(|_| TxQueue::default()).collect(),
+            spare: Vec::new(),
+            out: Vec::new(),
+        }
+    }
+}
+
+/// Transmit counters of one run, flushed once at its end (see `RxTally` in `rx.rs`).
+#[derive(Debug, Default)]
+struct TxTally {
+    /// Frames sent (GPTC, TPT, TXDGPC, the model's tx_frames) and their bytes without FCS.
+    frames: u32,
+    bytes: u64,
+    bucket: [u32; 6],
+    bcast: u32,
+    mcast: u32,
+    q_frames: [u32; 16],
+    q_bytes: [u64; 16],
+    dropped: u64,
+}
+
+impl TxEngine {
+    /// A queue was disabled: a frame half gathered is lost, as are its contexts.
+    pub(super) fn stop(&mut self, q: usize) {
+        self.q[q] = TxQueue::default();
+    }
+}
+
+/// A frame leaving a queue, with the queue for the per-queue counters.
+#[derive(Debug)]
+struct Out {
+    frame: WireFrame,
+    q: usize,
+}
+
+impl SimRegs {
+    fn tx_ready(&self, q: usize) -> bool {
+        self.dma_allowed()
+            && r::dmatxctl::TE.is_set(self.get(r::DMATXCTL))
+            && r::txdctl::ENABLE.is_set(self.get_off(txq(q) + 0x28))
+            && !r::rttdcs::ARBDIS.is_set(self.get(r::RTTDCS))
+    }
+
+    /// Runs the transmit engine of queue `q`, then puts what it produced on the wire (after
+    /// releasing this port's lock). Returns whether any descriptor was processed (a ring the
+    /// device cannot read makes no progress, so the device thread does not spin on it).
+    pub(super) fn run_tx(&self, q: usize) -> bool {
+        let (mut out, mut spare, worked) = {
+            let mut tx = lock(&self.tx);
+            let TxEngine {
+                q: queues,
+                spare,
+                out,
+            } = &mut *tx;
+            let worked = self.walk(&mut queues[q], q, out, spare);
+            if out.is_empty() {
+                return worked;
+            }
+            (std::mem::take(out), std::mem::take(spare), worked)
+        };
+        let mut tally = TxTally::default();
+        let peer = lock(&self.peer).upgrade();
+        for o in out.drain(..) {
+            if let Some(buf) = self.to_wire(o, peer.as_ref(), &mut tally) {
+                if spare.len() < SPARE {
+                    spare.push(buf);
+                }
+            }
+        }
+        self.flush_tx(&tally);
+        let mut tx = lock(&self.tx);
+        tx.out = out;
+        if tx.spare.is_empty() {
+            tx.spare = spare;
+        }
+        worked
+    }
+
+    fn flush_tx(&self, t: &TxTally) {
+        if t.dropped != 0 {
+            self.counters.tx_dropped.add(t.dropped);
+        }
+        if t.frames == 0 {
+            return;
+        }
+        self.bump(r::GPTC, t.frames);
+        self.bump(r::TPT, t.frames);
+        self.bump(r::TXDGPC, t.frames);
+        self.bump_wide(W_GOTC, t.bytes + 4 * u64::from(t.frames));
+        for (i, &n) in t.bucket.iter().enumerate() {
+            if n != 0 {
+                self.bump(TX_BUCKETS[i], n);
+            }
+        }
+        if t.bcast != 0 {
+            self.bump(r::BPTC, t.bcast);
+        }
+        if t.mcast != 0 {
+            self.bump(r::MPTC, t.mcast);
+        }
+        for s in 0..16 {
+            if t.q_frames[s] != 0 {
+                self.bump(r::QPTC.at(s as u32), t.q_frames[s]);
+                self.bump_wide(W_QBTC + s, t.q_bytes[s]);
+            }
+        }
+        self.counters.tx_frames.add(u64::from(t.frames));
+        self.counters.tx_bytes.add(t.bytes);
+    }
+
+    fn walk(
+        &self,
+        st: &mut TxQueue,
+        q: usize,
+        out: &mut Vec<Out>,
+        spare: &mut Vec<Vec<u8>>,
+    ) -> bool {
+        if !self.tx_ready(q) || st.hung {
+            return false;
+        }
+        let tb = txq(q);
+        let n = (self.get_off(tb + 8) & 0x000F_FF80) as usize / 16;
+        let mut head = self.get_off(tb + 0x10) as usize;
+        let tail = self.get_off(tb + 0x18) as usize;
+        if n == 0 || head >= n || tail >= n || head == tail {
+            return false;
+        }
+        let base = u64::from(self.get_off(tb + 4)) << 32 | u64::from(self.get_off(tb) & !0x7f);
+        let start = head;
+        let wb = self.get_off(tb + 0x38);
+        let head_wb = r::tdwbal::HEAD_WB_EN.is_set(wb);
+        while head != tail {
+            let d = base + (head * 16) as u64;
+            let (Ok(addr), Ok(hi)) = (
+                self.iommu.load_u64(d, Acquire),
+                self.iommu.load_u64(d + 8, Acquire),
+            ) else {
+                self.counters.dma_faults.inc();
+                break;
+            };
+            let (cmd, olinfo) = (hi as u32, (hi >> 32) as u32);
+            let dtyp = (cmd >> 20) & 0xf;
+            if cmd & DEXT != 0 && dtyp == 2 {
+                st.ctx[((olinfo >> 4) & 1) as usize] = (addr >> 16) as u16;
+            } else {
+                if cmd & DEXT == 0 || dtyp != 3 {
+                    self.gap("legacy or unknown transmit descriptor type; sent as a plain buffer");
+                }
+                if cmd & 0xffff == 0 {
+                    // DTALEN 0: the transmit DMA of the part hangs on it (Linux pads every frame
+                    // to 17 bytes so that it never happens). The queue stops here for good:
+                    // TDH stays on the descriptor, nothing after it is sent.
+                    st.hung = true;
+                    self.counters.tx_hangs.inc();
+                    tracing::error!(port = %self.name, queue = q, slot = head, "transmit data descriptor with length 0: the queue's DMA hangs (reset or disable the queue)");
+                    break;
+                }
+                self.data(st, addr, cmd, olinfo, q, out, spare);
+            }
+            if cmd & RS != 0
+                && !head_wb
+                && self.iommu.store_u32(d + 12, olinfo | DD, Release).is_err()
+            {
+                self.counters.dma_faults.inc();
+            }
+            head = (head + 1) % n;
+        }
+        self.set_off(tb + 0x10, head as u32);
+        if head_wb {
+            let at = u64::from(self.get_off(tb + 0x3C)) << 32 | u64::from(wb & !3);
+            if self.iommu.store_u32(at, head as u32, Release).is_err() {
+                self.counters.dma_faults.inc();
+            }
+        }
+        head != start
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn data(
+        &self,
+        st: &mut TxQueue,
+        addr: u64,
+        cmd: u32,
+        olinfo: u32,
+        q: usize,
+        out: &mut Vec<Out>,
+        spare: &mut Vec<Vec<u8>>,
+    ) {
+        if !st.in_frame {
+            st.in_frame = true;
+            st.vle = cmd & VLE != 0 && cmd & DEXT != 0;
+            st.idx = ((olinfo >> 4) & 1) as usize;
+            st.bad = false;
+            st.frame.clear();
+            if cmd & TSE != 0 {
+                self.gap("TSO (DCMD.TSE) is not modelled; the buffers are sent as one frame");
+            }
+            if olinfo & (0x3 << 8) != 0 {
+                self.gap("checksum insertion (POPTS IXSM/TXSM) is not modelled; checksums are sent as they are");
+            }
+        }
+        let len = (cmd & 0xffff) as usize;
+        if !st.bad {
+            let at = st.frame.len();
+            if at + len > MAX_FRAME {
+                st.bad = true;
+                tracing::warn!(port = %self.name, queue = q, "transmit frame longer than {MAX_FRAME} bytes dropped");
+            } else {
+                st.frame.resize(at + len, 0);
+                if self.iommu.read(addr, &mut st.frame[at..]).is_err() {
+                    st.bad = true;
+                    self.counters.dma_faults.inc();
+                }
+            }
+        }
+        if cmd & EOP == 0 {
+            return;
+        }
+        st.in_frame = false;
+        if st.bad {
+            self.counters.tx_dropped.inc();
+            return;
+        }
+        let mut f = std::mem::replace(&mut st.frame, spare.pop().unwrap_or_default());
+        if st.vle {
+            let vt = r::dmatxctl::VT.get(self.get(r::DMATXCTL)) as u16;
+            super::frame::insert_tag(&mut f, vt, st.ctx[st.idx]);
+        }
+        let hl = self.get(r::HLREG0);
+        if r::hlreg0::TXPADEN.is_set(hl) && f.len() < 60 {
+            f.resize(60, 0);
+        }
+        let fcs_ok = r::hlreg0::TXCRCEN.is_set(hl);
+        out.push(Out {
+            frame: WireFrame { data: f, fcs_ok },
+            q,
+        });
+    }
+
+    fn gap(&self, what: &'static str) {
+        let mut tx_gaps = lock(&self.gaps);
+        if !tx_gaps.contains(&what) {
+            tx_gaps.push(what);
+            tracing::warn!(port = %self.name, "{what} (logged once)");
+        }
+    }
+
+    /// Puts a transmitted frame on the wire: MAC loopback, the peer, or nowhere (a port with no
+    /// peer transmits into the void, counted as sent).
+    /// Counts into `t`; returns the frame's buffer when nothing took it (for reuse).
+    fn to_wire(&self, o: Out, peer: Option<&Arc<SimRegs>>, t: &mut TxTally) -> Option<Vec<u8>> {
+        let f = o.frame;
+        let lpbk = r::hlreg0::LPBK.is_set(self.get(r::HLREG0));
+        if !lpbk && !self.link_up() {
+            t.dropped += 1;
+            return Some(f.data);
+        }
+        let len = f.data.len() as u64;
+        t.frames += 1;
+        t.bytes += len;
+        t.bucket[bucket_index(len + 4)] += 1;
+        if f.data.get(..6) == Some(&[0xff; 6]) {
+            t.bcast += 1;
+        } else if f.data.first().is_some_and(|b| b & 1 != 0) {
+            t.mcast += 1;
+        }
+        let s = self.stat_index(TQSM, o.q);
+        t.q_frames[s] += 1;
+        t.q_bytes[s] += len;
+        if self.capture_cap > 0 {
+            let mut c = lock(&self.capture);
+            if c.len() == self.capture_cap {
+                c.pop_front();
+            }
+            c.push_back(f.data.clone());
+        }
+        if lpbk {
+            self.arrive(f);
+            return None;
+        }
+        match peer {
+            Some(p) => {
+                p.arrive(f);
+                None
+            }
+            None => Some(f.data),
+        }
+    }
+
+    /// The device thread's work: every enabled transmit queue with descriptors, then the
+    /// receive side. Returns whether anything happened.
+    pub(super) fn poll(&self) -> bool {
+        if self.removed.load(Relaxed) {
+            return false;
+        }
+        let mut worked = false;
+        for (w, mask) in self.tx_enabled.iter().enumerate() {
+            let mut m = mask.load(Acquire);
+            while m != 0 {
+                let q = w * 64 + m.trailing_zeros() as usize;
+                m &= m - 1;
+                let tb = txq(q);
+                if self.get_off(tb + 0x10) != self.get_off(tb + 0x18) {
+                    worked |= self.run_tx(q);
+                }
+            }
+        }
+        worked | self.service_rx()
+    }
+}

@@ -1,0 +1,884 @@
+//! The packet buffer pool and the [`Packet`] that owns one buffer.
+//!
+//! Why it looks like this:
+//! - Buffers are fixed-size slots in one [`DmaMemory`] block, so a buffer is named by its byte
+//!   offset in the block: its address is `base + offset`, its bus address `iova + offset`, and
+//!   no per-buffer bookkeeping lives in DMA memory. Offsets rather than indices because the
+//!   per-packet paths then add instead of multiplying (a pool is at most 4 GiB).
+//! - Free buffers are a LIFO stack of offsets: the buffer freed last (still warm in cache) is
+//!   the one handed out next.
+//! - Descriptor rings keep offsets, not packets, in their slots ([`super::slots`]): a
+//!   [`Packet`] is built only when a frame is handed to the application.
+//! - Every buffer has `headroom` bytes in front of the frame; software VLAN insertion prepends the
+//!   4-byte tag there and moves only the 12 MAC bytes.
+//! - Bursts allocate and free in bulk: one lock round trip per burst, not per packet. The lock is
+//!   uncontended when each queue has its own pool (the default); it is what makes it sound to
+//!   send a packet from one pool through another port's queue on another thread.
+//! - The pool's memory is freed only when the last handle *and* the last buffer are gone: a
+//!   packet can outlive every [`Pool`] handle (it keeps the memory alive), so no buffer can ever
+//!   point into unmapped memory.
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
+
+use super::memory::{DmaMapper, DmaMemory};
+use crate::error::{Error, Result};
+
+/// How a pool is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Number of buffers.
+    pub buffers: usize,
+    /// Bytes per buffer, headroom included. A multiple of 128 (descriptor alignment) and at
+    /// most 65,535.
+    pub buf_size: usize,
+    /// Bytes reserved in front of the frame (at least 128).
+    pub headroom: usize,
+}
+
+impl Default for PoolConfig {
+    /// 4,096 buffers of 2,048 + 128 bytes: one 2 KiB receive buffer behind the headroom.
+    fn default() -> Self {
+        PoolConfig {
+            buffers: 4096,
+            buf_size: 2048 + 128,
+            headroom: 128,
+        }
+    }
+}
+
+/// Counters of a pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Buffers in the pool.
+    pub capacity: usize,
+    /// Buffers ready to be allocated.
+    pub free: usize,
+    /// Buffers owned by packets (in the application or in a device ring).
+    pub in_use: usize,
+    /// Allocation requests that could not be met in full (pool exhausted).
+    pub alloc_failures: u64,
+}
+
+pub(super) struct State {
+    /// Offsets of the free buffers.
+    pub(super) free: Vec<u32>,
+    handles: usize,
+    pub(super) alloc_failures: u64,
+}
+
+/// The shared part of a pool; freed by whoever drops the last handle or the last buffer.
+pub(super) struct Shared {
+    mem: DmaMemory,
+    pub(super) base: NonNull<u8>,
+    pub(super) iova: u64,
+    pub(super) buf_size: usize,
+    pub(super) headroom: u16,
+    capacity: usize,
+    pub(super) state: Mutex<State>,
+    /// Which DMA domain (IOMMU container, software IOMMU, identity) the buffers are mapped in
+    /// ([`DmaMapper::domain`]), compared by [`crate::platform::dma::slots::TxSlots`].
+    pub(super) domain: usize,
+}
+
+impl Shared {
+    /// Returns buffer offsets (`a`, then `b`) to the stack; frees everything if nothing
+    /// references the pool.
+    ///
+    /// # Safety
+    /// `ptr` must point to a live `Shared` created by `Pool::new`, and each offset must come from
+    /// a buffer this pool handed out that is not referenced any more.
+    pub(super) unsafe fn release(ptr: NonNull<Shared>, a: &[u32], b: &[u32]) {
+        // SAFETY: the caller guarantees `ptr` is live; we only take a shared reference.
+        let shared = unsafe { ptr.as_ref() };
+        let last = {
+            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.free.extend_from_slice(a);
+            if !b.is_empty() {
+                st.free.extend_from_slice(b);
+            }
+            st.handles == 0 && st.free.len() == shared.capacity
+        };
+        if last {
+            // SAFETY: no handle and no buffer refer to the pool any more (checked under the lock,
+            // and nothing can create a new reference without one of them), so we own the box.
+            drop(unsafe { Box::from_raw(ptr.as_ptr()) });
+        }
+    }
+}
+
+/// A handle to a buffer pool. Cloning makes another handle to the same pool.
+pub struct Pool {
+    shared: NonNull<Shared>,
+}
+
+// SAFETY: all mutable state of `Shared` is behind its mutex; buffers are owned exclusively by
+// packets; the DMA memory itself is Send + Sync.
+unsafe impl Send for Pool {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Pool {}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("buf_size", &self.buf_size())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// The identity of a DMA domain ([`DmaMapper::domain`]: every VFIO port of a process shares
+/// one container, every sim port one software IOMMU, every identity mapper one address space).
+pub(crate) fn domain_of(m: &Arc<dyn DmaMapper>) -> usize {
+    m.domain()
+}
+
+impl Pool {
+    /// Allocates the pool's DMA memory through `mapper`.
+    pub fn new(config: PoolConfig, mapper: Arc<dyn DmaMapper>) -> Result<Pool> {
+        if config.buffers == 0 || config.buffers > u32::MAX as usize {
+            return Err(Error::InvalidConfig(format!(
+                "a pool needs between 1 and {} buffers, not {}",
+                u32::MAX,
+                config.buffers
+            )));
+        }
+        if config.buf_size % 128 != 0 || config.buf_size > u16::MAX as usize {
+            return Err(Error::InvalidConfig(format!(
+                "buffer size {} must be a multiple of 128 and at most 65535",
+                config.buf_size
+            )));
+        }
+        // checked: a huge headroom must not wrap around past the bound (and then be truncated
+        // to 16 bits below)
+        if config.headroom < 128
+            || config
+                .headroom
+                .checked_add(64)
+                .is_none_or(|end| end > config.buf_size)
+        {
+            return Err(Error::InvalidConfig(format!(
+                "headroom {} must be at least 128 and leave room for a 64-byte frame in {}-byte buffers",
+                config.headroom, config.buf_size
+            )));
+        }
+        if config.buffers as u64 * config.buf_size as u64 > 1 << 32 {
+            return Err(Error::InvalidConfig(format!(
+                "a pool is at most 4 GiB ({} buffers of {} bytes is more); use fewer buffers or several pools",
+                config.buffers, config.buf_size
+            )));
+        }
+        let mem = DmaMemory::allocate(config.buffers * config.buf_size, mapper)?;
+        let base = NonNull::new(mem.as_ptr()).expect("DMA memory is never null");
+        let iova = mem.iova();
+        // Reverse order so that the first allocations get the lowest addresses.
+        let free: Vec<u32> = (0..config.buffers)
+            .rev()
+            .map(|i| (i * config.buf_size) as u32)
+            .collect();
+        let shared = Box::new(Shared {
+            domain: domain_of(mem.mapper()),
+            mem,
+            base,
+            iova,
+            buf_size: config.buf_size,
+            // fits: headroom + 64 <= buf_size <= u16::MAX, checked above
+            headroom: u16::try_from(config.headroom).expect("headroom checked above"),
+            capacity: config.buffers,
+            state: Mutex::new(State {
+                free,
+                handles: 1,
+                alloc_failures: 0,
+            }),
+        });
+        Ok(Pool {
+            shared: NonNull::from(Box::leak(shared)),
+        })
+    }
+
+    /// The shared part, for the ring slot types of this module's siblings.
+    #[inline(always)]
+    pub(super) fn shared_ptr(&self) -> NonNull<Shared> {
+        self.shared
+    }
+
+    #[inline(always)]
+    pub(super) fn shared(&self) -> &Shared {
+        // SAFETY: a live handle keeps `Shared` allocated (handles > 0).
+        unsafe { self.shared.as_ref() }
+    }
+
+    /// Bytes per buffer, headroom included.
+    pub fn buf_size(&self) -> usize {
+        self.shared().buf_size
+    }
+
+    /// Headroom in front of every new packet.
+    pub fn headroom(&self) -> usize {
+        self.shared().headroom as usize
+    }
+
+    /// The DMA memory backing the pool, for this crate's rings and models only: its safe
+    /// byte and word accessors could write bytes that a live [`Packet::data_mut`] slice covers,
+    /// so it is not handed to code outside the crate. Outside, use [`Pool::iova`],
+    /// [`Pool::mem_len`] and [`Pool::mapper`].
+    ///
+    /// ```compile_fail
+    /// # fn f(pool: &vfio_nic::platform::dma::Pool) {
+    /// pool.memory().write_bytes(0, &[0; 4]); // not public: could alias a packet's bytes
+    /// # }
+    /// ```
+    pub(crate) fn memory(&self) -> &DmaMemory {
+        &self.shared().mem
+    }
+
+    /// Bus address (IOVA) of the pool's first byte: buffers lie in `iova()..iova() + mem_len()`.
+    pub fn iova(&self) -> u64 {
+        self.shared().mem.iova()
+    }
+
+    /// Bytes of DMA memory the pool spans (all its buffers).
+    pub fn mem_len(&self) -> usize {
+        self.shared().mem.len()
+    }
+
+    /// The mapper through which the pool's memory is visible to a device (the DMA domain).
+    pub fn mapper(&self) -> &Arc<dyn DmaMapper> {
+        self.shared().mem.mapper()
+    }
+
+    /// Whether two handles refer to the same pool.
+    pub fn same_pool(&self, other: &Pool) -> bool {
+        self.shared == other.shared
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> PoolStats {
+        let s = self.shared();
+        let st = s.state.lock().unwrap_or_else(|e| e.into_inner());
+        PoolStats {
+            capacity: s.capacity,
+            free: st.free.len(),
+            in_use: s.capacity - st.free.len(),
+            alloc_failures: st.alloc_failures,
+        }
+    }
+
+    /// Allocates one packet of length 0, or `None` when the pool is exhausted.
+    pub fn alloc(&self) -> Option<Packet> {
+        let mut v = Vec::with_capacity(1);
+        (self.alloc_bulk(1, &mut v) == 1).then(|| v.pop().expect("one packet"))
+    }
+
+    /// Appends up to `n` fresh packets (length 0, headroom reset, metadata cleared) to `out`.
+    /// Returns how many it could allocate; a short count is recorded in `alloc_failures`.
+    #[inline]
+    pub fn alloc_bulk(&self, n: usize, out: &mut Vec<Packet>) -> usize {
+        let s = self.shared();
+        out.reserve(n);
+        let mut st = s.state.lock().unwrap_or_else(|e| e.into_inner());
+        let got = n.min(st.free.len());
+        if got < n {
+            st.alloc_failures += 1;
+        }
+        let keep = st.free.len() - got;
+        for &off in st.free[keep..].iter().rev() {
+            // SAFETY: `off` is the offset of a free buffer of this pool, which the stack hands
+            // over to the new packet alone.
+            out.push(unsafe {
+                Packet::from_parts(
+                    self.shared,
+                    s.iova + u64::from(s.headroom),
+                    off,
+                    s.headroom,
+                    0,
+                    Meta::default(),
+                )
+            });
+        }
+        st.free.truncate(keep);
+        got
+    }
+
+    /// Appends up to `n` packets of length `len` (contents: whatever the buffers held, or
+    /// zeros when new) to `out`; `len` is clamped to the buffer. This is the allocation of
+    /// receive paths that fill the frame afterwards.
+    #[inline]
+    pub fn alloc_bulk_len(&self, n: usize, len: usize, out: &mut Vec<Packet>) -> usize {
+        let start = out.len();
+        let got = self.alloc_bulk(n, out);
+        let len = len.min(self.buf_size() - self.headroom()) as u16;
+        for p in &mut out[start..] {
+            let hr = p.hr();
+            p.set_hr_ln(hr, len);
+        }
+        got
+    }
+
+    /// Returns packets to their pools with one lock round trip per run of packets from the same
+    /// pool. Packets of other pools are fine; they go home.
+    #[inline]
+    pub fn free_bulk(packets: impl IntoIterator<Item = Packet>) {
+        let mut iter = packets.into_iter();
+        let Some(first) = iter.next() else {
+            return;
+        };
+        let first = std::mem::ManuallyDrop::new(first);
+        let mut current = first.pool;
+        // SAFETY: a packet keeps its pool's `Shared` alive; the reference is only used while
+        // buffers of that pool are still out (they are returned under the lock below).
+        let mut shared: &Shared = unsafe { current.as_ref() };
+        let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.free.push(first.off());
+        for p in iter {
+            let p = std::mem::ManuallyDrop::new(p);
+            if p.pool != current {
+                let last = st.handles == 0 && st.free.len() == shared.capacity;
+                drop(st);
+                if last {
+                    // SAFETY: no handle and no buffer reference that pool any more.
+                    drop(unsafe { Box::from_raw(current.as_ptr()) });
+                }
+                current = p.pool;
+                // SAFETY: as above, for the packet's own pool.
+                shared = unsafe { current.as_ref() };
+                st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            }
+            st.free.push(p.off());
+        }
+        let last = st.handles == 0 && st.free.len() == shared.capacity;
+        drop(st);
+        if last {
+            // SAFETY: no handle and no buffer reference the pool any more.
+            drop(unsafe { Box::from_raw(current.as_ptr()) });
+        }
+    }
+}
+
+impl Pool {
+    /// A new handle of the pool whose shared state `shared` is.
+    ///
+    /// # Safety
+    /// `shared` must be the `Shared` of a live pool or packet (its handle count or a buffer
+    /// out keeps it allocated during the call).
+    pub(super) unsafe fn from_shared(shared: NonNull<Shared>) -> Pool {
+        let p = std::mem::ManuallyDrop::new(Pool { shared });
+        // A clone counts the new handle; the borrowed one is not dropped.
+        Pool::clone(&p)
+    }
+}
+
+impl Clone for Pool {
+    fn clone(&self) -> Self {
+        self.shared()
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .handles += 1;
+        Pool {
+            shared: self.shared,
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let s = self.shared();
+        let last = {
+            let mut st = s.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.handles -= 1;
+            if st.handles == 0 && st.free.len() != s.capacity {
+                tracing::debug!(
+                    out = s.capacity - st.free.len(),
+                    "last pool handle dropped while buffers are out; the memory goes with the last buffer"
+                );
+            }
+            st.handles == 0 && st.free.len() == s.capacity
+        };
+        if last {
+            // SAFETY: no handle and no buffer reference the pool any more.
+            drop(unsafe { Box::from_raw(self.shared.as_ptr()) });
+        }
+    }
+}
+
+/// Per-packet metadata: what the device or the driver learnt about the frame, and what the
+/// application asks of the transmitter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Meta {
+    /// The VLAN TCI (PCP, DEI, VID). Meaningful when `flags` has [`Meta::VLAN_STRIPPED`] (it was
+    /// removed from the frame on receive) or [`Meta::TX_VLAN`] (insert it on transmit).
+    pub vlan_tci: u16,
+    /// Bit flags, see the associated constants.
+    pub flags: u16,
+    /// RSS hash reported by the device (0 when none).
+    pub rss_hash: u32,
+}
+
+impl Meta {
+    /// The frame's outermost tag was removed on receive and is in `vlan_tci`.
+    pub const VLAN_STRIPPED: u16 = 1 << 0;
+    /// Insert `vlan_tci` on transmit.
+    pub const TX_VLAN: u16 = 1 << 1;
+    /// The device checked the IPv4 header checksum and it was good.
+    pub const RX_IP_CSUM_OK: u16 = 1 << 2;
+    /// The device checked the IPv4 header checksum and it was bad.
+    pub const RX_IP_CSUM_BAD: u16 = 1 << 3;
+    /// The device checked the L4 checksum and it was good.
+    pub const RX_L4_CSUM_OK: u16 = 1 << 4;
+    /// The device checked the L4 checksum and it was bad.
+    pub const RX_L4_CSUM_BAD: u16 = 1 << 5;
+    /// `rss_hash` is valid.
+    pub const RX_RSS_HASH: u16 = 1 << 6;
+    /// The device set its "VLAN packet" bit (informational: on the 82599 it does not mean stripped).
+    pub const RX_VLAN_SEEN: u16 = 1 << 7;
+    /// The receive-side VLAN work on this packet is done and found no tag to remove: the VLAN
+    /// layer (or a driver that knows it from the descriptor) saw an untagged or
+    /// [`Meta::VLAN_MALFORMED`] frame, or the application replaced the receive tag by a transmit
+    /// tag. Asking for the tag again answers "none" without reading the frame.
+    pub const VLAN_HANDLED: u16 = 1 << 8;
+    /// The frame's ethertype says "tagged" but it is too short to hold the tag and an ethertype;
+    /// it is delivered as is and reported untagged (set with [`Meta::VLAN_HANDLED`]).
+    pub const VLAN_MALFORMED: u16 = 1 << 9;
+
+    /// Metadata from its low half as one word (TCI in bits 15:0, flags in bits 31:16), the form
+    /// the receive fast path computes it in; no RSS hash.
+    #[inline(always)]
+    pub fn from_low(word: u32) -> Meta {
+        Meta {
+            vlan_tci: word as u16,
+            flags: (word >> 16) as u16,
+            rss_hash: 0,
+        }
+    }
+
+    /// Whether all bits of `flag` are set.
+    #[inline(always)]
+    pub fn has(&self, flag: u16) -> bool {
+        self.flags & flag == flag
+    }
+}
+
+/// One frame in one pool buffer.
+///
+/// The packet owns its buffer exclusively: while the application holds it no device can touch
+/// the bytes, so it is safe to look at them as a slice. Dropping it returns the buffer to its
+/// pool (prefer [`Pool::free_bulk`] for many at once).
+#[repr(C)]
+pub struct Packet {
+    pub(super) pool: NonNull<Shared>,
+    /// Bus address of the first frame byte (kept in step with `data`, so that a transmit
+    /// descriptor takes it as is).
+    dma: u64,
+    /// Bits 31:0: offset of the buffer in its pool (what goes back on the free stack);
+    /// bits 47:32: headroom (where the frame starts in the buffer); bits 63:48: frame length.
+    /// One word, so that building a packet is one store for the three.
+    loc: u64,
+    /// Metadata (VLAN, checksum flags, RSS hash).
+    pub meta: Meta,
+}
+
+// SAFETY: the packet owns its buffer exclusively and its pool's shared state is synchronized, so
+// it may be moved to (and dropped on) another thread.
+unsafe impl Send for Packet {}
+
+impl fmt::Debug for Packet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Packet")
+            .field("offset", &self.off())
+            .field("headroom", &self.hr())
+            .field("len", &self.ln())
+            .field("meta", &self.meta)
+            .finish()
+    }
+}
+
+impl Packet {
+    #[inline(always)]
+    /// The packet owning the buffer at offset `off` of the pool `shared` points to;
+    /// `data_iova` is the pool's bus address plus `data` (passed in so that loops compute it
+    /// once). A packet is 32 bytes: the buffer's address is not kept but computed from the
+    /// pool's base when the frame is read, which the forwarding path never does.
+    ///
+    /// # Safety
+    /// `shared` is a live pool with that bus address, `off` one of its buffers owned by nobody
+    /// else (off the free stack, in no other packet or slot), and `data + len` fits in it.
+    pub(super) unsafe fn from_parts(
+        shared: NonNull<Shared>,
+        data_iova: u64,
+        off: u32,
+        data: u16,
+        len: u16,
+        meta: Meta,
+    ) -> Packet {
+        Packet {
+            pool: shared,
+            dma: data_iova + u64::from(off),
+            loc: u64::from(off) | u64::from(data) << 32 | u64::from(len) << 48,
+            meta,
+        }
+    }
+
+    #[inline(always)]
+    /// [`from_parts`](Self::from_parts) for a loop that keeps frame bus addresses: `dma` is
+    /// the frame's bus address and `loc` the location word (offset, headroom << 32,
+    /// length << 48) that goes with it.
+    ///
+    /// # Safety
+    /// As for `from_parts`, with `dma` = the pool's bus address + offset + headroom (`loc`).
+    pub(super) unsafe fn from_dma(
+        shared: NonNull<Shared>,
+        dma: u64,
+        loc: u64,
+        meta: Meta,
+    ) -> Packet {
+        Packet {
+            pool: shared,
+            dma,
+            loc,
+            meta,
+        }
+    }
+
+    /// Offset of the buffer in its pool.
+    #[inline(always)]
+    pub(super) fn off(&self) -> u32 {
+        self.loc as u32
+    }
+
+    #[inline(always)]
+    fn hr(&self) -> u16 {
+        (self.loc >> 32) as u16
+    }
+
+    #[inline(always)]
+    fn ln(&self) -> u16 {
+        (self.loc >> 48) as u16
+    }
+
+    #[inline(always)]
+    fn set_hr_ln(&mut self, hr: u16, ln: u16) {
+        self.loc = self.loc & 0xffff_ffff | u64::from(hr) << 32 | u64::from(ln) << 48;
+    }
+
+    /// Bytes per buffer of the packet's pool, headroom included.
+    #[inline(always)]
+    pub fn buf_size(&self) -> usize {
+        // SAFETY: a packet keeps its pool's `Shared` alive.
+        unsafe { self.pool.as_ref() }.buf_size
+    }
+
+    /// Address of the first frame byte.
+    #[inline(always)]
+    fn start(&self) -> *mut u8 {
+        // SAFETY: a packet keeps its pool's `Shared` alive; `off + data` is inside the pool's
+        // memory (`off` is one of its buffers and `data <= buf_size`).
+        unsafe {
+            self.pool
+                .as_ref()
+                .base
+                .as_ptr()
+                .add(self.off() as usize + self.hr() as usize)
+        }
+    }
+
+    /// The frame.
+    #[inline(always)]
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: `data + len <= buf_size` is an invariant of every mutator; the buffer is owned
+        // by this packet, so no device or other packet writes it while the slice lives.
+        unsafe { std::slice::from_raw_parts(self.start(), self.ln() as usize) }
+    }
+
+    /// The frame, writable.
+    #[inline(always)]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `data`, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.start(), self.ln() as usize) }
+    }
+
+    /// Frame length in bytes.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.ln() as usize
+    }
+
+    /// Whether the frame is empty.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.ln() == 0
+    }
+
+    /// Bytes free in front of the frame.
+    #[inline(always)]
+    pub fn headroom(&self) -> usize {
+        self.hr() as usize
+    }
+
+    /// Bytes free behind the frame.
+    pub fn tailroom(&self) -> usize {
+        self.buf_size() - self.hr() as usize - self.ln() as usize
+    }
+
+    /// Largest frame that fits behind the current headroom.
+    pub fn capacity(&self) -> usize {
+        self.buf_size() - self.hr() as usize
+    }
+
+    /// Sets the frame length (bytes beyond the old length keep whatever the buffer held).
+    /// Returns false, changing nothing, if it does not fit.
+    #[inline]
+    pub fn set_len(&mut self, len: usize) -> bool {
+        if len > self.capacity() {
+            return false;
+        }
+        self.set_hr_ln(self.hr(), len as u16);
+        true
+    }
+
+    /// Replaces the frame with `bytes`. Returns false, changing nothing, if it does not fit.
+    pub fn set_data(&mut self, bytes: &[u8]) -> bool {
+        if !self.set_len(bytes.len()) {
+            return false;
+        }
+        self.data_mut().copy_from_slice(bytes);
+        true
+    }
+
+    /// Grows the frame at the front by `n` bytes taken from the headroom and returns the whole
+    /// new frame, or `None` if the headroom is too small.
+    #[inline]
+    pub fn push_front(&mut self, n: usize) -> Option<&mut [u8]> {
+        if n > self.hr() as usize {
+            return None;
+        }
+        self.set_hr_ln(self.hr() - n as u16, self.ln() + n as u16);
+        self.dma -= n as u64;
+        Some(self.data_mut())
+    }
+
+    /// Removes `n` bytes from the front of the frame (they become headroom). Returns false,
+    /// changing nothing, if the frame is shorter than `n`.
+    #[inline]
+    pub fn pull_front(&mut self, n: usize) -> bool {
+        if n > self.ln() as usize {
+            return false;
+        }
+        self.set_hr_ln(self.hr() + n as u16, self.ln() - n as u16);
+        self.dma += n as u64;
+        true
+    }
+
+    /// Bus address of the first frame byte (what a transmit descriptor points at).
+    #[inline(always)]
+    pub fn data_iova(&self) -> u64 {
+        self.dma
+    }
+
+    /// Bus address of the buffer start.
+    #[inline(always)]
+    pub fn buf_iova(&self) -> u64 {
+        self.dma - u64::from(self.hr())
+    }
+
+    /// Resets the packet for receive: headroom back to the pool default, length 0, metadata
+    /// cleared. Returns the bus address a receive descriptor should point at.
+    #[inline(always)]
+    pub fn reset_for_rx(&mut self) -> u64 {
+        // SAFETY: a packet keeps its pool's `Shared` alive.
+        let headroom = unsafe { self.pool.as_ref() }.headroom;
+        self.dma = self.buf_iova() + u64::from(headroom);
+        self.set_hr_ln(headroom, 0);
+        self.meta = Meta::default();
+        self.data_iova()
+    }
+
+    /// Sets the length a device reported, clamped to the buffer; returns whether it fit.
+    #[inline(always)]
+    pub fn set_rx_len(&mut self, len: u16) -> bool {
+        self.set_len(len as usize)
+    }
+
+    /// Whether this packet's buffer belongs to `pool`.
+    pub fn is_from(&self, pool: &Pool) -> bool {
+        self.pool == pool.shared
+    }
+}
+
+impl Drop for Packet {
+    fn drop(&mut self) {
+        // SAFETY: the packet keeps the pool alive, and its buffer is not referenced any more.
+        unsafe { Shared::release(self.pool, &[self.off()], &[]) };
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<Packet>() == 32);
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::platform::dma::IdentityMapper;
+    use proptest::prelude::*;
+
+    /// A pool of `n` default buffers in plain memory (tests of this module and its siblings).
+    pub(in crate::platform::dma) fn pool(n: usize) -> Pool {
+        Pool::new(
+            PoolConfig {
+                buffers: n,
+                ..PoolConfig::default()
+            },
+            Arc::new(IdentityMapper),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn lifo_reuse_and_counters() {
+        let p = pool(8);
+        let mut v = Vec::new();
+        assert_eq!(p.alloc_bulk(3, &mut v), 3);
+        assert_eq!(p.stats().in_use, 3);
+        let last = v.last().unwrap().buf_iova();
+        drop(v.pop());
+        let again = p.alloc().unwrap();
+        assert_eq!(
+            again.buf_iova(),
+            last,
+            "the buffer freed last is reused first"
+        );
+        drop(again);
+        Pool::free_bulk(v);
+        assert_eq!(p.stats().free, 8);
+    }
+
+    #[test]
+    fn exhaustion_returns_fewer_and_counts() {
+        let p = pool(4);
+        let mut v = Vec::new();
+        assert_eq!(p.alloc_bulk(6, &mut v), 4);
+        assert_eq!(p.stats().alloc_failures, 1);
+        assert!(p.alloc().is_none());
+        assert_eq!(p.stats().alloc_failures, 2);
+    }
+
+    #[test]
+    fn headroom_and_frame_views() {
+        let p = pool(2);
+        let mut pkt = p.alloc().unwrap();
+        assert_eq!(pkt.headroom(), 128);
+        assert!(pkt.set_data(&[1, 2, 3, 4]));
+        let f = pkt.push_front(2).unwrap();
+        f[0] = 9;
+        f[1] = 8;
+        assert_eq!(pkt.data(), &[9, 8, 1, 2, 3, 4]);
+        assert_eq!(pkt.headroom(), 126);
+        assert!(pkt.pull_front(2));
+        assert_eq!(pkt.data(), &[1, 2, 3, 4]);
+        assert_eq!(pkt.data_iova(), pkt.buf_iova() + 128);
+        assert!(!pkt.set_len(4096));
+        assert!(pkt.push_front(200).is_none());
+    }
+
+    #[test]
+    fn packets_keep_memory_alive_after_last_handle() {
+        let p = pool(2);
+        let mut pkt = p.alloc().unwrap();
+        drop(p);
+        assert!(pkt.set_data(b"still here"));
+        assert_eq!(pkt.data(), b"still here");
+        drop(pkt); // frees the pool; Miri/ASan would flag a leak or use-after-free here
+    }
+
+    #[test]
+    fn packets_go_home_to_their_own_pool() {
+        let a = pool(4);
+        let b = pool(4);
+        let mut v = Vec::new();
+        a.alloc_bulk(2, &mut v);
+        b.alloc_bulk(3, &mut v);
+        a.alloc_bulk(1, &mut v);
+        assert!(v[0].is_from(&a) && v[2].is_from(&b));
+        Pool::free_bulk(v);
+        assert_eq!(a.stats().free, 4);
+        assert_eq!(b.stats().free, 4);
+    }
+
+    #[test]
+    fn packets_cross_threads() {
+        let p = pool(16);
+        let mut v = Vec::new();
+        p.alloc_bulk(16, &mut v);
+        std::thread::spawn(move || drop(v)).join().unwrap();
+        assert_eq!(p.stats().free, 16);
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        let m: Arc<dyn DmaMapper> = Arc::new(IdentityMapper);
+        for c in [
+            PoolConfig {
+                buffers: 0,
+                ..Default::default()
+            },
+            PoolConfig {
+                buf_size: 1000,
+                ..Default::default()
+            },
+            PoolConfig {
+                headroom: 64,
+                ..Default::default()
+            },
+            // would wrap around the `headroom + 64` bound (and truncate to 16 bits)
+            PoolConfig {
+                headroom: usize::MAX - 10,
+                ..Default::default()
+            },
+        ] {
+            assert!(
+                matches!(Pool::new(c, m.clone()), Err(Error::InvalidConfig(_))),
+                "{c:?}"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn conservation_under_random_alloc_free(ops in proptest::collection::vec((0usize..40, any::<bool>(), any::<bool>()), 1..300)) {
+            let p = pool(64);
+            let mut held: Vec<Packet> = Vec::new();
+            for (n, free, bulk) in ops {
+                if free {
+                    let k = n.min(held.len());
+                    let out: Vec<Packet> = held.drain(..k).collect();
+                    if bulk { Pool::free_bulk(out) } else { drop(out) }
+                } else {
+                    let before = held.len();
+                    let got = p.alloc_bulk(n, &mut held);
+                    prop_assert_eq!(held.len(), before + got);
+                }
+                let s = p.stats();
+                prop_assert_eq!(s.free + s.in_use, s.capacity);
+                prop_assert_eq!(s.in_use, held.len());
+            }
+        }
+
+        #[test]
+        fn headroom_length_invariants(ops in proptest::collection::vec((0u8..4, 0usize..3000), 1..100)) {
+            let p = pool(1);
+            let mut pkt = p.alloc().unwrap();
+            for (op, n) in ops {
+                match op {
+                    0 => { pkt.set_len(n); }
+                    1 => { pkt.push_front(n % 300); }
+                    2 => { pkt.pull_front(n % 300); }
+                    _ => { pkt.reset_for_rx(); }
+                }
+                prop_assert!(pkt.headroom() + pkt.len() + pkt.tailroom() == p.buf_size());
+                prop_assert_eq!(pkt.data().len(), pkt.len());
+                prop_assert!(pkt.data_iova() >= pkt.buf_iova());
+            }
+        }
+    }
+}

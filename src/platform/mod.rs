@@ -1,0 +1,23 @@
+//! The platform layer: what a driver stands on, independent of any device family.
+//!
+//! - [`vfio`]: owning a PCI device through VFIO (containers, groups, device fds, BAR mappings);
+//! - [`pci`]: addresses, config space, sysfs facts (driver binding, IOMMU groups);
+//! - [`bus`]: the [`Bus`](bus::Bus) trait a driver talks to (registers plus a DMA mapper), with
+//!   [`PciBus`](bus::PciBus) for VFIO and the in-memory devices' own implementations;
+//! - [`mmio`]: register access as volatile words, and the doorbell with its release fence;
+//! - [`dma`]: device-visible memory, IOVAs, the software IOMMU and the packet buffer pool;
+//! - [`regs`]: register maps generated from `regs/*.toml`.
+//!
+//! `unsafe` is allowed in exactly three modules, here, and refused by the compiler everywhere
+//! else in the crate (`#![deny(unsafe_code)]` at the crate root; `tests/unsafe_surface.rs`
+//! checks the list).
+
+pub mod bus;
+#[allow(unsafe_code)]
+pub mod dma;
+#[allow(unsafe_code)]
+pub mod mmio;
+pub mod pci;
+pub mod regs;
+#[allow(unsafe_code)]
+pub mod vfio;

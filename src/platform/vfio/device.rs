@@ -1,0 +1,431 @@
+//! An open VFIO PCI device: config space, BAR mappings, reset and DMA through its container.
+//!
+//! Ownership is arranged so that nothing can outlive what it depends on: a [`Device`] is a handle
+//! to a shared inner object that owns the device fd, `Arc`s of its group and of the container
+//! (which keeps the group attached), and the process-wide "open" claim for its address. BAR
+//! mappings hold that inner object too, so a mapped register window keeps the fd, group and
+//! container open. Field order makes the teardown order the one VFIO wants: device fd first, then
+//! the group and container handles; the container closes the groups, then itself, when the last
+//! device and the last DMA buffer are gone.
+
+use std::any::Any;
+use std::ffi::CString;
+use std::fmt;
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use memmap2::{MmapOptions, MmapRaw};
+use vfio_bindings::bindings::vfio::{
+    VFIO_DEVICE_FLAGS_PCI, VFIO_DEVICE_FLAGS_RESET, VFIO_PCI_BAR5_REGION_INDEX,
+    VFIO_PCI_CONFIG_REGION_INDEX, VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ,
+    VFIO_REGION_INFO_FLAG_WRITE,
+};
+
+use super::container::Container;
+use super::group::Group;
+use super::ioctl;
+use super::registry::{Claim, OPEN_DEVICES};
+use crate::error::{Error, Result};
+use crate::platform::dma::DmaMapper;
+use crate::platform::mmio::MmioRegion;
+use crate::platform::pci::{PciAddress, Sysfs};
+
+/// Offset of the PCI COMMAND register in config space.
+pub const PCI_COMMAND: u64 = 0x04;
+/// COMMAND bit: respond to memory-space accesses (BARs).
+pub const PCI_COMMAND_MEMORY: u16 = 1 << 1;
+/// COMMAND bit: the device may master the bus (DMA).
+pub const PCI_COMMAND_MASTER: u16 = 1 << 2;
+
+/// Size, offset (in the device fd) and `VFIO_REGION_INFO_FLAG_*` of a device region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionInfo {
+    /// Size in bytes (0 when the device does not implement the region).
+    pub size: u64,
+    /// Offset of the region in the device fd, for pread/pwrite and mmap.
+    pub offset: u64,
+    /// `VFIO_REGION_INFO_FLAG_*`.
+    pub flags: u32,
+}
+
+impl RegionInfo {
+    /// Whether the region can be mmapped.
+    pub fn is_mappable(&self) -> bool {
+        self.flags & VFIO_REGION_INFO_FLAG_MMAP != 0
+    }
+
+    /// Whether the region can be read and written through the fd.
+    pub fn is_read_write(&self) -> bool {
+        let rw = VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE;
+        self.flags & rw == rw
+    }
+}
+
+/// COMMAND register value with bus mastering (and memory space) switched on or off.
+pub fn command_with_bus_master(command: u16, enable: bool) -> u16 {
+    if enable {
+        command | PCI_COMMAND_MASTER | PCI_COMMAND_MEMORY
+    } else {
+        command & !PCI_COMMAND_MASTER
+    }
+}
+
+/// The state shared by a device handle and its BAR mappings. Fields drop in declaration order.
+struct Inner {
+    fd: File,
+    addr: PciAddress,
+    flags: u32,
+    num_regions: u32,
+    config: RegionInfo,
+    group: Arc<Group>,
+    container: Arc<Container>,
+    _claim: Claim,
+}
+
+/// An open VFIO PCI device (re-exported as `vfio::VfioDevice`).
+pub struct Device {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VfioDevice")
+            .field("addr", &self.inner.addr.to_string())
+            .field("group", &self.inner.group.number())
+            .field("flags", &self.inner.flags)
+            .field("num_regions", &self.inner.num_regions)
+            .finish()
+    }
+}
+
+/// Keeps a BAR mapped, and the device it belongs to open, for as long as an [`MmioRegion`] lives.
+/// The mapping is dropped (unmapped) before the device.
+struct BarMapping {
+    _map: MmapRaw,
+    _device: Arc<Inner>,
+}
+
+impl Device {
+    /// Opens the device at `addr` (checking `/sys` first, see [`Sysfs::check_vfio_ready`]).
+    pub fn open(addr: PciAddress) -> Result<Device> {
+        Device::open_with_sysfs(addr, &Sysfs::default())
+    }
+
+    /// Opens the device at `addr`, reading sysfs from `sysfs.root`.
+    pub fn open_with_sysfs(addr: PciAddress, sysfs: &Sysfs) -> Result<Device> {
+        let claim = OPEN_DEVICES.claim(addr)?;
+        let group_number = sysfs.check_vfio_ready(addr)?;
+        let container = Container::shared()?;
+        let group = container.group(group_number, addr, sysfs)?;
+        let vfio_err = |what, e: nix::errno::Errno| Error::Vfio {
+            what,
+            target: addr.to_string(),
+            source: e.into(),
+        };
+        let name = CString::new(addr.to_string()).expect("a PCI address has no NUL byte");
+        let fd = ioctl::group_get_device_fd(group.fd(), &name)
+            .map_err(|e| vfio_err("VFIO_GROUP_GET_DEVICE_FD", e))?;
+        let info =
+            ioctl::device_get_info(fd.as_fd()).map_err(|e| vfio_err("VFIO_DEVICE_GET_INFO", e))?;
+        if info.flags & VFIO_DEVICE_FLAGS_PCI == 0 {
+            return Err(Error::NotSupported {
+                device: addr.to_string(),
+                what: "a non-PCI VFIO device".into(),
+                why: "vfio-nic drives PCI devices only; check that the address is a NIC".into(),
+            });
+        }
+        let config = region_info(&fd, addr, VFIO_PCI_CONFIG_REGION_INDEX)?;
+        tracing::info!(
+            %addr,
+            group = group_number,
+            regions = info.num_regions,
+            irqs = info.num_irqs,
+            reset = info.flags & VFIO_DEVICE_FLAGS_RESET != 0,
+            "VFIO device opened"
+        );
+        Ok(Device {
+            inner: Arc::new(Inner {
+                fd,
+                addr,
+                flags: info.flags,
+                num_regions: info.num_regions,
+                config,
+                group,
+                container,
+                _claim: claim,
+            }),
+        })
+    }
+
+    /// The device's PCI address.
+    pub fn addr(&self) -> PciAddress {
+        self.inner.addr
+    }
+
+    /// The device's IOMMU group.
+    pub fn iommu_group(&self) -> u32 {
+        self.inner.group.number()
+    }
+
+    /// The file descriptor of the device's open group (`/dev/vfio/<group>`): devices of one
+    /// group opened in one process share it (VFIO allows a group to be opened once).
+    pub fn group_fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        self.inner.group.fd().as_raw_fd()
+    }
+
+    /// Number of regions VFIO exposes (BARs, ROM, config space, ...).
+    pub fn num_regions(&self) -> u32 {
+        self.inner.num_regions
+    }
+
+    /// Size, offset and flags of region `index` (`0..=5` are the BARs, 7 is config space).
+    pub fn region_info(&self, index: u32) -> Result<RegionInfo> {
+        region_info(&self.inner.fd, self.inner.addr, index)
+    }
+
+    fn config_range(&self, offset: u64, len: usize) -> Result<u64> {
+        let size = self.inner.config.size;
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= size => Ok(self.inner.config.offset + offset),
+            _ => Err(Error::InvalidConfig(format!(
+                "{}: config space access of {len} bytes at {offset:#x} is outside its {size:#x} bytes",
+                self.inner.addr
+            ))),
+        }
+    }
+
+    /// Reads `buf.len()` bytes of config space at `offset`.
+    pub fn config_read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let pos = self.config_range(offset, buf.len())?;
+        self.inner
+            .fd
+            .read_exact_at(buf, pos)
+            .map_err(|source| Error::Vfio {
+                what: "config space read",
+                target: format!("{} at {offset:#x}", self.inner.addr),
+                source,
+            })
+    }
+
+    /// Writes `buf` to config space at `offset`.
+    pub fn config_write(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        let pos = self.config_range(offset, buf.len())?;
+        self.inner
+            .fd
+            .write_all_at(buf, pos)
+            .map_err(|source| Error::Vfio {
+                what: "config space write",
+                target: format!("{} at {offset:#x}", self.inner.addr),
+                source,
+            })
+    }
+
+    /// Reads a little-endian 16-bit config register.
+    pub fn config_read_u16(&self, offset: u64) -> Result<u16> {
+        let mut b = [0; 2];
+        self.config_read(offset, &mut b)?;
+        Ok(u16::from_le_bytes(b))
+    }
+
+    /// Reads a little-endian 32-bit config register.
+    pub fn config_read_u32(&self, offset: u64) -> Result<u32> {
+        let mut b = [0; 4];
+        self.config_read(offset, &mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    /// Writes a little-endian 16-bit config register.
+    pub fn config_write_u16(&self, offset: u64, value: u16) -> Result<()> {
+        self.config_write(offset, &value.to_le_bytes())
+    }
+
+    /// Writes a little-endian 32-bit config register.
+    pub fn config_write_u32(&self, offset: u64, value: u32) -> Result<()> {
+        self.config_write(offset, &value.to_le_bytes())
+    }
+
+    fn set_bus_master(&self, enable: bool) -> Result<()> {
+        let old = self.config_read_u16(PCI_COMMAND)?;
+        let new = command_with_bus_master(old, enable);
+        if new != old {
+            self.config_write_u16(PCI_COMMAND, new)?;
+        }
+        tracing::debug!(addr = %self.inner.addr, old = format_args!("{old:#06x}"), new = format_args!("{new:#06x}"), "PCI COMMAND");
+        Ok(())
+    }
+
+    /// Lets the device do DMA: sets Bus Master Enable (and Memory Space Enable) in COMMAND.
+    pub fn enable_bus_master(&self) -> Result<()> {
+        self.set_bus_master(true)
+    }
+
+    /// Stops the device from starting DMA: clears Bus Master Enable in COMMAND.
+    pub fn disable_bus_master(&self) -> Result<()> {
+        self.set_bus_master(false)
+    }
+
+    /// PCI vendor and device id, read from config space.
+    pub fn vendor_device(&self) -> Result<(u16, u16)> {
+        Ok((self.config_read_u16(0)?, self.config_read_u16(2)?))
+    }
+
+    /// Maps BAR `index` (0..=5) for register access.
+    ///
+    /// The returned region keeps the mapping, the device fd, its group and the container alive.
+    pub fn map_bar(&self, index: u32) -> Result<MmioRegion> {
+        let addr = self.inner.addr;
+        if index > VFIO_PCI_BAR5_REGION_INDEX {
+            return Err(Error::InvalidConfig(format!(
+                "{addr}: BAR{index} does not exist; PCI BARs are numbered 0 to 5"
+            )));
+        }
+        let region = self.region_info(index)?;
+        let not_supported = |why: String| Error::NotSupported {
+            device: addr.to_string(),
+            what: format!("mapping BAR{index}"),
+            why,
+        };
+        if region.size == 0 {
+            return Err(not_supported(format!(
+                "the device has no BAR{index}; see `lspci -vv -s {addr}` for its BARs"
+            )));
+        }
+        if !region.is_mappable() {
+            return Err(not_supported(
+                "VFIO does not allow mmapping it (an I/O-port BAR, or a kernel older than 4.16 that \
+                 hides BARs holding the MSI-X table); use a memory BAR or a newer kernel"
+                    .into(),
+            ));
+        }
+        let len = usize::try_from(region.size).map_err(|_| {
+            not_supported(format!(
+                "its size {:#x} does not fit in memory",
+                region.size
+            ))
+        })?;
+        let name = format!("{addr} BAR{index}");
+        let map = MmapOptions::new()
+            .offset(region.offset)
+            .len(len)
+            .map_raw(&self.inner.fd)
+            .map_err(|source| Error::Vfio {
+                what: "mmap",
+                target: name.clone(),
+                source,
+            })?;
+        let base = NonNull::new(map.as_mut_ptr()).expect("mmap never returns null on success");
+        let owner: Arc<dyn Any + Send + Sync> = Arc::new(BarMapping {
+            _map: map,
+            _device: self.inner.clone(),
+        });
+        tracing::debug!(%name, len, "BAR mapped");
+        // The mapping is owned by the `BarMapping` in `owner`, so it stays mapped while the region
+        // holds `owner`; nothing creates references to it.
+        // SAFETY: `base` starts a fresh read-write shared mapping of `len` bytes of the BAR,
+        // page-aligned (so 4-byte aligned), alive as long as `owner` (see above).
+        Ok(unsafe { MmioRegion::from_raw(base, len, name, owner) })
+    }
+
+    /// The DMA mapper that makes memory visible to this device: the process's container.
+    ///
+    /// Use it as `DmaMemory::allocate(len, device.dma_mapper())`. Every device of the process
+    /// shares the container, so memory mapped once is visible to all of them at the same IOVA,
+    /// and the memory keeps the container (and its IOMMU) alive until it is unmapped.
+    pub fn dma_mapper(&self) -> Arc<dyn DmaMapper> {
+        self.inner.container.clone()
+    }
+
+    /// The process's container (the same object as [`Device::dma_mapper`], typed).
+    pub fn container(&self) -> Arc<Container> {
+        self.inner.container.clone()
+    }
+
+    /// Whether the device supports `VFIO_DEVICE_RESET` (typically a function-level reset).
+    pub fn can_reset(&self) -> bool {
+        self.inner.flags & VFIO_DEVICE_FLAGS_RESET != 0
+    }
+
+    /// Resets the device through VFIO if it supports that; returns whether it did.
+    pub fn reset(&self) -> Result<bool> {
+        if !self.can_reset() {
+            tracing::debug!(addr = %self.inner.addr, "device has no VFIO reset");
+            return Ok(false);
+        }
+        ioctl::device_reset(self.inner.fd.as_fd()).map_err(|e| Error::Vfio {
+            what: "VFIO_DEVICE_RESET",
+            target: self.inner.addr.to_string(),
+            source: e.into(),
+        })?;
+        tracing::debug!(addr = %self.inner.addr, "device reset");
+        Ok(true)
+    }
+}
+
+fn region_info(fd: &File, addr: PciAddress, index: u32) -> Result<RegionInfo> {
+    let info = ioctl::device_get_region_info(fd.as_fd(), index).map_err(|e| Error::Vfio {
+        what: "VFIO_DEVICE_GET_REGION_INFO",
+        target: format!("{addr} region {index}"),
+        source: e.into(),
+    })?;
+    Ok(RegionInfo {
+        size: info.size,
+        offset: info.offset,
+        flags: info.flags,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_can_cross_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Device>();
+        send_sync::<Container>();
+        send_sync::<BarMapping>();
+    }
+
+    #[test]
+    fn bus_master_bits() {
+        assert_eq!(command_with_bus_master(0x0000, true), 0x0006);
+        assert_eq!(command_with_bus_master(0x0401, true), 0x0407);
+        assert_eq!(command_with_bus_master(0x0407, false), 0x0403);
+        assert_eq!(command_with_bus_master(0x0403, false), 0x0403);
+    }
+
+    #[test]
+    fn region_flags() {
+        let r = RegionInfo {
+            size: 0x2_0000,
+            offset: 0,
+            flags: VFIO_REGION_INFO_FLAG_READ
+                | VFIO_REGION_INFO_FLAG_WRITE
+                | VFIO_REGION_INFO_FLAG_MMAP,
+        };
+        assert!(r.is_mappable() && r.is_read_write());
+        let cfg = RegionInfo {
+            flags: VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE,
+            ..r
+        };
+        assert!(!cfg.is_mappable() && cfg.is_read_write());
+    }
+
+    /// Open runs the sysfs checks before touching /dev/vfio, so their precise errors reach the user,
+    /// and a failed open releases the address again.
+    #[test]
+    fn open_reports_sysfs_problems_first_and_releases_the_claim() {
+        let dir = tempfile::tempdir().unwrap();
+        let sysfs = Sysfs::new(dir.path());
+        let addr: PciAddress = "0000:7f:1f.7".parse().unwrap();
+        let err = Device::open_with_sysfs(addr, &sysfs).unwrap_err();
+        assert!(matches!(err, Error::NoSuchDevice { .. }), "{err:?}");
+        assert!(!OPEN_DEVICES.contains(addr));
+        let again = Device::open_with_sysfs(addr, &sysfs).unwrap_err();
+        assert!(matches!(again, Error::NoSuchDevice { .. }), "{again:?}");
+    }
+}
