@@ -8,6 +8,11 @@
 //! Nothing here assumes tail registers: an Intel ring writes RDT/TDT, a queue-manager device
 //! (DPAA2-like) enqueues to a portal, the in-memory devices call functions. That is each queue
 //! implementation's business.
+//!
+//! Nor does anything here know VLANs: tag handling is the VLAN layer's ([`crate::vlan`]), which
+//! extends these traits (software insertion on transmit is
+//! [`SwVlanTx`](crate::vlan::SwVlanTx)) and asks drivers for their VLAN hardware through
+//! [`VlanHardware`](crate::vlan::VlanHardware).
 
 use std::fmt;
 use std::str::FromStr;
@@ -157,17 +162,6 @@ pub trait RxQueue: Send {
     fn pool(&self) -> &Pool;
 }
 
-/// What transmit bursts with software tag insertion did ([`TxQueue::tx_burst_sw_vlan`] adds
-/// to it; passed by reference, so that a burst that inserted nothing returns in registers).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SwVlanCounts {
-    /// Tags pushed into frames.
-    pub inserted: u64,
-    /// Packets dropped because their frame could not take the tag (shorter than 12 bytes, or
-    /// no 4 bytes to spare in the buffer): never sent untagged onto the wrong VLAN.
-    pub malformed: u64,
-}
-
 /// A transmit queue.
 pub trait TxQueue: Send {
     /// Queues packets from the front of `batch` and removes them from it; the rest stay in the
@@ -180,27 +174,6 @@ pub trait TxQueue: Send {
     /// DMA and Linux never gives the chips less than 17 bytes. Nothing is refused for being
     /// short.
     fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError>;
-
-    /// [`tx_burst`](Self::tx_burst) with software VLAN insertion: every packet marked
-    /// [`Meta::TX_VLAN`](crate::platform::dma::Meta::TX_VLAN) gets its tag pushed into the frame (TPID
-    /// `tpid`) and the mark cleared before it is queued; a packet that cannot take it is
-    /// dropped. Dropped packets leave the batch too. Adds the tags inserted and the packets
-    /// dropped to `counts`; returns how many were queued.
-    ///
-    /// The default makes one pass over the batch, then calls `tx_burst`. A driver that looks at
-    /// every packet's flags anyway overrides it to insert on its way, so that a burst without
-    /// tagged packets costs nothing extra.
-    fn tx_burst_sw_vlan(
-        &mut self,
-        batch: &mut Vec<Packet>,
-        tpid: crate::vlan::Tpid,
-        counts: &mut SwVlanCounts,
-    ) -> Result<usize, QueueError> {
-        let (inserted, malformed) = crate::vlan::insert_all(batch, tpid);
-        counts.inserted += inserted;
-        counts.malformed += malformed;
-        self.tx_burst(batch)
-    }
 
     /// The queue's software counters.
     fn stats(&self) -> QueueStats;

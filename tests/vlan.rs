@@ -14,8 +14,8 @@ use vfio_nic::error::{Error, Result};
 use vfio_nic::platform::dma::{IdentityMapper, Meta, Packet, Pool, PoolConfig};
 use vfio_nic::vlan::frame::rx_wire_frame_into;
 use vfio_nic::vlan::{
-    find_tag, tx_wire_frame, Lookup, PacketVlan, RxMode, Tci, Tpid, TxMode, Vid, VlanCaps,
-    VlanConfig, VlanControl, VlanFilter, VlanHardware, VlanRxCtx,
+    find_tag, tx_wire_frame, Lookup, PacketVlan, RxMode, SwVlanTx, Tci, Tpid, TxMode, Vid,
+    VlanCaps, VlanConfig, VlanControl, VlanFilter, VlanHardware, VlanRxCtx,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -741,6 +741,9 @@ struct CaptureTx {
     tpid: Tpid,
 }
 
+/// Software insertion by the VLAN layer's default pass.
+impl SwVlanTx for CaptureTx {}
+
 impl TxQueue for CaptureTx {
     fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
         let n = batch.len();
@@ -862,6 +865,7 @@ fn a_retried_packet_is_tagged_once_across_a_transmit_mode_switch() {
     let wire = Arc::new(Mutex::new(Vec::new()));
     // A transmit queue that takes nothing the first time.
     struct Full(bool, CaptureTx);
+    impl SwVlanTx for Full {}
     impl TxQueue for Full {
         fn tx_burst(&mut self, b: &mut Vec<Packet>) -> Result<usize, QueueError> {
             if std::mem::replace(&mut self.0, false) {

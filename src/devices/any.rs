@@ -9,8 +9,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::device::{
-    LinkStatus, Port, PortInfo, PortStats, QueueError, QueueSet, QueueStats, RxQueue, SwVlanCounts,
-    TxQueue,
+    LinkStatus, Port, PortInfo, PortStats, QueueError, QueueSet, QueueStats, RxQueue, TxQueue,
 };
 use crate::devices::ids::{self, Family};
 use crate::devices::igb::{IgbConfig, IgbPort, IgbRx, IgbTx};
@@ -21,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::platform::bus::{Bus, PciBus};
 use crate::platform::dma::{Packet, Pool};
 use crate::platform::pci::PciAddress;
-use crate::vlan::Tpid;
+use crate::vlan::{SwVlanCounts, SwVlanTx, Tpid, Vid, VlanCaps, VlanHardware};
 
 /// A parsed port name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -257,6 +256,17 @@ impl TxQueue for AnyTx {
             AnyTx::IxgbeSim(q) => q.tx_burst(batch),
         }
     }
+    fn stats(&self) -> QueueStats {
+        match self {
+            AnyTx::Null(q) => q.stats(),
+            AnyTx::Igb(q) => q.stats(),
+            AnyTx::Ixgbe(q) => q.stats(),
+            AnyTx::IxgbeSim(q) => q.stats(),
+        }
+    }
+}
+
+impl SwVlanTx for AnyTx {
     #[inline]
     fn tx_burst_sw_vlan(
         &mut self,
@@ -271,13 +281,47 @@ impl TxQueue for AnyTx {
             AnyTx::IxgbeSim(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
         }
     }
-    fn stats(&self) -> QueueStats {
+}
+
+impl AnyPort {
+    /// The VLAN hardware of the driver behind the port.
+    fn vlan_hw(&mut self) -> &mut dyn VlanHardware {
         match self {
-            AnyTx::Null(q) => q.stats(),
-            AnyTx::Igb(q) => q.stats(),
-            AnyTx::Ixgbe(q) => q.stats(),
-            AnyTx::IxgbeSim(q) => q.stats(),
+            AnyPort::Null(p) => p,
+            AnyPort::Igb(p) => &mut **p,
+            AnyPort::Ixgbe(p) => &mut **p,
+            AnyPort::IxgbeSim(p) => &mut **p,
         }
+    }
+}
+
+/// Whichever driver is behind the port, so tools that open ports by name get the same control.
+impl VlanHardware for AnyPort {
+    fn vlan_caps(&self) -> VlanCaps {
+        match self {
+            AnyPort::Null(p) => p.vlan_caps(),
+            AnyPort::Igb(p) => p.vlan_caps(),
+            AnyPort::Ixgbe(p) => p.vlan_caps(),
+            AnyPort::IxgbeSim(p) => p.vlan_caps(),
+        }
+    }
+    fn set_rx_strip(&mut self, queue: u16, on: bool) -> Result<()> {
+        self.vlan_hw().set_rx_strip(queue, on)
+    }
+    fn set_vlan_filter(&mut self, on: bool) -> Result<()> {
+        self.vlan_hw().set_vlan_filter(on)
+    }
+    fn add_vlan(&mut self, vid: Vid) -> Result<()> {
+        self.vlan_hw().add_vlan(vid)
+    }
+    fn remove_vlan(&mut self, vid: Vid) -> Result<()> {
+        self.vlan_hw().remove_vlan(vid)
+    }
+    fn set_tpid(&mut self, tpid: Tpid) -> Result<()> {
+        self.vlan_hw().set_tpid(tpid)
+    }
+    fn set_extended_vlan(&mut self, on: bool, outer_tpid: Tpid) -> Result<()> {
+        self.vlan_hw().set_extended_vlan(on, outer_tpid)
     }
 }
 

@@ -191,6 +191,16 @@ pub fn supported_list() -> String {
     s.join(", ")
 }
 
+/// The ids of one family, for the error of a driver given another family's device.
+pub fn family_list(family: Family) -> String {
+    KNOWN
+        .iter()
+        .filter(|k| k.2 == family)
+        .map(|k| format!("{:04x}:{:04x}", k.0, k.1))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

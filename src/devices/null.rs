@@ -15,6 +15,7 @@ use crate::device::{
 };
 use crate::error::{Error, Result};
 use crate::platform::dma::{IdentityMapper, Packet, Pool, PoolConfig};
+use crate::vlan::{SwVlanTx, Tpid, Vid, VlanCaps, VlanHardware};
 
 /// Configuration of a null port.
 #[derive(Clone, Debug)]
@@ -210,9 +211,67 @@ impl TxQueue for NullTx {
     }
 }
 
+fn no_vlan_hardware(port: &NullPort, what: &str) -> Error {
+    Error::NotSupported {
+        device: port.name.clone(),
+        what: what.into(),
+        why: "the null device has no VLAN hardware; use the sw (or deferred) VLAN modes".into(),
+    }
+}
+
+/// The null device has no VLAN hardware: it reports no capabilities, so the control handle
+/// never calls the other methods, which refuse.
+impl VlanHardware for NullPort {
+    fn vlan_caps(&self) -> VlanCaps {
+        VlanCaps::none(self.name.clone())
+    }
+    fn set_rx_strip(&mut self, _queue: u16, _on: bool) -> Result<()> {
+        Err(no_vlan_hardware(self, "VLAN tag stripping"))
+    }
+    fn set_vlan_filter(&mut self, _on: bool) -> Result<()> {
+        Err(no_vlan_hardware(self, "VLAN filtering"))
+    }
+    fn add_vlan(&mut self, _vid: Vid) -> Result<()> {
+        Err(no_vlan_hardware(self, "a VLAN filter table"))
+    }
+    fn remove_vlan(&mut self, _vid: Vid) -> Result<()> {
+        Err(no_vlan_hardware(self, "a VLAN filter table"))
+    }
+    fn set_tpid(&mut self, _tpid: Tpid) -> Result<()> {
+        Err(no_vlan_hardware(self, "setting the VLAN TPID"))
+    }
+    fn set_extended_vlan(&mut self, _on: bool, _outer_tpid: Tpid) -> Result<()> {
+        Err(no_vlan_hardware(self, "extended (QinQ) VLAN mode"))
+    }
+}
+
+/// Software insertion by the VLAN layer's default pass: the null device looks at no flags.
+impl SwVlanTx for NullTx {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn handles_and_wrappers_can_cross_threads() {
+        fn control<T: Clone + Send + Sync + 'static>() {}
+        fn queue<T: Send>() {}
+        control::<crate::vlan::VlanControl>();
+        queue::<crate::vlan::VlanRx<NullRx>>();
+        queue::<crate::vlan::VlanTx<NullTx>>();
+        queue::<crate::vlan::VlanRxCtx>();
+    }
+
+    #[test]
+    fn the_null_device_reports_no_vlan_hardware() {
+        let mut port = NullPort::new(3, NullConfig::default()).unwrap();
+        assert_eq!(port.vlan_caps(), VlanCaps::none("null:3"));
+        let e = port.set_rx_strip(0, true).unwrap_err().to_string();
+        assert!(
+            e.contains("null:3") && e.contains("no VLAN hardware"),
+            "{e}"
+        );
+    }
 
     fn port(cfg: NullConfig) -> (NullRx, NullTx) {
         let mut p = NullPort::new(0, cfg).unwrap();

@@ -45,76 +45,11 @@
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::filter::{check_filter_vid, AtomicFilter, VlanFilter};
+use super::filter::{AtomicFilter, VlanFilter};
 use super::frame::VlanRxCtx;
+use super::hw::{VlanCaps, VlanHardware};
 use super::tag::{RxMode, Tpid, TxMode, Vid};
 use crate::error::{Error, Result};
-
-/// What a device's VLAN hardware can do.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct VlanCaps {
-    /// The device's name, for error messages ("0000:01:00.0", "null:0").
-    pub device: String,
-    /// Strips receive tags and reports the TCI per packet.
-    pub rx_strip: bool,
-    /// Inserts transmit tags.
-    pub tx_insert: bool,
-    /// Has a VID filter table.
-    pub filter: bool,
-    /// Supports extended (double, QinQ) VLAN mode with a separate outer TPID (receive side:
-    /// strip and filter act on the inner tag).
-    pub extended: bool,
-    /// Inserts transmit tags correctly in extended mode too (the new outermost tag with the
-    /// outer TPID). False where the device inserts with another TPID, or where that is not
-    /// confirmed on a card: software insertion serves extended mode then.
-    pub tx_insert_extended: bool,
-    /// Accepts a TPID other than 0x8100.
-    pub any_tpid: bool,
-    /// Receive queues whose strip bit `set_rx_strip` controls (0..rx_queues).
-    pub rx_queues: u16,
-    /// Each receive queue has its own strip bit (82599 RXDCTL.VME), so queues can be in
-    /// different receive modes; without it (82576 CTRL.VME) stripping is port-wide.
-    pub per_queue_strip: bool,
-}
-
-impl VlanCaps {
-    /// No VLAN hardware at all.
-    pub fn none(device: impl Into<String>) -> VlanCaps {
-        VlanCaps {
-            device: device.into(),
-            ..VlanCaps::default()
-        }
-    }
-}
-
-/// The VLAN hardware of a device, implemented by drivers. The control handle calls these only
-/// for what [`vlan_caps`](VlanHardware::vlan_caps) reports, and only on the configuration path.
-///
-/// Contract for receive: with the strip bit on, every packet whose tag the device removed must
-/// carry [`Meta::VLAN_STRIPPED`](crate::platform::dma::Meta::VLAN_STRIPPED) and the TCI; no packet that
-/// still holds its tag may carry it. A driver may also set
-/// [`Meta::VLAN_HANDLED`](crate::platform::dma::Meta::VLAN_HANDLED) when its descriptor proves the frame
-/// had no tag (82599: VP clear, non-extended mode), which spares `take_vlan` a frame read.
-/// Contract for transmit: a packet with [`Meta::TX_VLAN`](crate::platform::dma::Meta::TX_VLAN) goes out
-/// byte-identical to [`tx_wire_frame`](super::tx_wire_frame) with the TPID
-/// [`VlanRxCtx::push_tpid`] of the current setting.
-pub trait VlanHardware {
-    /// What the device can do.
-    fn vlan_caps(&self) -> VlanCaps;
-    /// Turns tag stripping on or off for one receive queue.
-    fn set_rx_strip(&mut self, queue: u16, on: bool) -> Result<()>;
-    /// Turns the VID filter on or off (the table is kept with `add_vlan`/`remove_vlan`).
-    fn set_vlan_filter(&mut self, on: bool) -> Result<()>;
-    /// Adds a VID to the device's filter table.
-    fn add_vlan(&mut self, vid: Vid) -> Result<()>;
-    /// Removes a VID from the device's filter table.
-    fn remove_vlan(&mut self, vid: Vid) -> Result<()>;
-    /// Sets the TPID that marks the tag that counts (and, outside extended mode, the inserted one).
-    fn set_tpid(&mut self, tpid: Tpid) -> Result<()>;
-    /// Turns extended (QinQ) mode on or off; `outer_tpid` marks the outer tag (and is the TPID of
-    /// inserted tags in extended mode).
-    fn set_extended_vlan(&mut self, on: bool, outer_tpid: Tpid) -> Result<()>;
-}
 
 /// A port's VLAN configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -657,7 +592,7 @@ impl VlanControl {
     /// Adds a VID to the filter table (refuses 4095, saying why). Its frames arrive from the next
     /// burst on.
     pub fn add_vlan(&self, hw: &mut dyn VlanHardware, vid: u16) -> Result<()> {
-        let vid = check_filter_vid(vid)?.get();
+        let vid = Vid::new(vid)?.get();
         self.change(hw, |c| {
             let _ = c.table.add(vid);
         })
@@ -665,7 +600,7 @@ impl VlanControl {
 
     /// Removes a VID from the filter table (VID 0 stays: priority tags always pass).
     pub fn remove_vlan(&self, hw: &mut dyn VlanHardware, vid: u16) -> Result<()> {
-        let vid = check_filter_vid(vid)?.get();
+        let vid = Vid::new(vid)?.get();
         self.change(hw, |c| {
             let _ = c.table.remove(vid);
         })

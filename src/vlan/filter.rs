@@ -13,7 +13,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use super::tag::Vid;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Number of 32-bit words in the table.
 pub const FILTER_WORDS: usize = 128;
@@ -144,19 +144,10 @@ impl AtomicFilter {
     }
 }
 
-/// The error for a VID that cannot be a filter entry (used by the control handle).
-pub(crate) fn check_filter_vid(vid: u16) -> Result<Vid> {
-    Vid::new(vid).map_err(|e| match e {
-        Error::ReservedVlanId { .. } => Error::ReservedVlanId {
-            what: "as a VLAN filter entry",
-        },
-        other => other,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     #[test]
     fn boundaries_of_the_table() {

@@ -1,101 +1,76 @@
-//! The drivers' VLAN hardware behind [`VlanHardware`], so one [`VlanControl`](super::VlanControl)
-//! drives any port.
+//! The seam between the VLAN layer and the drivers: what a device's VLAN hardware can do
+//! ([`VlanCaps`]) and the calls that drive it ([`VlanHardware`]).
 //!
-//! The 82599 has everything: a per-queue strip bit, a 4096-entry filter, any TPID, extended
-//! (double) VLAN and insertion through context descriptors. [`AnyPort`] forwards to whichever
-//! driver is behind it, so tools that open ports by name get the same control.
+//! The layer defines the trait and knows no driver; each driver implements it in its own folder
+//! (the Intel port shell in `devices/intel/port.rs` with each chip's register writes in
+//! `devices/igb/vlan.rs` and `devices/ixgbe/vlan.rs`; the null device, which has none, in
+//! `devices/null.rs`; [`AnyPort`](crate::devices::AnyPort) forwards to whichever is behind it).
 
-use super::control::{VlanCaps, VlanHardware};
 use super::tag::{Tpid, Vid};
-use crate::device::Port;
-use crate::devices::any::AnyPort;
-use crate::devices::ixgbe::IxgbePort;
 use crate::error::Result;
-use crate::platform::bus::Bus;
 
-/// `tx_insert_extended: false`: in extended mode the driver sets DMATXCTL.VT to the outer TPID,
-/// so that an inserted tag is the new outermost one, as software insertion does (and as the
-/// software 82599 models it); DPDK's ixgbe keeps VT at the inner TPID in QinQ mode, and the
-/// datasheet's double-VLAN text (82599 datasheet section 7.4.5) can be read either way. Until a
-/// card shows which TPID the 82599 puts on a tag it inserts with GDV set, hardware insertion in
-/// extended mode is refused and software insertion (byte-exact by construction) serves it.
-impl<B: Bus> VlanHardware for IxgbePort<B> {
-    fn vlan_caps(&self) -> VlanCaps {
+/// What a device's VLAN hardware can do.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VlanCaps {
+    /// The device's name, for error messages ("0000:01:00.0", "null:0").
+    pub device: String,
+    /// Strips receive tags and reports the TCI per packet.
+    pub rx_strip: bool,
+    /// Inserts transmit tags.
+    pub tx_insert: bool,
+    /// Has a VID filter table.
+    pub filter: bool,
+    /// Supports extended (double, QinQ) VLAN mode with a separate outer TPID (receive side:
+    /// strip and filter act on the inner tag).
+    pub extended: bool,
+    /// Inserts transmit tags correctly in extended mode too (the new outermost tag with the
+    /// outer TPID). False where the device inserts with another TPID, or where that is not
+    /// confirmed on a card: software insertion serves extended mode then.
+    pub tx_insert_extended: bool,
+    /// Accepts a TPID other than 0x8100.
+    pub any_tpid: bool,
+    /// Receive queues whose strip bit `set_rx_strip` controls (0..rx_queues).
+    pub rx_queues: u16,
+    /// Each receive queue has its own strip bit (82599 RXDCTL.VME), so queues can be in
+    /// different receive modes; without it (82576 CTRL.VME) stripping is port-wide.
+    pub per_queue_strip: bool,
+}
+
+impl VlanCaps {
+    /// No VLAN hardware at all.
+    pub fn none(device: impl Into<String>) -> VlanCaps {
         VlanCaps {
-            device: self.info().name,
-            rx_strip: true,
-            tx_insert: true,
-            filter: true,
-            extended: true,
-            tx_insert_extended: false,
-            any_tpid: true,
-            rx_queues: self.config().rx_queues,
-            per_queue_strip: true,
-        }
-    }
-
-    fn set_rx_strip(&mut self, queue: u16, on: bool) -> Result<()> {
-        IxgbePort::set_rx_strip(self, queue, on)
-    }
-
-    fn set_vlan_filter(&mut self, on: bool) -> Result<()> {
-        IxgbePort::set_vlan_filter(self, on)
-    }
-
-    fn add_vlan(&mut self, vid: Vid) -> Result<()> {
-        IxgbePort::add_vlan(self, vid.get())
-    }
-
-    fn remove_vlan(&mut self, vid: Vid) -> Result<()> {
-        IxgbePort::remove_vlan(self, vid.get())
-    }
-
-    fn set_tpid(&mut self, tpid: Tpid) -> Result<()> {
-        IxgbePort::set_tpid(self, tpid.get())
-    }
-
-    fn set_extended_vlan(&mut self, on: bool, outer_tpid: Tpid) -> Result<()> {
-        IxgbePort::set_extended_vlan(self, on, outer_tpid.get())
-    }
-}
-
-impl AnyPort {
-    /// The VLAN hardware of the driver behind the port.
-    fn vlan_hw(&mut self) -> &mut dyn VlanHardware {
-        match self {
-            AnyPort::Null(p) => p,
-            AnyPort::Igb(p) => &mut **p,
-            AnyPort::Ixgbe(p) => &mut **p,
-            AnyPort::IxgbeSim(p) => &mut **p,
+            device: device.into(),
+            ..VlanCaps::default()
         }
     }
 }
 
-impl VlanHardware for AnyPort {
-    fn vlan_caps(&self) -> VlanCaps {
-        match self {
-            AnyPort::Null(p) => p.vlan_caps(),
-            AnyPort::Igb(p) => p.vlan_caps(),
-            AnyPort::Ixgbe(p) => p.vlan_caps(),
-            AnyPort::IxgbeSim(p) => p.vlan_caps(),
-        }
-    }
-    fn set_rx_strip(&mut self, queue: u16, on: bool) -> Result<()> {
-        self.vlan_hw().set_rx_strip(queue, on)
-    }
-    fn set_vlan_filter(&mut self, on: bool) -> Result<()> {
-        self.vlan_hw().set_vlan_filter(on)
-    }
-    fn add_vlan(&mut self, vid: Vid) -> Result<()> {
-        self.vlan_hw().add_vlan(vid)
-    }
-    fn remove_vlan(&mut self, vid: Vid) -> Result<()> {
-        self.vlan_hw().remove_vlan(vid)
-    }
-    fn set_tpid(&mut self, tpid: Tpid) -> Result<()> {
-        self.vlan_hw().set_tpid(tpid)
-    }
-    fn set_extended_vlan(&mut self, on: bool, outer_tpid: Tpid) -> Result<()> {
-        self.vlan_hw().set_extended_vlan(on, outer_tpid)
-    }
+/// The VLAN hardware of a device, implemented by drivers. The control handle calls these only
+/// for what [`vlan_caps`](VlanHardware::vlan_caps) reports, and only on the configuration path.
+///
+/// Contract for receive: with the strip bit on, every packet whose tag the device removed must
+/// carry [`Meta::VLAN_STRIPPED`](crate::platform::dma::Meta::VLAN_STRIPPED) and the TCI; no packet that
+/// still holds its tag may carry it. A driver may also set
+/// [`Meta::VLAN_HANDLED`](crate::platform::dma::Meta::VLAN_HANDLED) when its descriptor proves the frame
+/// had no tag (82599: VP clear, non-extended mode), which spares `take_vlan` a frame read.
+/// Contract for transmit: a packet with [`Meta::TX_VLAN`](crate::platform::dma::Meta::TX_VLAN) goes out
+/// byte-identical to [`tx_wire_frame`](super::tx_wire_frame) with the TPID
+/// [`VlanRxCtx::push_tpid`](super::VlanRxCtx::push_tpid) of the current setting.
+pub trait VlanHardware {
+    /// What the device can do.
+    fn vlan_caps(&self) -> VlanCaps;
+    /// Turns tag stripping on or off for one receive queue.
+    fn set_rx_strip(&mut self, queue: u16, on: bool) -> Result<()>;
+    /// Turns the VID filter on or off (the table is kept with `add_vlan`/`remove_vlan`).
+    fn set_vlan_filter(&mut self, on: bool) -> Result<()>;
+    /// Adds a VID to the device's filter table.
+    fn add_vlan(&mut self, vid: Vid) -> Result<()>;
+    /// Removes a VID from the device's filter table.
+    fn remove_vlan(&mut self, vid: Vid) -> Result<()>;
+    /// Sets the TPID that marks the tag that counts (and, outside extended mode, the inserted one).
+    fn set_tpid(&mut self, tpid: Tpid) -> Result<()>;
+    /// Turns extended (QinQ) mode on or off; `outer_tpid` marks the outer tag (and is the TPID of
+    /// inserted tags in extended mode).
+    fn set_extended_vlan(&mut self, on: bool, outer_tpid: Tpid) -> Result<()>;
 }

@@ -17,13 +17,13 @@
 //! Counters are plain `u64` fields of the wrapper (one thread owns a queue), counting what the
 //! VLAN layer did in software; what the device did shows in the device's counters.
 
-use crate::device::{QueueError, QueueStats, RxQueue, SwVlanCounts, TxQueue};
+use crate::device::{QueueError, QueueStats, RxQueue, TxQueue};
 use crate::platform::dma::{Meta, Packet, Pool};
 
 use super::control::{RxKey, VlanControl};
 use super::frame::{find_tag, Lookup, VlanRxCtx, TAG_LEN};
-use super::packet::PacketVlan;
-use super::tag::{RxMode, Tci, Tpid, TxMode};
+use super::insert::{SwVlanCounts, SwVlanTx};
+use super::tag::{RxMode, Tci, TxMode};
 
 /// What the VLAN layer did on one queue.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -260,7 +260,7 @@ pub struct VlanTx<Q> {
     stats: VlanStats,
 }
 
-impl<Q: TxQueue> VlanTx<Q> {
+impl<Q: SwVlanTx> VlanTx<Q> {
     /// Wraps `inner`; the mode comes from `ctl` at every burst.
     pub fn new(inner: Q, ctl: &VlanControl) -> VlanTx<Q> {
         VlanTx {
@@ -296,7 +296,7 @@ impl<Q: TxQueue> VlanTx<Q> {
     }
 }
 
-impl<Q: TxQueue> TxQueue for VlanTx<Q> {
+impl<Q: SwVlanTx> TxQueue for VlanTx<Q> {
     /// In Software mode, tags are pushed first; a packet that cannot take its tag (shorter than
     /// 12 bytes, or no 4 bytes to spare in its buffer) is dropped and counted as malformed
     /// rather than sent untagged onto the wrong VLAN. The count returned is the number of packets
@@ -321,33 +321,6 @@ impl<Q: TxQueue> TxQueue for VlanTx<Q> {
     }
 }
 
-/// Software insertion over a whole batch (the default of
-/// [`TxQueue::tx_burst_sw_vlan`]): pushes the tag of every packet marked
-/// [`Meta::TX_VLAN`] and clears the mark; drops (and counts) the packets that cannot take it.
-/// Returns (inserted, malformed).
-pub(crate) fn insert_all(batch: &mut Vec<Packet>, tpid: Tpid) -> (u64, u64) {
-    let mut inserted = 0;
-    let mut failed = 0u64;
-    for p in batch.iter_mut() {
-        if p.meta.flags & Meta::TX_VLAN != 0 {
-            if p.push_vlan(tpid, Tci::from_raw(p.meta.vlan_tci)) {
-                p.meta.flags &= !Meta::TX_VLAN;
-                inserted += 1;
-            } else {
-                failed += 1;
-            }
-        }
-    }
-    if failed > 0 {
-        tracing::debug!(
-            failed,
-            "VLAN: dropping frames that cannot take their transmit tag"
-        );
-        batch.retain(|p| p.meta.flags & Meta::TX_VLAN == 0);
-    }
-    (inserted, failed)
-}
-
 impl VlanControl {
     /// Wraps a receive queue ([`VlanRx::new`]).
     pub fn wrap_rx<Q: RxQueue>(&self, q: Q) -> VlanRx<Q> {
@@ -363,7 +336,7 @@ impl VlanControl {
     }
 
     /// Wraps a transmit queue ([`VlanTx::new`]).
-    pub fn wrap_tx<Q: TxQueue>(&self, q: Q) -> VlanTx<Q> {
+    pub fn wrap_tx<Q: SwVlanTx>(&self, q: Q) -> VlanTx<Q> {
         VlanTx::new(q, self)
     }
 }

@@ -28,12 +28,14 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use vfio_nic::app::forward::{forward_burst, forward_burst_with, FwdStats};
-use vfio_nic::device::{Port, RxQueue, TxQueue};
+use vfio_nic::device::{Port, RxQueue};
 use vfio_nic::devices::ixgbe::{IxgbeConfig, IxgbePort};
 use vfio_nic::devices::null::{NullConfig, NullPort};
 use vfio_nic::devices::sim::{pin_current_thread, DeviceThread, Mode, SimConfig, SimPort, Source};
 use vfio_nic::platform::dma::{Packet, PoolConfig};
-use vfio_nic::vlan::{PacketVlan, RxMode, TxMode, VlanConfig, VlanControl, VlanRx, VlanTx};
+use vfio_nic::vlan::{
+    PacketVlan, RxMode, SwVlanTx, TxMode, VlanConfig, VlanControl, VlanRx, VlanTx,
+};
 use vfio_nic::{Error, Result};
 
 /// Options of `bench`.
@@ -147,7 +149,7 @@ fn frame(tagged: bool) -> Vec<u8> {
 /// One burst of the `l2` work: read the destination MAC and the tag, use both, send the frame
 /// out with the tag it came with.
 #[inline]
-fn l2_burst<R: RxQueue, T: TxQueue>(
+fn l2_burst<R: RxQueue, T: SwVlanTx>(
     rx: &mut VlanRx<R>,
     tx: &mut VlanTx<T>,
     batch: &mut Vec<Packet>,
@@ -175,7 +177,7 @@ fn l2_burst<R: RxQueue, T: TxQueue>(
 }
 
 /// Forwards for `dur`; returns the stats and the time taken.
-fn timed<R: RxQueue, T: TxQueue>(
+fn timed<R: RxQueue, T: SwVlanTx>(
     rx: &mut VlanRx<R>,
     tx: &mut VlanTx<T>,
     work: Work,
@@ -211,7 +213,7 @@ fn timed<R: RxQueue, T: TxQueue>(
 }
 
 /// Runs the repetitions of one cell; `model_tx` reads the model's transmit counter.
-fn reps<R: RxQueue, T: TxQueue>(
+fn reps<R: RxQueue, T: SwVlanTx>(
     args: &BenchArgs,
     rx: &mut VlanRx<R>,
     tx: &mut VlanTx<T>,

@@ -142,14 +142,14 @@ impl<B: Bus> IgbPort<B> {
         for i in 0..r::MTA.count() {
             m.write(r::MTA.at(i), 0);
         }
-        super::vlan::restore(&self.vlan, self.strip, m);
+        self.restore_vlan();
+        super::vlan::write_strip(m, self.strip);
 
         // Step 6: the link (restart now, wait at the end).
         self.setup_link()?;
 
         // Clear the read-to-clear statistics; totals start at zero.
-        self.stats.accumulate(m, self.cfg.rx_queues);
-        self.stats.clear();
+        self.clear_stats();
 
         // Step 7: receive, with RCTL.EN off while the rings are programmed.
         self.init_rx_global();
@@ -207,28 +207,7 @@ impl<B: Bus> IgbPort<B> {
         }
 
         // Wait for the link. Down after the timeout is not an error.
-        let lu = r::status::LU.bit();
-        match wait_for(
-            m,
-            &name,
-            r::STATUS,
-            "STATUS.LU",
-            lu,
-            lu,
-            self.cfg.link_timeout,
-        ) {
-            Ok(v) => {
-                let l = decode_status(v);
-                tracing::info!(port = %name, mac = %self.mac, speed_mbps = l.speed_mbps, full_duplex = l.full_duplex, "link up");
-            }
-            Err(Error::RegisterTimeout { .. }) => tracing::warn!(
-                port = %name,
-                timeout_ms = self.cfg.link_timeout.as_millis() as u64,
-                "link is still down; check the cable and the link partner (link() reports it)"
-            ),
-            Err(e) => return Err(e),
-        }
-        Ok(())
+        self.wait_link()
     }
 
     /// Notes 1.2 step 6: restart autonegotiation on the internal PHY (address 1) through MDIC.

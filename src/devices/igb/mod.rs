@@ -1,9 +1,10 @@
 //! The Intel 82576 (igb) driver, written once against [`Bus`].
 //!
-//! It follows the same design as the 82599 driver ([`crate::devices::ixgbe`]) and shares with it the
-//! descriptor rings ([`crate::devices::intel::ring`]) and everything in [`crate::devices::intel`] (queue start/stop, the
-//! counter accumulator, the VLAN filter shadow, RSS contents, config checks). What is the
-//! 82576's own:
+//! It shares with the 82599 driver ([`crate::devices::ixgbe`]) everything in
+//! [`crate::devices::intel`]: the descriptor rings, the port shell ([`IntelPort`], of which
+//! [`IgbPort`] is the 82576 instance), queue start/stop, the counter accumulator, the VLAN
+//! filter shadow, RSS contents, config checks. What is the 82576's own is [`Chip82576`]'s
+//! [`IntelChip`] implementation, here and in:
 //!
 //! | file | what |
 //! |---|---|
@@ -29,20 +30,22 @@ mod vlan;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
+use std::time::Duration;
 
-use crate::device::{LinkStatus, MacAddr, Port, PortInfo, PortStats, QueueSet};
-use crate::devices::ids::{self, Family};
+use crate::device::LinkStatus;
+use crate::devices::ids::Family;
 use crate::devices::intel::config::{Chip, IntelConfig, Limits};
-use crate::devices::intel::VlanFilter;
-use crate::error::{Error, Result};
+use crate::devices::intel::port::{IntelChip, IntelPort};
+use crate::devices::intel::stats::HwStats;
+use crate::devices::intel::vlan::VlanShadow;
+use crate::error::Result;
 use crate::platform::bus::Bus;
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::igb::{self as r};
+use crate::platform::regs::{Reg, RegArray};
+use crate::vlan::VlanCaps;
 
 pub use queue::{IgbRx, IgbTx};
-
-use stats::HwStats;
 
 /// Largest ring the driver accepts (Linux `IGB_MAX_RXD`/`IGB_MAX_TXD`).
 pub const MAX_RING: usize = 4096;
@@ -63,7 +66,7 @@ const LIMITS: Limits = Limits {
     max_tx_queues: MAX_TX_QUEUES,
 };
 
-/// The 82576 chip, as the parameter of [`IntelConfig`].
+/// The 82576 chip, as the parameter of [`IntelConfig`] and [`IntelPort`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Chip82576;
 
@@ -75,176 +78,53 @@ impl Chip for Chip82576 {
 pub type IgbConfig = IntelConfig<Chip82576>;
 
 /// An open 82576 port.
-pub struct IgbPort<B: Bus> {
-    bus: B,
-    regs: Arc<B::Mmio>,
-    name: Arc<str>,
-    model: &'static str,
-    cfg: IgbConfig,
-    mac: MacAddr,
-    vlan: VlanFilter,
-    /// CTRL.VME as last written (port-wide strip).
-    strip: bool,
-    /// The queues until `take_queues` hands them out.
-    rx: Vec<IgbRx<B>>,
-    tx: Vec<IgbTx<B>>,
-    taken: bool,
-    stats: HwStats,
-}
+pub type IgbPort<B> = IntelPort<Chip82576, B>;
 
-impl<B: Bus> IgbPort<B> {
-    /// Opens the 82576 behind `bus`: resets it and brings it up as `cfg` says.
-    ///
-    /// Refuses devices that are not 82576s ([`Error::UnsupportedDevice`]). A link that stays
-    /// down for `cfg.link_timeout` is logged and reported by [`Port::link`], not an error.
-    pub fn open(bus: B, cfg: IgbConfig) -> Result<Self> {
-        let (vendor, device) = bus.pci_id();
-        let model = match ids::lookup(vendor, device) {
-            Some((Family::Igb, model)) => model,
-            _ => {
-                return Err(Error::UnsupportedDevice {
-                    addr: bus.name().to_string(),
-                    vendor,
-                    device,
-                    supported: ids::KNOWN
-                        .iter()
-                        .filter(|k| k.2 == Family::Igb)
-                        .map(|k| format!("{:04x}:{:04x}", k.0, k.1))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                        + " (the igb driver)",
-                });
-            }
-        };
-        cfg.check()?;
-        let regs = bus.regs().clone();
-        let name: Arc<str> = bus.name().into();
-        let vlan = VlanFilter::from_config(cfg.tpid, &cfg.vlans, cfg.vlan_filter)?;
-        let strip = cfg.rx_strip;
-        // From here on the port exists, so an error or a panic below runs its `Drop`: queues
-        // disabled, device reset, bus mastering off, before any ring memory is freed.
-        let mut port = IgbPort {
-            bus,
-            regs,
-            name,
-            model,
-            cfg,
-            mac: MacAddr::default(),
-            vlan,
-            strip,
-            rx: Vec::new(),
-            tx: Vec::new(),
-            taken: false,
-            stats: HwStats::default(),
-        };
-        port.init()?;
-        Ok(port)
-    }
-
-    /// The port's MAC address (RAL0/RAH0 as loaded from the EEPROM).
-    pub fn mac(&self) -> MacAddr {
-        self.mac
-    }
-
-    /// The configuration the port was opened with.
-    pub fn config(&self) -> &IgbConfig {
-        &self.cfg
-    }
-
-    /// The bus the port sits on.
-    pub fn bus(&self) -> &B {
-        &self.bus
-    }
-
-    /// Unicast and multicast promiscuous mode (RCTL.UPE|MPE); broadcast is always accepted.
-    pub fn set_promiscuous(&mut self, on: bool) -> Result<()> {
-        let bits = r::rctl::UPE.bit() | r::rctl::MPE.bit();
-        if on {
-            self.regs.modify(r::RCTL, 0, bits);
-        } else {
-            self.regs.modify(r::RCTL, bits, 0);
-        }
-        self.cfg.promiscuous = on;
-        self.alive()
-    }
-
-    /// `Err(DeviceGone)` if the device answers all-ones (surprise removal).
-    fn alive(&self) -> Result<()> {
-        if self.regs.read(r::STATUS) == u32::MAX {
-            return Err(Error::DeviceGone {
-                device: self.name.to_string(),
-            });
-        }
-        Ok(())
-    }
-}
-
-impl<B: Bus> Port for IgbPort<B> {
-    type Rx = IgbRx<B>;
-    type Tx = IgbTx<B>;
-
-    fn info(&self) -> PortInfo {
-        PortInfo {
-            name: self.name.to_string(),
-            driver: "igb",
-            model: self.model.to_string(),
-            pci_id: Some(self.bus.pci_id()),
-            mac: self.mac,
-            rx_queues: self.cfg.rx_queues,
-            tx_queues: self.cfg.tx_queues,
-            rx_ring: self.cfg.rx_ring as u16,
-            tx_ring: self.cfg.tx_ring as u16,
-        }
-    }
-
+impl IntelChip for Chip82576 {
+    const DRIVER: &'static str = "igb";
+    const FAMILY: Family = Family::Igb;
+    const STATUS: Reg = r::STATUS;
+    const PROMISC: (Reg, u32) = (r::RCTL, r::rctl::UPE.bit() | r::rctl::MPE.bit());
+    const VFTA: RegArray = r::VFTA;
     /// STATUS.LU, STATUS.SPEED and STATUS.FD (notes 1.1).
-    fn link(&self) -> Result<LinkStatus> {
-        let v = self.regs.read(r::STATUS);
-        if v == u32::MAX {
-            return Err(Error::DeviceGone {
-                device: self.name.to_string(),
-            });
-        }
-        Ok(init::decode_status(v))
+    const LINK: (Reg, u32, &'static str) = (r::STATUS, r::status::LU.bit(), "STATUS.LU");
+    type Rx<B: Bus> = IgbRx<B>;
+    /// CTRL.VME as last written: the 82576 strips for the whole port.
+    type Strip = bool;
+
+    fn strip_state(cfg: &IgbConfig) -> bool {
+        cfg.rx_strip
     }
 
-    fn stats(&mut self) -> Result<PortStats> {
-        self.stats.accumulate(&*self.regs, self.cfg.rx_queues);
-        self.alive()?;
-        Ok(PortStats {
-            hw: self.stats.totals(self.cfg.rx_queues),
-        })
+    fn decode_link(v: u32) -> LinkStatus {
+        init::decode_status(v)
     }
 
-    fn take_queues(&mut self) -> Result<QueueSet<IgbRx<B>, IgbTx<B>>> {
-        if self.taken {
-            return Err(Error::InvalidConfig(format!(
-                "{}: queues were already taken",
-                self.name
-            )));
-        }
-        self.taken = true;
-        Ok((std::mem::take(&mut self.rx), std::mem::take(&mut self.tx)))
+    fn counters() -> HwStats {
+        stats::hw_stats()
     }
-}
 
-impl<B: Bus> Drop for IgbPort<B> {
-    /// Stops all DMA before anything is unmapped: queues still held here drop first (each
-    /// disables its hardware queue), every queue's enable bit is cleared (also those handed
-    /// out), receive and transmit are turned off, the device is reset and bus mastering is
-    /// disabled.
-    fn drop(&mut self) {
-        self.rx.clear();
-        self.tx.clear();
-        init::shutdown(
-            &*self.regs,
-            &self.name,
-            self.cfg.rx_queues,
-            self.cfg.tx_queues,
-            self.cfg.reg_timeout,
-        );
-        if let Err(e) = self.bus.disable_bus_master() {
-            tracing::warn!(port = %self.name, error = %e, "could not disable bus mastering");
-        }
+    fn init<B: Bus>(port: &mut IgbPort<B>) -> Result<()> {
+        port.init()
+    }
+
+    fn shutdown<M: Mmio + ?Sized>(m: &M, name: &str, rx_queues: u16, tx_queues: u16, t: Duration) {
+        init::shutdown(m, name, rx_queues, tx_queues, t)
+    }
+
+    fn vlan_caps<B: Bus>(port: &IgbPort<B>) -> VlanCaps {
+        vlan::caps(port)
+    }
+
+    fn set_rx_strip<B: Bus>(port: &mut IgbPort<B>, _queue: u16, on: bool) -> Result<()> {
+        port.set_rx_strip_all(on)
+    }
+
+    fn write_filter<M: Mmio + ?Sized>(m: &M, on: bool) {
+        vlan::write_filter(m, on)
+    }
+
+    fn write_tpid<M: Mmio + ?Sized>(m: &M, shadow: &VlanShadow) {
+        vlan::write_tpid(m, shadow)
     }
 }

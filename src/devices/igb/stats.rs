@@ -6,8 +6,7 @@
 //! (fake) CRC per frame. MPC, RNBC, ROC and the error counters stay 0 there; on real hardware
 //! they count.
 
-use crate::devices::intel::stats::{read_counter, CounterTable, Counters, Src};
-use crate::platform::mmio::Mmio;
+use crate::devices::intel::stats::{CounterTable, HwStats, QueueDrops, Src};
 use crate::platform::regs::igb::{self as r};
 
 /// The totals reported, by datasheet name, in this order.
@@ -51,55 +50,18 @@ const COUNTERS: CounterTable = &[
 ];
 
 /// Names of the per-queue drop counters.
-const RQDPC_NAMES: [&str; 16] = [
+static DROP_NAMES: [&str; 16] = [
     "RQDPC0", "RQDPC1", "RQDPC2", "RQDPC3", "RQDPC4", "RQDPC5", "RQDPC6", "RQDPC7", "RQDPC8",
     "RQDPC9", "RQDPC10", "RQDPC11", "RQDPC12", "RQDPC13", "RQDPC14", "RQDPC15",
 ];
 
-/// Software totals of the device counters.
-///
-/// RQDPC(q) counts what queue q dropped because its ring was full: with SRRCTL.DROP_EN (which
-/// the driver sets) those drops appear nowhere else, so without it they would be invisible.
-#[derive(Clone, Debug)]
-pub(crate) struct HwStats {
-    counters: Counters,
-    rqdpc: [u64; 16],
-}
-
-impl Default for HwStats {
-    fn default() -> Self {
-        HwStats {
-            counters: Counters::new(COUNTERS),
-            rqdpc: [0; 16],
-        }
-    }
-}
-
-impl HwStats {
-    /// Reads every counter once (clearing it) and adds it to the totals.
-    pub(crate) fn accumulate<M: Mmio + ?Sized>(&mut self, m: &M, rx_queues: u16) {
-        self.counters.accumulate(m);
-        for q in 0..u32::from(rx_queues.min(16)) {
-            self.rqdpc[q as usize] += read_counter(m, r::RQDPC.at(q));
-        }
-    }
-
-    /// Forgets the totals.
-    pub(crate) fn clear(&mut self) {
-        *self = HwStats::default();
-    }
-
-    /// The totals by datasheet name.
-    pub(crate) fn totals(&self, rx_queues: u16) -> Vec<(&'static str, u64)> {
-        self.counters
-            .totals()
-            .chain(
-                RQDPC_NAMES
-                    .iter()
-                    .zip(self.rqdpc)
-                    .take(usize::from(rx_queues.min(16)))
-                    .map(|(n, v)| (*n, v)),
-            )
-            .collect()
-    }
+/// The port's counters, starting from zero.
+pub(crate) fn hw_stats() -> HwStats {
+    HwStats::new(
+        COUNTERS,
+        QueueDrops {
+            regs: r::RQDPC,
+            names: &DROP_NAMES,
+        },
+    )
 }

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
+use crate::device::Port;
 use crate::devices::intel::testkit::{find, pos, TestBus};
+use crate::error::Error;
 use crate::platform::dma::PoolConfig;
 use crate::platform::mmio::{Access, RecordingMmio};
 use crate::platform::regs::igb as r;

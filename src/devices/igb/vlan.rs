@@ -1,7 +1,8 @@
 //! The 82576's VLAN controls (notes 4.1, 4.3, 5.5; DPDK igb_ethdev.c, Linux igb_vlan_mode).
 //!
 //! These are the hardware knobs; the device-independent modes (hardware, software, deferred)
-//! are built on them by [`crate::vlan`], through the [`VlanHardware`] implementation below.
+//! are built on them by [`crate::vlan`], through the Intel port shell's `VlanHardware` implementation, which asks [`Chip82576`](super::Chip82576) for what
+//! differs (the functions below).
 //! What the 82576 offers without virtualisation:
 //! - strip: CTRL.VME, **port-wide** (the per-pool VMOLR.STRVLAN needs VMDq; DVMOLR is an i350
 //!   register that QEMU does not model). A request for one queue of a multi-queue port is
@@ -9,47 +10,35 @@
 //!   stripped, switching needs no queue stop: every descriptor reports its own frame truthfully
 //!   (see `queue.rs`), which is why this is simpler than the 82599's per-queue switch;
 //! - filtering: RCTL.VFE (CFIEN cleared) and the 4096-bit VFTA, restored from the shared shadow
-//!   ([`crate::devices::intel::VlanFilter`]) at every init because the reset clears the table;
+//!   ([`VlanShadow`]) at every init because the reset clears the table;
 //! - TPID: VET bits 15:0, used both to recognise tags and for inserted ones;
 //! - extended (double) VLAN: CTRL_EXT.EXT_VLAN (b26) with the outer TPID in VET bits 31:16; the
 //!   device then strips and filters the inner tag.
 //!
-//! Insertion is per packet (context descriptor + VLE, in [`crate::devices::intel::ring`]) and needs no switch.
+//! Insertion is per packet (context descriptor + VLE, in [`crate::devices::intel::tx`]) and needs no switch.
 //!
-//! Policy (vlan-behaviour.md): VID 4095 is reserved and refused; VID 0 is always in the table.
+//! Policy (docs/vlan-rules.md): VID 4095 is reserved and refused; VID 0 is always in the table.
 
-use crate::device::Port;
-use crate::devices::intel::VlanFilter;
+use crate::devices::intel::vlan::VlanShadow;
 use crate::error::{Error, Result};
 use crate::platform::bus::Bus;
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::igb::{self as r};
-use crate::vlan::{Tpid, Vid, VlanCaps, VlanHardware};
+use crate::vlan::VlanCaps;
 
 use super::IgbPort;
 
-/// Writes everything to the device after a reset: the table (cleared first), TPID, extended
-/// VLAN, filter enable and the port-wide strip bit.
-pub(crate) fn restore<M: Mmio + ?Sized>(f: &VlanFilter, strip: bool, m: &M) {
-    f.write_table(m, r::VFTA);
-    write_tpid(m, f.tpid);
-    write_extended(m, f.extended);
-    write_filter(m, f.enabled);
-    write_strip(m, strip);
-}
-
-fn write_tpid<M: Mmio + ?Sized>(m: &M, tpid: u16) {
-    m.modify(r::VET, r::vet::VET.mask(), r::vet::VET.val(tpid.into()));
-}
-
-fn write_extended<M: Mmio + ?Sized>(m: &M, outer: Option<u16>) {
+/// The TPID (VET bits 15:0) and the extended setting: CTRL_EXT.EXT_VLAN with the outer TPID in
+/// VET bits 31:16.
+pub(super) fn write_tpid<M: Mmio + ?Sized>(m: &M, v: &VlanShadow) {
+    m.modify(r::VET, r::vet::VET.mask(), r::vet::VET.val(v.tpid.into()));
     let ext = r::ctrl_ext::EXT_VLAN.bit();
-    match outer {
-        Some(tpid) => {
+    match v.extended {
+        Some(outer) => {
             m.modify(
                 r::VET,
                 r::vet::VET_EXT.mask(),
-                r::vet::VET_EXT.val(tpid.into()),
+                r::vet::VET_EXT.val(outer.into()),
             );
             m.modify(r::CTRL_EXT, 0, ext);
         }
@@ -57,8 +46,8 @@ fn write_extended<M: Mmio + ?Sized>(m: &M, outer: Option<u16>) {
     }
 }
 
-fn write_filter<M: Mmio + ?Sized>(m: &M, on: bool) {
-    // CFIEN is always cleared: the CFI/DEI bit must not decide whether a frame passes.
+/// RCTL.VFE; CFIEN is always cleared: the CFI/DEI bit must not decide whether a frame passes.
+pub(super) fn write_filter<M: Mmio + ?Sized>(m: &M, on: bool) {
     let vfe = r::rctl::VFE.bit();
     m.modify(
         r::RCTL,
@@ -67,9 +56,31 @@ fn write_filter<M: Mmio + ?Sized>(m: &M, on: bool) {
     );
 }
 
-fn write_strip<M: Mmio + ?Sized>(m: &M, on: bool) {
+/// CTRL.VME: receive stripping for the whole port.
+pub(super) fn write_strip<M: Mmio + ?Sized>(m: &M, on: bool) {
     let vme = r::ctrl::VME.bit();
     m.modify(r::CTRL, vme, if on { vme } else { 0 });
+}
+
+/// The 82576 behind the device-independent VLAN layer.
+///
+/// - One strip switch for the port, so `rx_queues` is 1: the layer's "every queue" loop
+///   calls `set_rx_strip(0, _)` once, which switches the port (all queues).
+/// - `extended: false`: in extended mode the 82576 (and QEMU's model of it) still inserts tags
+///   with the inner TPID (VET bits 15:0), not the outer one the layer's contract asks for, so
+///   QinQ runs in the software modes (the layer filters in software then) rather than wrongly.
+pub(super) fn caps<B: Bus>(port: &IgbPort<B>) -> VlanCaps {
+    VlanCaps {
+        device: port.name.to_string(),
+        rx_strip: true,
+        tx_insert: true,
+        filter: true,
+        extended: false,
+        tx_insert_extended: false,
+        any_tpid: true,
+        rx_queues: 1,
+        per_queue_strip: false,
+    }
 }
 
 impl<B: Bus> IgbPort<B> {
@@ -105,94 +116,5 @@ impl<B: Bus> IgbPort<B> {
     /// Whether the port strips VLAN tags (CTRL.VME as last written).
     pub fn rx_strip(&self) -> bool {
         self.strip
-    }
-
-    /// VLAN filtering on or off (RCTL.VFE; CFIEN cleared).
-    pub fn set_vlan_filter(&mut self, on: bool) -> Result<()> {
-        self.vlan.enabled = on;
-        write_filter(&*self.regs, on);
-        self.alive()
-    }
-
-    /// Lets frames tagged `vid` through the filter. VID 4095 is refused; VID 0 is always in.
-    pub fn add_vlan(&mut self, vid: u16) -> Result<()> {
-        let (i, w) = self.vlan.insert(vid)?;
-        self.regs.write(r::VFTA.at(i), w);
-        self.alive()
-    }
-
-    /// Stops letting frames tagged `vid` through the filter (VID 0 stays). VID 4095 is refused.
-    pub fn remove_vlan(&mut self, vid: u16) -> Result<()> {
-        let (i, w) = self.vlan.remove(vid)?;
-        self.regs.write(r::VFTA.at(i), w);
-        self.alive()
-    }
-
-    /// The VLAN filter as software keeps it.
-    pub fn vlan_filter(&self) -> &VlanFilter {
-        &self.vlan
-    }
-
-    /// The TPID recognised on receive and used for insertion (VET bits 15:0).
-    pub fn set_tpid(&mut self, tpid: u16) -> Result<()> {
-        self.vlan.tpid = tpid;
-        write_tpid(&*self.regs, tpid);
-        self.alive()
-    }
-
-    /// Extended (double, QinQ) VLAN: frames carry an outer tag with `outer_tpid` (VET bits 31:16)
-    /// and stripping and filtering act on the inner tag (CTRL_EXT.EXT_VLAN). `outer_tpid` is
-    /// ignored when turning it off.
-    pub fn set_extended_vlan(&mut self, on: bool, outer_tpid: u16) -> Result<()> {
-        self.vlan.extended = on.then_some(outer_tpid);
-        write_extended(&*self.regs, self.vlan.extended);
-        self.alive()
-    }
-}
-
-/// The 82576 behind the device-independent VLAN layer.
-///
-/// - One strip switch for the port, so `rx_queues` is 1: the layer's "every queue" loop
-///   calls `set_rx_strip(0, _)` once, which switches the port (all queues).
-/// - `extended: false`: in extended mode the 82576 (and QEMU's model of it) still inserts tags
-///   with the inner TPID (VET bits 15:0), not the outer one the layer's contract asks for, so QinQ
-///   runs in the software modes (the layer filters in software then) rather than wrongly.
-impl<B: Bus> VlanHardware for IgbPort<B> {
-    fn vlan_caps(&self) -> VlanCaps {
-        VlanCaps {
-            device: self.info().name,
-            rx_strip: true,
-            tx_insert: true,
-            filter: true,
-            extended: false,
-            tx_insert_extended: false,
-            any_tpid: true,
-            rx_queues: 1,
-            per_queue_strip: false,
-        }
-    }
-
-    fn set_rx_strip(&mut self, _queue: u16, on: bool) -> Result<()> {
-        self.set_rx_strip_all(on)
-    }
-
-    fn set_vlan_filter(&mut self, on: bool) -> Result<()> {
-        IgbPort::set_vlan_filter(self, on)
-    }
-
-    fn add_vlan(&mut self, vid: Vid) -> Result<()> {
-        IgbPort::add_vlan(self, vid.get())
-    }
-
-    fn remove_vlan(&mut self, vid: Vid) -> Result<()> {
-        IgbPort::remove_vlan(self, vid.get())
-    }
-
-    fn set_tpid(&mut self, tpid: Tpid) -> Result<()> {
-        IgbPort::set_tpid(self, tpid.get())
-    }
-
-    fn set_extended_vlan(&mut self, on: bool, outer_tpid: Tpid) -> Result<()> {
-        IgbPort::set_extended_vlan(self, on, outer_tpid.get())
     }
 }

@@ -94,7 +94,7 @@ impl<C: Chip> IntelConfig<C> {
         check_queues(l, "tx_queues", self.tx_queues, l.max_tx_queues)?;
         check_rings_and_mtu(l, self.rx_ring, self.tx_ring, &self.pool, self.mtu)?;
         for &vid in &self.vlans {
-            super::vlan::check_vid(vid)?;
+            crate::vlan::Vid::new(vid)?;
         }
         Ok(())
     }

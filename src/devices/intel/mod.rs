@@ -11,16 +11,18 @@
 //! | `queue.rs` | ring registers, enabling a queue, and stopping it safely before its memory is freed |
 //! | `txq.rs` | [`IntelTx`], the transmit queue of both chips |
 //! | `stats.rs` | read-to-clear counters accumulated to 64 bits, from a per-chip table |
-//! | `vlan.rs` | the VLAN filter table shadow, VID checks, writing VFTA after a reset |
+//! | `port.rs` | [`IntelPort`], the port shell of both chips, over the per-chip [`IntelChip`] |
+//! | `vlan.rs` | [`VlanShadow`]: the VLAN filter table, TPID and switches kept in software, written back after a reset |
 //! | `rss.rs` | the RSS key and redirection table contents |
 //!
 //! The descriptor rings themselves are in [`crate::devices::intel::ring`].
 
 pub mod config;
+pub mod port;
 pub(crate) mod queue;
 pub mod ring;
 pub(crate) mod rss;
-pub(crate) mod stats;
+pub mod stats;
 pub mod txq;
 pub mod vlan;
 
@@ -28,8 +30,9 @@ pub mod vlan;
 pub(crate) mod testkit;
 
 pub use config::{Chip, IntelConfig, Limits};
+pub use port::{IntelChip, IntelPort};
 pub use txq::IntelTx;
-pub use vlan::VlanFilter;
+pub use vlan::VlanShadow;
 
 use crate::device::MacAddr;
 use crate::platform::mmio::Mmio;

@@ -33,12 +33,13 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
 
-use crate::device::{QueueError, QueueStats, SwVlanCounts};
+use crate::device::{QueueError, QueueStats};
 use crate::error::{Error, Result};
 use crate::platform::dma::slots::RX_RESERVE;
 use crate::platform::dma::{Desc, DescTable, Meta, Packet, Pool, RxSlots, TxSlots};
 use crate::platform::mmio::Mmio;
-use crate::vlan::{PacketVlan, Tci, Tpid};
+use crate::vlan::insert::{insert_front, SwVlanCounts};
+use crate::vlan::Tpid;
 
 /// Descriptor size in bytes (both directions, both chips).
 pub const DESC_SIZE: usize = 16;
@@ -576,26 +577,6 @@ impl Marks {
     fn clear(&mut self) {
         self.head = self.tail;
     }
-}
-
-/// Software insertion for the packets at the front of `batch` (at most `n`) that ask for a
-/// transmit tag, up to the first that does not: pushes each tag into its frame and clears the
-/// request. Stops at a frame that cannot take its tag (left unchanged) and says so. Returns the
-/// tags inserted. Out of line: the transmit loop stays small and has no call in it.
-#[inline(never)]
-fn insert_front(batch: &mut [Packet], n: usize, tpid: Tpid) -> (u64, bool) {
-    let mut inserted = 0;
-    for p in batch.iter_mut().take(n) {
-        if p.meta.flags & Meta::TX_VLAN == 0 {
-            break;
-        }
-        if !p.push_vlan(tpid, Tci::from_raw(p.meta.vlan_tci)) {
-            return (inserted, true);
-        }
-        p.meta.flags &= !Meta::TX_VLAN;
-        inserted += 1;
-    }
-    (inserted, false)
 }
 
 /// What [`TxRing::put_tagged`] did with the packet at the front of the batch.

@@ -34,7 +34,7 @@ pub(crate) fn read_counter<M: Mmio + ?Sized>(m: &M, reg: Reg) -> u64 {
 /// Software totals of a counter table.
 #[derive(Clone, Debug)]
 pub(crate) struct Counters {
-    table: CounterTable,
+    pub(crate) table: CounterTable,
     totals: Vec<u64>,
 }
 
@@ -67,5 +67,63 @@ impl Counters {
             .iter()
             .zip(&self.totals)
             .map(|((n, _), &v)| (*n, v))
+    }
+}
+
+/// A chip's per-queue drop counters: what queue q dropped because its ring was full (82576
+/// RQDPC, 82599 QPRDC). With SRRCTL.DROP_EN, which both drivers set, those drops appear nowhere
+/// else, so without them they would be invisible.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QueueDrops {
+    /// The counter of queue q is `regs.at(q)`.
+    pub regs: RegArray,
+    /// Their names, by queue.
+    pub names: &'static [&'static str; 16],
+}
+
+/// Software totals of a port's device counters: the chip's table plus its per-queue drops.
+#[derive(Clone, Debug)]
+pub struct HwStats {
+    counters: Counters,
+    drops: QueueDrops,
+    per_queue: [u64; 16],
+}
+
+impl HwStats {
+    pub(crate) fn new(table: CounterTable, drops: QueueDrops) -> Self {
+        HwStats {
+            counters: Counters::new(table),
+            drops,
+            per_queue: [0; 16],
+        }
+    }
+
+    /// Reads every counter once (clearing it) and adds it to the totals.
+    pub(crate) fn accumulate<M: Mmio + ?Sized>(&mut self, m: &M, rx_queues: u16) {
+        self.counters.accumulate(m);
+        for q in 0..u32::from(rx_queues.min(16)) {
+            self.per_queue[q as usize] += read_counter(m, self.drops.regs.at(q));
+        }
+    }
+
+    /// Forgets the totals.
+    pub(crate) fn clear(&mut self) {
+        *self = HwStats::new(self.counters.table, self.drops);
+    }
+
+    /// The totals by datasheet name.
+    pub(crate) fn totals(&self, rx_queues: u16) -> Vec<(&'static str, u64)> {
+        let queues = usize::from(rx_queues.min(16));
+        self.counters
+            .totals()
+            .chain(
+                self.drops
+                    .names
+                    .iter()
+                    .copied()
+                    .zip(self.per_queue)
+                    .take(queues),
+            )
+            .collect()
     }
 }

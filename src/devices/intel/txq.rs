@@ -9,13 +9,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::device::{QueueError, QueueStats, SwVlanCounts, TxQueue};
+use crate::device::{QueueError, QueueStats, TxQueue};
 use crate::devices::intel::ring::TxRing;
 use crate::error::Result;
 use crate::platform::bus::Bus;
 use crate::platform::dma::Packet;
 use crate::platform::mmio::Mmio;
-use crate::vlan::Tpid;
+use crate::vlan::{SwVlanCounts, SwVlanTx, Tpid};
 
 use super::queue::{QueueCtl, RingRegs};
 
@@ -97,6 +97,14 @@ impl<B: Bus> TxQueue for IntelTx<B> {
         self.ring.tx_burst(batch)
     }
 
+    fn stats(&self) -> QueueStats {
+        self.ring.stats()
+    }
+}
+
+/// Software insertion inside the ring's transmit loop, where it stops for a tagged packet
+/// anyway: untagged bursts pay nothing for it.
+impl<B: Bus> SwVlanTx for IntelTx<B> {
     #[inline]
     fn tx_burst_sw_vlan(
         &mut self,
@@ -105,10 +113,6 @@ impl<B: Bus> TxQueue for IntelTx<B> {
         counts: &mut SwVlanCounts,
     ) -> Result<usize, QueueError> {
         self.ring.tx_burst_sw_vlan(batch, tpid, counts)
-    }
-
-    fn stats(&self) -> QueueStats {
-        self.ring.stats()
     }
 }
 

@@ -103,8 +103,7 @@ impl<B: Bus> IxgbePort<B> {
         setup_link(m, &name, self.cfg.loopback, sfp_part(device))?;
 
         // Step 5: clear the read-to-clear statistics; totals start at zero.
-        self.stats.accumulate(m, self.cfg.rx_queues);
-        self.stats.clear();
+        self.clear_stats();
 
         // Step 6 (datasheet 4.6.7 "Receive initialization"): global part with receive off.
         self.init_rx_global();
@@ -161,28 +160,7 @@ impl<B: Bus> IxgbePort<B> {
         m.modify(r::CTRL_EXT, 0, r::ctrl_ext::DRV_LOAD.bit());
 
         // Step 9: wait for the link. Down after the timeout is not an error.
-        let up = r::links::UP.bit();
-        match wait_for(
-            m,
-            &name,
-            r::LINKS,
-            "LINKS.UP",
-            up,
-            up,
-            self.cfg.link_timeout,
-        ) {
-            Ok(v) => {
-                let l = decode_links(v);
-                tracing::info!(port = %name, mac = %self.mac, speed_mbps = l.speed_mbps, "link up");
-            }
-            Err(Error::RegisterTimeout { .. }) => tracing::warn!(
-                port = %name,
-                timeout_ms = self.cfg.link_timeout.as_millis() as u64,
-                "link is still down; check the cable and the link partner (link() reports it)"
-            ),
-            Err(e) => return Err(e),
-        }
-        Ok(())
+        self.wait_link()
     }
 
     /// Notes 1.4 steps 6 and 10: everything global about receive, with RXCTRL.RXEN off.
@@ -240,7 +218,7 @@ impl<B: Bus> IxgbePort<B> {
         m.modify(r::FCTRL, r::fctrl::UPE.bit() | r::fctrl::MPE.bit(), fctrl);
         // VLAN: the filter table is not cleared by reset (notes 1.4 step 10), so clear it and
         // write the shadow back; then TPID and filter enable.
-        super::vlan::restore(&self.vlan, m);
+        self.restore_vlan();
     }
 
     /// Notes 1.4 step 7: everything global about transmit.

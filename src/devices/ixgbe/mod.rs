@@ -1,14 +1,16 @@
 //! The Intel 82599 (ixgbe) driver, written once against [`Bus`].
 //!
 //! The same code drives a real card through VFIO ([`crate::platform::bus::PciBus`]) and the software 82599
-//! used by the host tests. It is deliberately small and follows the datasheet's order (via the
-//! summary in `intel-nic-notes.md` 1.4, which is ixy's minimal sequence):
+//! used by the host tests. [`IxgbePort`] is the Intel port shell ([`IntelPort`]) with [`Chip82599`] filled in; what
+//! is the 82599's own is [`Chip82599`]'s [`IntelChip`] implementation, here and in the files
+//! below. It is deliberately small and follows the datasheet's order (via the
+//! summary in `docs/intel-nics.md` 1.4, which is ixy's minimal sequence):
 //!
 //! | file | what |
 //! |---|---|
 //! | `init.rs` | reset, link, receive/transmit global setup, RSS, in datasheet order |
 //! | `queue.rs` | [`IxgbeRx`] / [`IxgbeTx`]: ring registers, enable/disable, the VLAN strip switch |
-//! | `vlan.rs` | VLAN filter table shadow, TPID, extended (double) VLAN |
+//! | `vlan.rs` | the VLAN registers: per-queue strip requests, filter enable, TPID, extended (double) VLAN |
 //! | `stats.rs` | read-to-clear counters accumulated to 64 bits |
 //! | `swfw.rs` | the software/firmware semaphore around AUTOC writes |
 //!
@@ -28,20 +30,22 @@ mod vlan;
 mod tests;
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::device::{LinkStatus, MacAddr, Port, PortInfo, PortStats, QueueSet};
-use crate::devices::ids::{self, Family};
+use crate::device::LinkStatus;
+use crate::devices::ids::Family;
 use crate::devices::intel::config::{Chip, IntelConfig, Limits};
-use crate::error::{Error, Result};
+use crate::devices::intel::port::{IntelChip, IntelPort};
+use crate::devices::intel::stats::HwStats;
+use crate::devices::intel::vlan::VlanShadow;
+use crate::error::Result;
 use crate::platform::bus::Bus;
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::ixgbe::{self as r};
+use crate::platform::regs::{Reg, RegArray};
+use crate::vlan::VlanCaps;
 
-pub use crate::devices::intel::VlanFilter;
-pub use queue::{IxgbeRx, IxgbeTx};
-
-use queue::StripCtl;
-use stats::HwStats;
+pub use queue::{IxgbeRx, IxgbeTx, StripCtl};
 
 /// Largest ring the driver accepts (Linux `IXGBE_MAX_RXD`/`IXGBE_MAX_TXD`).
 pub const MAX_RING: usize = 8192;
@@ -52,7 +56,7 @@ pub const MAX_TX_QUEUES: u16 = 64;
 /// Largest MTU: the 82599's jumbo limit as Linux uses it (9728-byte frames, less header and CRC).
 pub const MAX_MTU: u16 = 9710;
 
-/// The 82599 chip, as the parameter of [`IntelConfig`].
+/// The 82599 chip, as the parameter of [`IntelConfig`] and [`IntelPort`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Chip82599;
 
@@ -62,6 +66,9 @@ impl Chip for Chip82599 {
 
 /// How to open an 82599 port.
 pub type IxgbeConfig = IntelConfig<Chip82599>;
+
+/// An open 82599 port.
+pub type IxgbePort<B> = IntelPort<Chip82599, B>;
 
 /// The 82599's limits for the shared checks.
 const LIMITS: Limits = Limits {
@@ -73,178 +80,53 @@ const LIMITS: Limits = Limits {
     max_tx_queues: MAX_TX_QUEUES,
 };
 
-/// An open 82599 port.
-pub struct IxgbePort<B: Bus> {
-    bus: B,
-    regs: Arc<B::Mmio>,
-    name: Arc<str>,
-    model: &'static str,
-    cfg: IxgbeConfig,
-    mac: MacAddr,
-    vlan: VlanFilter,
-    /// One per receive queue, shared with the queue after `take_queues`.
-    strip: Vec<Arc<StripCtl>>,
-    /// The queues until `take_queues` hands them out.
-    rx: Vec<IxgbeRx<B>>,
-    tx: Vec<IxgbeTx<B>>,
-    taken: bool,
-    stats: HwStats,
-}
-
-impl<B: Bus> IxgbePort<B> {
-    /// Opens the 82599 behind `bus`: resets it and brings it up as `cfg` says.
-    ///
-    /// Refuses devices that are not 82599s ([`Error::UnsupportedDevice`]). A link that stays
-    /// down for `cfg.link_timeout` is logged and reported by [`Port::link`], not an error.
-    pub fn open(bus: B, cfg: IxgbeConfig) -> Result<Self> {
-        let (vendor, device) = bus.pci_id();
-        let model = match ids::lookup(vendor, device) {
-            Some((Family::Ixgbe, model)) => model,
-            _ => {
-                return Err(Error::UnsupportedDevice {
-                    addr: bus.name().to_string(),
-                    vendor,
-                    device,
-                    supported: ids::KNOWN
-                        .iter()
-                        .filter(|k| k.2 == Family::Ixgbe)
-                        .map(|k| format!("{:04x}:{:04x}", k.0, k.1))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                        + " (the ixgbe driver)",
-                });
-            }
-        };
-        cfg.check()?;
-        let regs = bus.regs().clone();
-        let name: Arc<str> = bus.name().into();
-        let vlan = VlanFilter::from_config(cfg.tpid, &cfg.vlans, cfg.vlan_filter)?;
-        let strip = (0..cfg.rx_queues)
-            .map(|_| Arc::new(StripCtl::new(cfg.rx_strip)))
-            .collect();
-        // From here on the port exists, so an error or a panic below runs its `Drop`: queues
-        // disabled, device reset, bus mastering off, before any ring memory is freed.
-        let mut port = IxgbePort {
-            bus,
-            regs,
-            name,
-            model,
-            cfg,
-            mac: MacAddr::default(),
-            vlan,
-            strip,
-            rx: Vec::new(),
-            tx: Vec::new(),
-            taken: false,
-            stats: HwStats::default(),
-        };
-        port.init()?;
-        Ok(port)
-    }
-
-    /// The port's MAC address (RAL0/RAH0 as loaded from the EEPROM).
-    pub fn mac(&self) -> MacAddr {
-        self.mac
-    }
-
-    /// The configuration the port was opened with.
-    pub fn config(&self) -> &IxgbeConfig {
-        &self.cfg
-    }
-
-    /// The bus the port sits on.
-    pub fn bus(&self) -> &B {
-        &self.bus
-    }
-
-    /// Unicast and multicast promiscuous mode (FCTRL.UPE|MPE); broadcast is always accepted.
-    pub fn set_promiscuous(&mut self, on: bool) -> Result<()> {
-        let bits = r::fctrl::UPE.bit() | r::fctrl::MPE.bit();
-        if on {
-            self.regs.modify(r::FCTRL, 0, bits);
-        } else {
-            self.regs.modify(r::FCTRL, bits, 0);
-        }
-        self.cfg.promiscuous = on;
-        self.alive()
-    }
-
-    /// `Err(DeviceGone)` if the device answers all-ones (surprise removal).
-    fn alive(&self) -> Result<()> {
-        if self.regs.read(r::STATUS) == u32::MAX {
-            return Err(Error::DeviceGone {
-                device: self.name.to_string(),
-            });
-        }
-        Ok(())
-    }
-}
-
-impl<B: Bus> Port for IxgbePort<B> {
-    type Rx = IxgbeRx<B>;
-    type Tx = IxgbeTx<B>;
-
-    fn info(&self) -> PortInfo {
-        PortInfo {
-            name: self.name.to_string(),
-            driver: "ixgbe",
-            model: self.model.to_string(),
-            pci_id: Some(self.bus.pci_id()),
-            mac: self.mac,
-            rx_queues: self.cfg.rx_queues,
-            tx_queues: self.cfg.tx_queues,
-            rx_ring: self.cfg.rx_ring as u16,
-            tx_ring: self.cfg.tx_ring as u16,
-        }
-    }
-
+impl IntelChip for Chip82599 {
+    const DRIVER: &'static str = "ixgbe";
+    const FAMILY: Family = Family::Ixgbe;
+    const STATUS: Reg = r::STATUS;
+    const PROMISC: (Reg, u32) = (r::FCTRL, r::fctrl::UPE.bit() | r::fctrl::MPE.bit());
+    const VFTA: RegArray = r::VFTA;
     /// LINKS.UP and LINKS.LINK_SPEED (datasheet 8.2.3.22.20 via notes 1.3).
-    fn link(&self) -> Result<LinkStatus> {
-        let v = self.regs.read(r::LINKS);
-        if v == u32::MAX {
-            return Err(Error::DeviceGone {
-                device: self.name.to_string(),
-            });
-        }
-        Ok(init::decode_links(v))
+    const LINK: (Reg, u32, &'static str) = (r::LINKS, r::links::UP.bit(), "LINKS.UP");
+    type Rx<B: Bus> = IxgbeRx<B>;
+    /// One per receive queue, shared with the queue after `take_queues`.
+    type Strip = Vec<Arc<StripCtl>>;
+
+    fn strip_state(cfg: &IxgbeConfig) -> Vec<Arc<StripCtl>> {
+        (0..cfg.rx_queues)
+            .map(|_| Arc::new(StripCtl::new(cfg.rx_strip)))
+            .collect()
     }
 
-    fn stats(&mut self) -> Result<PortStats> {
-        self.stats.accumulate(&*self.regs, self.cfg.rx_queues);
-        self.alive()?;
-        Ok(PortStats {
-            hw: self.stats.totals(self.cfg.rx_queues),
-        })
+    fn decode_link(v: u32) -> LinkStatus {
+        init::decode_links(v)
     }
 
-    fn take_queues(&mut self) -> Result<QueueSet<IxgbeRx<B>, IxgbeTx<B>>> {
-        if self.taken {
-            return Err(Error::InvalidConfig(format!(
-                "{}: queues were already taken",
-                self.name
-            )));
-        }
-        self.taken = true;
-        Ok((std::mem::take(&mut self.rx), std::mem::take(&mut self.tx)))
+    fn counters() -> HwStats {
+        stats::hw_stats()
     }
-}
 
-impl<B: Bus> Drop for IxgbePort<B> {
-    /// Stops all DMA before anything is unmapped: queues still held here drop first (each
-    /// disables its hardware queue), every queue's enable bit is cleared (also those handed
-    /// out), receive is turned off, the device is reset and bus mastering is disabled.
-    fn drop(&mut self) {
-        self.rx.clear();
-        self.tx.clear();
-        init::shutdown(
-            &*self.regs,
-            &self.name,
-            self.cfg.rx_queues,
-            self.cfg.tx_queues,
-            self.cfg.reg_timeout,
-        );
-        if let Err(e) = self.bus.disable_bus_master() {
-            tracing::warn!(port = %self.name, error = %e, "could not disable bus mastering");
-        }
+    fn init<B: Bus>(port: &mut IxgbePort<B>) -> Result<()> {
+        port.init()
+    }
+
+    fn shutdown<M: Mmio + ?Sized>(m: &M, name: &str, rx_queues: u16, tx_queues: u16, t: Duration) {
+        init::shutdown(m, name, rx_queues, tx_queues, t)
+    }
+
+    fn vlan_caps<B: Bus>(port: &IxgbePort<B>) -> VlanCaps {
+        vlan::caps(port)
+    }
+
+    fn set_rx_strip<B: Bus>(port: &mut IxgbePort<B>, queue: u16, on: bool) -> Result<()> {
+        port.set_rx_strip(queue, on)
+    }
+
+    fn write_filter<M: Mmio + ?Sized>(m: &M, on: bool) {
+        vlan::write_filter(m, on)
+    }
+
+    fn write_tpid<M: Mmio + ?Sized>(m: &M, shadow: &VlanShadow) {
+        vlan::write_tpid(m, shadow)
     }
 }

@@ -7,8 +7,7 @@
 //! Per-queue drop counters (QPRDC) count per *statistics index*, and queues map to indices
 //! through RQSMR; init maps queue q to index q (queues 0..15), so QPRDCq is queue q's.
 
-use crate::devices::intel::stats::{read_counter, CounterTable, Counters, Src};
-use crate::platform::mmio::Mmio;
+use crate::devices::intel::stats::{CounterTable, HwStats, QueueDrops, Src};
 use crate::platform::regs::ixgbe::{self as r};
 
 /// The totals reported, by datasheet name, in this order.
@@ -41,52 +40,18 @@ const COUNTERS: CounterTable = &[
 ];
 
 /// Names of the per-queue drop counters.
-const QPRDC_NAMES: [&str; 16] = [
+static DROP_NAMES: [&str; 16] = [
     "QPRDC0", "QPRDC1", "QPRDC2", "QPRDC3", "QPRDC4", "QPRDC5", "QPRDC6", "QPRDC7", "QPRDC8",
     "QPRDC9", "QPRDC10", "QPRDC11", "QPRDC12", "QPRDC13", "QPRDC14", "QPRDC15",
 ];
 
-/// Software totals of the device counters.
-#[derive(Clone, Debug)]
-pub(crate) struct HwStats {
-    counters: Counters,
-    qprdc: [u64; 16],
-}
-
-impl Default for HwStats {
-    fn default() -> Self {
-        HwStats {
-            counters: Counters::new(COUNTERS),
-            qprdc: [0; 16],
-        }
-    }
-}
-
-impl HwStats {
-    /// Reads every counter once (clearing it) and adds it to the totals.
-    pub(crate) fn accumulate<M: Mmio + ?Sized>(&mut self, m: &M, rx_queues: u16) {
-        self.counters.accumulate(m);
-        for q in 0..u32::from(rx_queues.min(16)) {
-            self.qprdc[q as usize] += read_counter(m, r::QPRDC.at(q));
-        }
-    }
-
-    /// Forgets the totals.
-    pub(crate) fn clear(&mut self) {
-        *self = HwStats::default();
-    }
-
-    /// The totals by datasheet name.
-    pub(crate) fn totals(&self, rx_queues: u16) -> Vec<(&'static str, u64)> {
-        self.counters
-            .totals()
-            .chain(
-                QPRDC_NAMES
-                    .iter()
-                    .zip(self.qprdc)
-                    .take(usize::from(rx_queues.min(16)))
-                    .map(|(n, v)| (*n, v)),
-            )
-            .collect()
-    }
+/// The port's counters, starting from zero.
+pub(crate) fn hw_stats() -> HwStats {
+    HwStats::new(
+        COUNTERS,
+        QueueDrops {
+            regs: r::QPRDC,
+            names: &DROP_NAMES,
+        },
+    )
 }

@@ -8,8 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
+use crate::device::Port;
 use crate::device::RxQueue;
 use crate::devices::intel::testkit::{find, pos, TestBus};
+use crate::error::Error;
 use crate::platform::dma::PoolConfig;
 use crate::platform::mmio::{Access, RecordingMmio};
 use crate::platform::regs::ixgbe as r;

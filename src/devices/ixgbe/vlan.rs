@@ -5,33 +5,33 @@
 //! - per-queue strip: RXDCTL(n).VME (VLNCTRL.VME is 82598-only); see `queue.rs` for how a
 //!   running queue switches without mis-reporting a frame;
 //! - filtering: VLNCTRL.VFE and the 4096-bit VFTA. The table survives a reset only in the
-//!   software shadow shared with the igb driver ([`crate::devices::intel::VlanFilter`]), which is written
+//!   software shadow shared with the igb driver ([`VlanShadow`]), which is written
 //!   back at every init (the hardware table is not cleared by reset, so it is cleared first);
 //! - TPID: VLNCTRL.VET for receive and DMATXCTL.VT for insertion, always changed together;
 //! - extended (double) VLAN: CTRL_EXT.EXTENDED_VLAN, DMATXCTL.GDV and the outer TPID in
 //!   EXVET.VET_EXT.
 //!
-//! Policy (vlan-behaviour.md): VID 4095 is reserved and refused; VID 0 (priority tags) is
+//! Policy (docs/vlan-rules.md): VID 4095 is reserved and refused; VID 0 (priority tags) is
 //! always in the table, so priority-tagged frames pass the filter, as Linux does.
 
-use crate::devices::intel::VlanFilter;
+use crate::devices::intel::vlan::VlanShadow;
 use crate::error::{Error, Result};
 use crate::platform::bus::Bus;
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::ixgbe::{self as r};
+use crate::vlan::VlanCaps;
 
 use super::IxgbePort;
 
-/// Writes everything to the device after a reset (notes 1.4 step 10): the table (cleared
-/// first, see [`VlanFilter::write_table`]), then TPID, extended VLAN and filter enable.
-pub(crate) fn restore<M: Mmio + ?Sized>(f: &VlanFilter, m: &M) {
-    f.write_table(m, r::VFTA);
-    write_tpid(m, f.tpid);
-    write_extended(m, f.extended, f.tpid);
-    write_filter(m, f.enabled);
+/// The TPID: VLNCTRL.VET for receive and DMATXCTL.VT for insertion, written together as DPDK
+/// does; then the extended setting, because in extended mode the transmitter inserts the outer
+/// TPID.
+pub(super) fn write_tpid<M: Mmio + ?Sized>(m: &M, v: &VlanShadow) {
+    write_vet(m, v.tpid);
+    write_extended(m, v.extended, v.tpid);
 }
 
-fn write_tpid<M: Mmio + ?Sized>(m: &M, tpid: u16) {
+fn write_vet<M: Mmio + ?Sized>(m: &M, tpid: u16) {
     m.modify(
         r::VLNCTRL,
         r::vlnctrl::VET.mask(),
@@ -46,7 +46,7 @@ fn write_tpid<M: Mmio + ?Sized>(m: &M, tpid: u16) {
 
 /// Extended (double) VLAN on or off. In extended mode the tag the transmitter inserts is the
 /// new outermost one, so DMATXCTL.VT carries the outer TPID; outside it, the (inner) TPID. This
-/// keeps hardware insertion byte-identical to software insertion (vlan-behaviour.md: "inserting
+/// keeps hardware insertion byte-identical to software insertion (docs/vlan-rules.md: "inserting
 /// pushes a new outermost tag"). DPDK leaves VT at the inner TPID in QinQ mode; which TPID the
 /// 82599 puts on a tag inserted with GDV set is to be confirmed on a real card.
 fn write_extended<M: Mmio + ?Sized>(m: &M, outer: Option<u16>, tpid: u16) {
@@ -77,7 +77,7 @@ fn write_extended<M: Mmio + ?Sized>(m: &M, outer: Option<u16>, tpid: u16) {
     }
 }
 
-fn write_filter<M: Mmio + ?Sized>(m: &M, on: bool) {
+pub(super) fn write_filter<M: Mmio + ?Sized>(m: &M, on: bool) {
     // CFIEN is always cleared: the CFI/DEI bit must not decide whether a frame passes.
     let vfe = r::vlnctrl::VFE.bit();
     m.modify(
@@ -122,50 +122,28 @@ impl<B: Bus> IxgbePort<B> {
             .get(usize::from(queue))
             .is_some_and(|c| c.applied() != c.wanted())
     }
+}
 
-    /// VLAN filtering on or off (VLNCTRL.VFE; CFIEN cleared).
-    pub fn set_vlan_filter(&mut self, on: bool) -> Result<()> {
-        self.vlan.enabled = on;
-        write_filter(&*self.regs, on);
-        self.alive()
-    }
-
-    /// Lets frames tagged `vid` through the filter. VID 4095 is refused; VID 0 is always in.
-    pub fn add_vlan(&mut self, vid: u16) -> Result<()> {
-        let (i, w) = self.vlan.insert(vid)?;
-        self.regs.write(r::VFTA.at(i), w);
-        self.alive()
-    }
-
-    /// Stops letting frames tagged `vid` through the filter (VID 0 stays: priority tags always
-    /// pass). VID 4095 is refused.
-    pub fn remove_vlan(&mut self, vid: u16) -> Result<()> {
-        let (i, w) = self.vlan.remove(vid)?;
-        self.regs.write(r::VFTA.at(i), w);
-        self.alive()
-    }
-
-    /// The VLAN filter as software keeps it.
-    pub fn vlan_filter(&self) -> &VlanFilter {
-        &self.vlan
-    }
-
-    /// The TPID recognised on receive and used for insertion (VLNCTRL.VET and DMATXCTL.VT,
-    /// written together as DPDK does).
-    pub fn set_tpid(&mut self, tpid: u16) -> Result<()> {
-        self.vlan.tpid = tpid;
-        write_tpid(&*self.regs, tpid);
-        // In extended mode the transmitter keeps inserting the outer TPID.
-        write_extended(&*self.regs, self.vlan.extended, tpid);
-        self.alive()
-    }
-
-    /// Extended (double, QinQ) VLAN: with it on, frames carry an outer tag with `outer_tpid`
-    /// (EXVET.VET_EXT), and filtering and stripping act on the inner tag (CTRL_EXT b26,
-    /// DMATXCTL.GDV). `outer_tpid` is ignored when turning it off.
-    pub fn set_extended_vlan(&mut self, on: bool, outer_tpid: u16) -> Result<()> {
-        self.vlan.extended = on.then_some(outer_tpid);
-        write_extended(&*self.regs, self.vlan.extended, self.vlan.tpid);
-        self.alive()
+/// The 82599 behind the device-independent VLAN layer: it has everything, a per-queue strip
+/// bit, a 4096-entry filter, any TPID, extended (double) VLAN and insertion through context
+/// descriptors.
+///
+/// `tx_insert_extended: false`: in extended mode the driver sets DMATXCTL.VT to the outer TPID,
+/// so that an inserted tag is the new outermost one, as software insertion does (and as the
+/// software 82599 models it); DPDK's ixgbe keeps VT at the inner TPID in QinQ mode, and the
+/// datasheet's double-VLAN text (82599 datasheet section 7.4.5) can be read either way. Until a
+/// card shows which TPID the 82599 puts on a tag it inserts with GDV set, hardware insertion in
+/// extended mode is refused and software insertion (byte-exact by construction) serves it.
+pub(super) fn caps<B: Bus>(port: &IxgbePort<B>) -> VlanCaps {
+    VlanCaps {
+        device: port.name.to_string(),
+        rx_strip: true,
+        tx_insert: true,
+        filter: true,
+        extended: true,
+        tx_insert_extended: false,
+        any_tpid: true,
+        rx_queues: port.cfg.rx_queues,
+        per_queue_strip: true,
     }
 }

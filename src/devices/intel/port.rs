@@ -1,0 +1,357 @@
+//! The Intel port shell: one port type for the 82576 and the 82599, over a per-chip trait.
+//!
+//! Most of a port is the same program on both chips with other register names: open (check the
+//! PCI id and the configuration, then bring the chip up with a `Drop` that already cleans up),
+//! liveness, promiscuous mode, [`Port`] (info, link, counters, `take_queues`), the VLAN filter
+//! setters and the shutdown order in `Drop`. That program is [`IntelPort`], written once. What
+//! differs is [`IntelChip`]: the init sequence, the shutdown, where the link and promiscuous
+//! bits are, the counter table, the receive queue type and the VLAN register writes. Each chip's
+//! implementation lives in its own folder (`igb/`, `ixgbe/`), so "the 82599's VLAN strip" is in
+//! `ixgbe/vlan.rs` and nowhere else.
+//!
+//! `IgbPort<B>` and `IxgbePort<B>` are this type with the chip filled in.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::config::{Chip, IntelConfig};
+use super::stats::HwStats;
+use super::vlan::VlanShadow;
+use super::IntelTx;
+use crate::device::{LinkStatus, MacAddr, Port, PortInfo, PortStats, QueueSet, RxQueue};
+use crate::devices::ids::{self, Family};
+use crate::error::{Error, Result};
+use crate::platform::bus::Bus;
+use crate::platform::mmio::{wait_for, Mmio};
+use crate::platform::regs::{Reg, RegArray};
+use crate::vlan::{Tpid, Vid, VlanCaps, VlanHardware};
+
+/// What a chip supplies to the shell. Implemented by the chip's marker type
+/// ([`Chip82576`](crate::devices::igb::Chip82576), [`Chip82599`](crate::devices::ixgbe::Chip82599)).
+pub trait IntelChip: Chip {
+    /// The driver's name in [`PortInfo`] ("igb", "ixgbe").
+    const DRIVER: &'static str;
+    /// The family in the PCI id table.
+    const FAMILY: Family;
+    /// A register that reads all-ones when the device is gone (surprise removal).
+    const STATUS: Reg;
+    /// Unicast and multicast promiscuous mode: the register and its UPE | MPE bits.
+    const PROMISC: (Reg, u32);
+    /// The VLAN filter table (VFTA) registers.
+    const VFTA: RegArray;
+    /// The link register, its "up" bit and its datasheet name (for the wait after init).
+    const LINK: (Reg, u32, &'static str);
+    /// The chip's receive queue.
+    type Rx<B: Bus>: RxQueue;
+    /// The chip's own strip state (port-wide on the 82576, per queue on the 82599).
+    type Strip: Send;
+
+    /// The strip state a port opened with `cfg` starts from.
+    fn strip_state(cfg: &IntelConfig<Self>) -> Self::Strip;
+    /// Decodes the link register.
+    fn decode_link(v: u32) -> LinkStatus;
+    /// The counter table and per-queue drop counters, accumulated from zero.
+    fn counters() -> HwStats;
+    /// The whole bring-up: reset, MAC, link, VLAN registers from the shadow, rings and queues
+    /// (into `port.rx` and `port.tx`), enable. Called once by [`IntelPort::open`] on a port
+    /// whose `Drop` already cleans up; ends by waiting for the link ([`IntelPort::wait_link`]).
+    fn init<B: Bus>(port: &mut IntelPort<Self, B>) -> Result<()>;
+    /// Stops every queue, receive and transmit, and resets the device. Runs in `Drop`, so it
+    /// never fails: problems are logged.
+    fn shutdown<M: Mmio + ?Sized>(m: &M, name: &str, rx_queues: u16, tx_queues: u16, t: Duration);
+
+    /// What the chip's VLAN hardware can do, as the VLAN layer asks.
+    fn vlan_caps<B: Bus>(port: &IntelPort<Self, B>) -> VlanCaps;
+    /// Receive tag stripping for one queue (or, where the chip strips port-wide, the port).
+    fn set_rx_strip<B: Bus>(port: &mut IntelPort<Self, B>, queue: u16, on: bool) -> Result<()>;
+    /// Writes the filter enable bit (CFIEN cleared).
+    fn write_filter<M: Mmio + ?Sized>(m: &M, on: bool);
+    /// Writes the TPID and the extended (double) VLAN setting of `shadow`.
+    fn write_tpid<M: Mmio + ?Sized>(m: &M, shadow: &VlanShadow);
+}
+
+/// An open Intel port: the shell's state, the chip's strip state and the queues until they are
+/// taken. Fields are the chips' to use in their init and VLAN code.
+pub struct IntelPort<C: IntelChip, B: Bus> {
+    pub(crate) bus: B,
+    pub(crate) regs: Arc<B::Mmio>,
+    pub(crate) name: Arc<str>,
+    pub(crate) model: &'static str,
+    pub(crate) cfg: IntelConfig<C>,
+    pub(crate) mac: MacAddr,
+    /// The VLAN filter table, TPID, extended setting and filter switch, written back at init.
+    pub(crate) vlan: VlanShadow,
+    pub(crate) strip: C::Strip,
+    /// The queues until `take_queues` hands them out.
+    pub(crate) rx: Vec<C::Rx<B>>,
+    pub(crate) tx: Vec<IntelTx<B>>,
+    taken: bool,
+    pub(crate) stats: HwStats,
+}
+
+impl<C: IntelChip, B: Bus> IntelPort<C, B> {
+    /// Opens the chip behind `bus`: resets it and brings it up as `cfg` says.
+    ///
+    /// Refuses devices of another family ([`Error::UnsupportedDevice`]). A link that stays
+    /// down for `cfg.link_timeout` is logged and reported by [`Port::link`], not an error.
+    pub fn open(bus: B, cfg: IntelConfig<C>) -> Result<Self> {
+        let (vendor, device) = bus.pci_id();
+        let model = match ids::lookup(vendor, device) {
+            Some((family, model)) if family == C::FAMILY => model,
+            _ => {
+                return Err(Error::UnsupportedDevice {
+                    addr: bus.name().to_string(),
+                    vendor,
+                    device,
+                    supported: format!(
+                        "{} (the {} driver)",
+                        ids::family_list(C::FAMILY),
+                        C::DRIVER
+                    ),
+                });
+            }
+        };
+        cfg.check()?;
+        let vlan = VlanShadow::from_config(C::VFTA, cfg.tpid, &cfg.vlans, cfg.vlan_filter)?;
+        // From here on the port exists, so an error or a panic below runs its `Drop`: queues
+        // disabled, device reset, bus mastering off, before any ring memory is freed.
+        let mut port = IntelPort {
+            regs: bus.regs().clone(),
+            name: bus.name().into(),
+            bus,
+            model,
+            strip: C::strip_state(&cfg),
+            cfg,
+            mac: MacAddr::default(),
+            vlan,
+            rx: Vec::new(),
+            tx: Vec::new(),
+            taken: false,
+            stats: C::counters(),
+        };
+        C::init(&mut port)?;
+        Ok(port)
+    }
+
+    /// The port's MAC address (receive address 0 as loaded from the EEPROM).
+    pub fn mac(&self) -> MacAddr {
+        self.mac
+    }
+
+    /// The configuration the port was opened with.
+    pub fn config(&self) -> &IntelConfig<C> {
+        &self.cfg
+    }
+
+    /// The bus the port sits on.
+    pub fn bus(&self) -> &B {
+        &self.bus
+    }
+
+    /// Unicast and multicast promiscuous mode (UPE | MPE); broadcast is always accepted.
+    pub fn set_promiscuous(&mut self, on: bool) -> Result<()> {
+        let (reg, bits) = C::PROMISC;
+        self.regs.modify(reg, bits, if on { bits } else { 0 });
+        self.cfg.promiscuous = on;
+        self.alive()
+    }
+
+    /// `Err(DeviceGone)` if the device answers all-ones (surprise removal).
+    pub(crate) fn alive(&self) -> Result<()> {
+        if self.regs.read(C::STATUS) == u32::MAX {
+            return Err(self.gone());
+        }
+        Ok(())
+    }
+
+    fn gone(&self) -> Error {
+        Error::DeviceGone {
+            device: self.name.to_string(),
+        }
+    }
+
+    /// For init: reads the counters once (they clear on read), so totals start at zero.
+    pub(crate) fn clear_stats(&mut self) {
+        self.stats.accumulate(&*self.regs, self.cfg.rx_queues);
+        self.stats.clear();
+    }
+
+    /// The last step of init: waits for the link. Down after `cfg.link_timeout` is logged, not
+    /// an error (the cable may come later; [`Port::link`] reports it).
+    pub(crate) fn wait_link(&self) -> Result<()> {
+        let (reg, up, what) = C::LINK;
+        let timeout = self.cfg.link_timeout;
+        match wait_for(&*self.regs, &self.name, reg, what, up, up, timeout) {
+            Ok(v) => {
+                let l = C::decode_link(v);
+                tracing::info!(port = %self.name, mac = %self.mac, speed_mbps = l.speed_mbps, full_duplex = l.full_duplex, "link up");
+                Ok(())
+            }
+            Err(Error::RegisterTimeout { .. }) => {
+                tracing::warn!(
+                    port = %self.name,
+                    timeout_ms = timeout.as_millis() as u64,
+                    "link is still down; check the cable and the link partner (link() reports it)"
+                );
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// VLAN filtering on or off (the chip's VFE bit; CFIEN cleared).
+    pub fn set_vlan_filter(&mut self, on: bool) -> Result<()> {
+        self.vlan.enabled = on;
+        C::write_filter(&*self.regs, on);
+        self.alive()
+    }
+
+    /// Lets frames tagged `vid` through the filter. VID 4095 is refused; VID 0 is always in.
+    pub fn add_vlan(&mut self, vid: u16) -> Result<()> {
+        let vid = Vid::new(vid)?;
+        self.vlan.table.add(vid.get())?;
+        self.write_vfta_word(vid)
+    }
+
+    /// Stops letting frames tagged `vid` through the filter (VID 0 stays: priority tags always
+    /// pass). VID 4095 is refused.
+    pub fn remove_vlan(&mut self, vid: u16) -> Result<()> {
+        let vid = Vid::new(vid)?;
+        self.vlan.table.remove(vid.get())?;
+        self.write_vfta_word(vid)
+    }
+
+    fn write_vfta_word(&self, vid: Vid) -> Result<()> {
+        let (i, w) = self.vlan.word_of(vid);
+        self.regs.write(self.vlan.vfta.at(i), w);
+        self.alive()
+    }
+
+    /// The VLAN filter state as software keeps it (table, TPID, extended, enable).
+    pub fn vlan_filter(&self) -> &VlanShadow {
+        &self.vlan
+    }
+
+    /// The TPID recognised on receive and used for insertion.
+    pub fn set_tpid(&mut self, tpid: u16) -> Result<()> {
+        self.vlan.tpid = tpid;
+        C::write_tpid(&*self.regs, &self.vlan);
+        self.alive()
+    }
+
+    /// Extended (double, QinQ) VLAN: with it on, frames carry an outer tag with `outer_tpid`,
+    /// and filtering and stripping act on the inner tag. `outer_tpid` is ignored when turning
+    /// it off. (The VLAN layer uses it only where [`VlanCaps::extended`] says the chip can.)
+    pub fn set_extended_vlan(&mut self, on: bool, outer_tpid: u16) -> Result<()> {
+        self.vlan.extended = on.then_some(outer_tpid);
+        C::write_tpid(&*self.regs, &self.vlan);
+        self.alive()
+    }
+
+    /// For init: the VLAN registers from the shadow (table cleared first, then TPID and
+    /// extended setting, then the filter switch).
+    pub(crate) fn restore_vlan(&self) {
+        let m = &*self.regs;
+        self.vlan.write_table(m);
+        C::write_tpid(m, &self.vlan);
+        C::write_filter(m, self.vlan.enabled);
+    }
+}
+
+impl<C: IntelChip, B: Bus> Port for IntelPort<C, B> {
+    type Rx = C::Rx<B>;
+    type Tx = IntelTx<B>;
+
+    fn info(&self) -> PortInfo {
+        PortInfo {
+            name: self.name.to_string(),
+            driver: C::DRIVER,
+            model: self.model.to_string(),
+            pci_id: Some(self.bus.pci_id()),
+            mac: self.mac,
+            rx_queues: self.cfg.rx_queues,
+            tx_queues: self.cfg.tx_queues,
+            rx_ring: self.cfg.rx_ring as u16,
+            tx_ring: self.cfg.tx_ring as u16,
+        }
+    }
+
+    fn link(&self) -> Result<LinkStatus> {
+        match self.regs.read(C::LINK.0) {
+            u32::MAX => Err(self.gone()),
+            v => Ok(C::decode_link(v)),
+        }
+    }
+
+    fn stats(&mut self) -> Result<PortStats> {
+        self.stats.accumulate(&*self.regs, self.cfg.rx_queues);
+        self.alive()?;
+        Ok(PortStats {
+            hw: self.stats.totals(self.cfg.rx_queues),
+        })
+    }
+
+    fn take_queues(&mut self) -> Result<QueueSet<Self::Rx, IntelTx<B>>> {
+        if self.taken {
+            return Err(Error::InvalidConfig(format!(
+                "{}: queues were already taken",
+                self.name
+            )));
+        }
+        self.taken = true;
+        Ok((std::mem::take(&mut self.rx), std::mem::take(&mut self.tx)))
+    }
+}
+
+impl<C: IntelChip, B: Bus> Drop for IntelPort<C, B> {
+    /// Stops all DMA before anything is unmapped: queues still held here drop first (each
+    /// disables its hardware queue), every queue's enable bit is cleared (also those handed
+    /// out), receive and transmit are turned off, the device is reset and bus mastering is
+    /// disabled. Runs while a panic unwinds too.
+    fn drop(&mut self) {
+        self.rx.clear();
+        self.tx.clear();
+        C::shutdown(
+            &*self.regs,
+            &self.name,
+            self.cfg.rx_queues,
+            self.cfg.tx_queues,
+            self.cfg.reg_timeout,
+        );
+        if let Err(e) = self.bus.disable_bus_master() {
+            tracing::warn!(port = %self.name, error = %e, "could not disable bus mastering");
+        }
+    }
+}
+
+/// Both chips behind the device-independent VLAN layer: capabilities and the strip switch come
+/// from the chip, the filter, TPID and extended setters are the shell's.
+impl<C: IntelChip, B: Bus> VlanHardware for IntelPort<C, B> {
+    fn vlan_caps(&self) -> VlanCaps {
+        C::vlan_caps(self)
+    }
+
+    fn set_rx_strip(&mut self, queue: u16, on: bool) -> Result<()> {
+        C::set_rx_strip(self, queue, on)
+    }
+
+    fn set_vlan_filter(&mut self, on: bool) -> Result<()> {
+        IntelPort::set_vlan_filter(self, on)
+    }
+
+    fn add_vlan(&mut self, vid: Vid) -> Result<()> {
+        IntelPort::add_vlan(self, vid.get())
+    }
+
+    fn remove_vlan(&mut self, vid: Vid) -> Result<()> {
+        IntelPort::remove_vlan(self, vid.get())
+    }
+
+    fn set_tpid(&mut self, tpid: Tpid) -> Result<()> {
+        IntelPort::set_tpid(self, tpid.get())
+    }
+
+    fn set_extended_vlan(&mut self, on: bool, outer_tpid: Tpid) -> Result<()> {
+        IntelPort::set_extended_vlan(self, on, outer_tpid.get())
+    }
+}
