@@ -6,13 +6,15 @@
 //!   [`PciBus`](bus::PciBus) for VFIO and the in-memory devices' own implementations;
 //! - [`mmio`]: register access as volatile words, and the doorbell with its release fence;
 //! - [`dma`]: device-visible memory, IOVAs, the software IOMMU and the packet buffer pool;
-//! - [`regs`]: register maps generated from `regs/*.toml`.
+//! - [`regs`]: register maps generated from `regs/*.toml`;
+//! - [`checksum`]: the Internet checksum, for device models and frame builders alike.
 //!
 //! `unsafe` is allowed in exactly three modules, here, and refused by the compiler everywhere
 //! else in the crate (`#![deny(unsafe_code)]` at the crate root; `tests/unsafe_surface.rs`
 //! checks the list).
 
 pub mod bus;
+pub mod checksum;
 #[allow(unsafe_code)]
 pub mod dma;
 #[allow(unsafe_code)]

@@ -5,7 +5,7 @@
 //! checked: a frame too short for the header its ethertype promises is simply "not that kind of
 //! frame" (untagged, no L3), never a panic.
 
-use crate::app::wire::{checksum, checksum_add, checksum_finish};
+use crate::platform::checksum::{checksum, checksum_add, checksum_finish};
 
 /// Big-endian 16-bit word at `off`, if the frame is long enough.
 pub(super) fn be16(f: &[u8], off: usize) -> Option<u16> {

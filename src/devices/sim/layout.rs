@@ -417,6 +417,36 @@ pub(super) fn nonzero_defaults() -> impl Iterator<Item = (usize, u32)> {
     fixed.into_iter().chain(per_queue)
 }
 
+pub(super) const RX_BUCKETS: [crate::platform::regs::Reg; 6] = [
+    r::PRC64,
+    r::PRC127,
+    r::PRC255,
+    r::PRC511,
+    r::PRC1023,
+    r::PRC1522,
+];
+pub(super) const TX_BUCKETS: [crate::platform::regs::Reg; 6] = [
+    r::PTC64,
+    r::PTC127,
+    r::PTC255,
+    r::PTC511,
+    r::PTC1023,
+    r::PTC1522,
+];
+
+/// The size bucket (index into [`RX_BUCKETS`] / [`TX_BUCKETS`]) of a frame of `len` bytes (FCS
+/// included).
+pub(super) fn bucket_index(len: u64) -> usize {
+    match len {
+        ..=64 => 0,
+        65..=127 => 1,
+        128..=255 => 2,
+        256..=511 => 3,
+        512..=1023 => 4,
+        _ => 5,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -119,6 +119,7 @@
 //! work on that frame. Injected faults are not undone by a device reset (only by their own
 //! counters running out, or [`SimPort::link_restore`]).
 
+mod engine;
 mod frame;
 mod layout;
 mod port;

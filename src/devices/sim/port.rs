@@ -5,8 +5,8 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+use super::engine::{RxEngine, SourceState, WireFrame};
 use super::regs::{lock, SimRegs, Spec};
-use super::rx::{RxEngine, SourceState, WireFrame};
 use super::worker::DeviceThread;
 use super::SimCounters;
 use crate::device::MacAddr;

@@ -15,9 +15,8 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+use super::engine::{RxEngine, TxEngine, WireFrame};
 use super::layout::{self, canonical, classify, Kind, RxReg, TxReg, WIDE};
-use super::rx::{RxEngine, WireFrame};
-use super::tx::TxEngine;
 use super::Counters;
 use crate::device::MacAddr;
 use crate::platform::dma::SoftIommu;

@@ -14,73 +14,12 @@
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
+use super::engine::{RxEngine, RxTally, WireFrame};
 use super::frame::{self, VlanView};
+use super::layout::{bucket_index, RX_BUCKETS};
 use super::layout::{rxq, RQSMR, W_GORC, W_QBRC, W_TOR};
 use super::regs::{lock, SimRegs};
 use crate::platform::regs::ixgbe as r;
-
-/// A frame on the wire (no FCS bytes; `fcs_ok` says whether the sender appended a valid one).
-#[derive(Clone, Debug)]
-pub(super) struct WireFrame {
-    pub data: Vec<u8>,
-    pub fcs_ok: bool,
-}
-
-/// The built-in traffic source's state.
-#[derive(Debug)]
-pub(super) struct SourceState {
-    pub frame: Vec<u8>,
-    pub remaining: Option<u64>,
-}
-
-/// Receive-side state of a port (held under its `rx` lock).
-#[derive(Debug, Default)]
-pub(super) struct RxEngine {
-    pub source: Option<SourceState>,
-    scratch: Vec<u8>,
-    /// The frame at the head of the inbound queue already counted as waiting (RNBC).
-    blocked: bool,
-    /// Counts of this service run, added to the registers once at its end.
-    tally: RxTally,
-}
-
-/// Receive counters gathered during one run of the engine and flushed once at its end (one
-/// atomic add per counter and run instead of a dozen per frame). Every run ends with a flush
-/// before the `rx` lock is released, so a reader sees whole runs, as with the real part's
-/// counters, which are also updated behind the frames.
-#[derive(Debug, Default)]
-struct RxTally {
-    /// Frames placed (GPRC, RXDGPC, the model's rx_frames).
-    frames: u32,
-    /// Their bytes on the wire, FCS included (GORC).
-    wire: u64,
-    /// Their bytes as written (the model's rx_bytes).
-    delivered: u64,
-    bucket: [u32; 6],
-    bcast: u32,
-    mcast: u32,
-    /// Per statistics counter (RQSMR map): frames and delivered bytes (QPRC, QBRC).
-    q_frames: [u32; 16],
-    q_bytes: [u64; 16],
-    /// Frames whose fate is final, and their wire bytes (TPR, TORL).
-    total: u32,
-    total_wire: u64,
-}
-
-impl RxEngine {
-    pub(super) fn new(source: Option<SourceState>) -> RxEngine {
-        RxEngine {
-            source,
-            ..RxEngine::default()
-        }
-    }
-
-    /// A device reset forgets what was in flight; the traffic source is part of the wire and
-    /// keeps its state.
-    pub(super) fn reset(&mut self) {
-        self.blocked = false;
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Outcome {
@@ -478,35 +417,5 @@ impl SimRegs {
         }
         t.q_frames[s] += 1;
         t.q_bytes[s] += delivered as u64;
-    }
-}
-
-pub(super) const RX_BUCKETS: [crate::platform::regs::Reg; 6] = [
-    r::PRC64,
-    r::PRC127,
-    r::PRC255,
-    r::PRC511,
-    r::PRC1023,
-    r::PRC1522,
-];
-pub(super) const TX_BUCKETS: [crate::platform::regs::Reg; 6] = [
-    r::PTC64,
-    r::PTC127,
-    r::PTC255,
-    r::PTC511,
-    r::PTC1023,
-    r::PTC1522,
-];
-
-/// The size bucket (index into [`RX_BUCKETS`] / [`TX_BUCKETS`]) of a frame of `len` bytes (FCS
-/// included).
-pub(super) fn bucket_index(len: u64) -> usize {
-    match len {
-        ..=64 => 0,
-        65..=127 => 1,
-        128..=255 => 2,
-        256..=511 => 3,
-        512..=1023 => 4,
-        _ => 5,
     }
 }

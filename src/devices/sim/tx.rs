@@ -25,7 +25,8 @@ use super::layout::{txq, TQSM, W_GOTC, W_QBTC};
 use super::regs::{lock, SimRegs};
 use std::sync::Arc;
 
-use super::rx::{bucket_index, WireFrame, TX_BUCKETS};
+use super::engine::{Out, TxEngine, TxQueue, TxTally, WireFrame, SPARE};
+use super::layout::{bucket_index, TX_BUCKETS};
 use crate::platform::regs::ixgbe as r;
 
 /// Largest frame the engine gathers (the 82599 limit without TSO is about 15.5 KB).
@@ -37,73 +38,6 @@ const DEXT: u32 = 1 << 29;
 const VLE: u32 = 1 << 30;
 const TSE: u32 = 1 << 31;
 const DD: u32 = 1;
-
-/// One transmit queue's state.
-#[derive(Debug, Default)]
-struct TxQueue {
-    /// VLAN of context slots 0 and 1.
-    ctx: [u16; 2],
-    frame: Vec<u8>,
-    in_frame: bool,
-    vle: bool,
-    idx: usize,
-    bad: bool,
-    /// A zero-length data descriptor was fetched: the queue's DMA is hung (the part needs a
-    /// reset); cleared by a reset or by disabling the queue.
-    hung: bool,
-}
-
-/// Transmit-side state of a port (held under its `tx` lock).
-#[derive(Debug)]
-pub(super) struct TxEngine {
-    q: Vec<TxQueue>,
-    /// Frame buffers that went nowhere (no peer), kept for the next frames: no allocation per
-    /// frame in the steady state.
-    spare: Vec<Vec<u8>>,
-    /// The list of frames of a run, kept between runs for its capacity.
-    out: Vec<Out>,
-}
-
-/// Frame buffers kept for reuse at most.
-const SPARE: usize = 256;
-
-impl Default for TxEngine {
-    fn default() -> Self {
-        TxEngine {
-            q: (0..128).map(|_| TxQueue::default()).collect(),
-            spare: Vec::new(),
-            out: Vec::new(),
-        }
-    }
-}
-
-/// Transmit counters of one run, flushed once at its end (see `RxTally` in `rx.rs`).
-#[derive(Debug, Default)]
-struct TxTally {
-    /// Frames sent (GPTC, TPT, TXDGPC, the model's tx_frames) and their bytes without FCS.
-    frames: u32,
-    bytes: u64,
-    bucket: [u32; 6],
-    bcast: u32,
-    mcast: u32,
-    q_frames: [u32; 16],
-    q_bytes: [u64; 16],
-    dropped: u64,
-}
-
-impl TxEngine {
-    /// A queue was disabled: a frame half gathered is lost, as are its contexts.
-    pub(super) fn stop(&mut self, q: usize) {
-        self.q[q] = TxQueue::default();
-    }
-}
-
-/// A frame leaving a queue, with the queue for the per-queue counters.
-#[derive(Debug)]
-struct Out {
-    frame: WireFrame,
-    q: usize,
-}
 
 impl SimRegs {
     fn tx_ready(&self, q: usize) -> bool {

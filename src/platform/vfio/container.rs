@@ -23,13 +23,13 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use nix::errno::Errno;
 use vfio_bindings::bindings::vfio::{VFIO_API_VERSION, VFIO_GROUP_FLAGS_VIABLE};
 
 use super::backend::Backend;
-use super::group::{self, Group};
+use super::group::{self, lock, Group};
 use super::ioctl;
 use crate::error::{Error, Result};
 use crate::platform::dma::{DmaMapper, IovaAllocator, HUGE_PAGE};
@@ -44,12 +44,6 @@ const PAGE: u64 = 4096;
 
 /// The process's live container, if any.
 static SHARED: Mutex<Weak<Container>> = Mutex::new(Weak::new());
-
-/// Locks a mutex even if a panicking thread poisoned it: the data is plain bookkeeping that every
-/// critical section leaves consistent, and a driver must still be able to unmap and close.
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// IOVA alignment for a mapping of `len` bytes: 2 MiB for whole huge pages (so the IOMMU can use
 /// 2 MiB page-table entries), 4 KiB otherwise.

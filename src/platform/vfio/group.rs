@@ -9,10 +9,14 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::container::lock;
+/// Locks a mutex even if a panicking thread poisoned it: the data is plain bookkeeping that every
+/// critical section leaves consistent, and a driver must still be able to unmap and close.
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Group numbers whose fd is open in this process. A container being dropped on one thread closes
 /// its groups while another thread may already be opening a new container: VFIO would refuse the

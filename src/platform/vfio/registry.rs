@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
-use super::container::lock;
+use super::group::lock;
 use crate::error::{Error, Result};
 use crate::platform::pci::PciAddress;
 

@@ -1,0 +1,137 @@
+//! The engines' state: what the receive and transmit engines of a software 82599 port keep
+//! between register writes (under the port's `rx` and `tx` locks), apart from their logic in
+//! `rx.rs` and `tx.rs`, so that the register file (`regs.rs`) can hold it without the engines
+//! and the register file importing each other.
+
+/// Largest number of queues the transmit engine keeps state for.
+const TX_QUEUES: usize = 128;
+
+/// A frame on the wire (no FCS bytes; `fcs_ok` says whether the sender appended a valid one).
+#[derive(Clone, Debug)]
+pub(super) struct WireFrame {
+    pub(super) data: Vec<u8>,
+    pub(super) fcs_ok: bool,
+}
+
+/// The built-in traffic source's state.
+#[derive(Debug)]
+pub(super) struct SourceState {
+    pub(super) frame: Vec<u8>,
+    pub(super) remaining: Option<u64>,
+}
+
+/// Receive-side state of a port (held under its `rx` lock).
+#[derive(Debug, Default)]
+pub(super) struct RxEngine {
+    pub(super) source: Option<SourceState>,
+    pub(super) scratch: Vec<u8>,
+    /// The frame at the head of the inbound queue already counted as waiting (RNBC).
+    pub(super) blocked: bool,
+    /// Counts of this service run, added to the registers once at its end.
+    pub(super) tally: RxTally,
+}
+
+/// Receive counters gathered during one run of the engine and flushed once at its end (one
+/// atomic add per counter and run instead of a dozen per frame). Every run ends with a flush
+/// before the `rx` lock is released, so a reader sees whole runs, as with the real part's
+/// counters, which are also updated behind the frames.
+#[derive(Debug, Default)]
+pub(super) struct RxTally {
+    /// Frames placed (GPRC, RXDGPC, the model's rx_frames).
+    pub(super) frames: u32,
+    /// Their bytes on the wire, FCS included (GORC).
+    pub(super) wire: u64,
+    /// Their bytes as written (the model's rx_bytes).
+    pub(super) delivered: u64,
+    pub(super) bucket: [u32; 6],
+    pub(super) bcast: u32,
+    pub(super) mcast: u32,
+    /// Per statistics counter (RQSMR map): frames and delivered bytes (QPRC, QBRC).
+    pub(super) q_frames: [u32; 16],
+    pub(super) q_bytes: [u64; 16],
+    /// Frames whose fate is final, and their wire bytes (TPR, TORL).
+    pub(super) total: u32,
+    pub(super) total_wire: u64,
+}
+
+impl RxEngine {
+    pub(super) fn new(source: Option<SourceState>) -> RxEngine {
+        RxEngine {
+            source,
+            ..RxEngine::default()
+        }
+    }
+
+    /// A device reset forgets what was in flight; the traffic source is part of the wire and
+    /// keeps its state.
+    pub(super) fn reset(&mut self) {
+        self.blocked = false;
+    }
+}
+
+/// One transmit queue's state.
+#[derive(Debug, Default)]
+pub(super) struct TxQueue {
+    /// VLAN of context slots 0 and 1.
+    pub(super) ctx: [u16; 2],
+    pub(super) frame: Vec<u8>,
+    pub(super) in_frame: bool,
+    pub(super) vle: bool,
+    pub(super) idx: usize,
+    pub(super) bad: bool,
+    /// A zero-length data descriptor was fetched: the queue's DMA is hung (the part needs a
+    /// reset); cleared by a reset or by disabling the queue.
+    pub(super) hung: bool,
+}
+
+/// Transmit-side state of a port (held under its `tx` lock).
+#[derive(Debug)]
+pub(super) struct TxEngine {
+    pub(super) q: Vec<TxQueue>,
+    /// Frame buffers that went nowhere (no peer), kept for the next frames: no allocation per
+    /// frame in the steady state.
+    pub(super) spare: Vec<Vec<u8>>,
+    /// The list of frames of a run, kept between runs for its capacity.
+    pub(super) out: Vec<Out>,
+}
+
+/// Frame buffers kept for reuse at most.
+pub(super) const SPARE: usize = 256;
+
+impl Default for TxEngine {
+    fn default() -> Self {
+        TxEngine {
+            q: (0..TX_QUEUES).map(|_| TxQueue::default()).collect(),
+            spare: Vec::new(),
+            out: Vec::new(),
+        }
+    }
+}
+
+/// Transmit counters of one run, flushed once at its end (see `RxTally` in `rx.rs`).
+#[derive(Debug, Default)]
+pub(super) struct TxTally {
+    /// Frames sent (GPTC, TPT, TXDGPC, the model's tx_frames) and their bytes without FCS.
+    pub(super) frames: u32,
+    pub(super) bytes: u64,
+    pub(super) bucket: [u32; 6],
+    pub(super) bcast: u32,
+    pub(super) mcast: u32,
+    pub(super) q_frames: [u32; 16],
+    pub(super) q_bytes: [u64; 16],
+    pub(super) dropped: u64,
+}
+
+impl TxEngine {
+    /// A queue was disabled: a frame half gathered is lost, as are its contexts.
+    pub(super) fn stop(&mut self, q: usize) {
+        self.q[q] = TxQueue::default();
+    }
+}
+
+/// A frame leaving a queue, with the queue for the per-queue counters.
+#[derive(Debug)]
+pub(super) struct Out {
+    pub(super) frame: WireFrame,
+    pub(super) q: usize,
+}
