@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::device::{QueueError, QueueStats, RxQueue};
 use crate::devices::intel::queue::RingRegs;
-use crate::devices::intel::ring::{ChipRx, RxRing};
+use crate::devices::intel::rx::{ChipRx, RxRing};
 use crate::devices::intel::IntelTx;
 use crate::error::Result;
 use crate::platform::bus::Bus;

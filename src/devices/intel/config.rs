@@ -9,6 +9,7 @@ use std::fmt::Debug;
 use std::marker::PhantomData;
 use std::time::Duration;
 
+use super::tx::RS_INTERVAL;
 use crate::error::{Error, Result};
 use crate::platform::dma::PoolConfig;
 
@@ -154,7 +155,7 @@ pub(crate) fn check_rings_and_mtu(
     mtu: u16,
 ) -> Result<()> {
     for (what, n) in [("rx_ring", rx_ring), ("tx_ring", tx_ring)] {
-        crate::devices::intel::ring::check_ring_size(n)?;
+        check_ring_size(n)?;
         if n > l.max_ring {
             return Err(Error::InvalidConfig(format!(
                 "{}: {what} {n} is larger than the {}'s {} descriptors",
@@ -189,6 +190,15 @@ pub(crate) fn check_rings_and_mtu(
             "{}: MTU {mtu} needs receive buffers of {frame} bytes but the pool gives {kb} KB; set pool.buf_size to at least {}",
             l.family,
             frame.div_ceil(1024) * 1024 + pool.headroom
+        )));
+    }
+    Ok(())
+}
+/// Checks a ring size: a power of two, multiple of 8 (128-byte DMA length granularity), <= 32768.
+pub fn check_ring_size(n: usize) -> Result<()> {
+    if !n.is_power_of_two() || !(RS_INTERVAL..=32768).contains(&n) {
+        return Err(Error::InvalidConfig(format!(
+            "ring size {n} must be a power of two between {RS_INTERVAL} and 32768"
         )));
     }
     Ok(())

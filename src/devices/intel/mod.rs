@@ -18,11 +18,13 @@
 //! The descriptor rings themselves are in [`crate::devices::intel::ring`].
 
 pub mod config;
+pub mod desc;
 pub mod port;
 pub(crate) mod queue;
-pub mod ring;
 pub(crate) mod rss;
+pub mod rx;
 pub mod stats;
+pub mod tx;
 pub mod txq;
 pub mod vlan;
 

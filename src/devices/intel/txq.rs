@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::device::{QueueError, QueueStats, TxQueue};
-use crate::devices::intel::ring::TxRing;
+use crate::devices::intel::tx::TxRing;
 use crate::error::Result;
 use crate::platform::bus::Bus;
 use crate::platform::dma::Packet;

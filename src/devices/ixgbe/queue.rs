@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use crate::device::{QueueError, QueueStats, RxQueue};
 use crate::devices::intel::queue::RingRegs;
-use crate::devices::intel::ring::{ChipRx, RxRing};
+use crate::devices::intel::rx::{ChipRx, RxRing};
 use crate::devices::intel::IntelTx;
 use crate::error::{Error, Result};
 use crate::platform::bus::Bus;
