@@ -60,6 +60,8 @@ impl RxInfo {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RxStatus(pub u64);
 
+// `len` is the descriptor's length field, not the size of a container: no `is_empty`.
+#[allow(clippy::len_without_is_empty)]
 impl RxStatus {
     /// Descriptor done.
     pub const DD: u32 = 1 << 0;

@@ -251,21 +251,20 @@ impl<M: Mmio> RxRing<M> {
         let max = max.min(self.mask);
         let start = self.next;
         let (mut got, mut bytes) = (0, 0);
-        while got < max {
+        loop {
             let want = self.window(max - got);
             let (k, b) = self.harvest(batch, want);
             got += k;
             bytes += b;
-            if k == want {
-                if want == 0 {
-                    break;
-                }
-                continue;
-            }
-            if !self.done_pending() {
+            if got == max || want == 0 {
                 break;
             }
-            got += self.slow_one(batch);
+            if k < want {
+                if !self.done_pending() {
+                    break;
+                }
+                got += self.slow_one(batch);
+            }
         }
         if self.next == start {
             return self.idle();
@@ -278,14 +277,14 @@ impl<M: Mmio> RxRing<M> {
     /// and a frame is waiting. 0 when there is nothing to harvest with.
     #[inline(always)]
     fn window(&mut self, left: usize) -> usize {
-        if self.slots.reserved() < left
-            && self.done_pending()
-            && self.slots.reserve(left, RX_RESERVE) == 0
-        {
+        let want = left.min(self.mask + 1 - self.next);
+        if self.slots.reserved() >= want {
+            return want;
+        }
+        if self.done_pending() && self.slots.reserve(left, RX_RESERVE) == 0 {
             self.stats.no_room += 1;
         }
-        left.min(self.mask + 1 - self.next)
-            .min(self.slots.reserved())
+        want.min(self.slots.reserved())
     }
 
     /// The fast path over the next `want` slots (no wrap, within the reserve): harvests them

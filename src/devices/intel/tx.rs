@@ -356,9 +356,6 @@ impl<M: Mmio> TxRing<M> {
         loop {
             let want = batch.len().min(self.left(&b));
             let run = want.min(self.mask + 1 - self.next);
-            if run == 0 {
-                break;
-            }
             let (k, bytes) = self.send_run(batch, run, sw.is_some());
             b.took(k, bytes);
             if k == want {
@@ -456,8 +453,10 @@ impl<M: Mmio> TxRing<M> {
     /// when nothing was queued, a check that the device is still there.
     #[inline(always)]
     fn end(&mut self, b: Burst, counts: &mut SwVlanCounts) -> Result<usize, QueueError> {
-        counts.malformed += b.malformed;
-        self.stats.no_room += (b.total - b.sent) as u64 - b.malformed - b.dropped;
+        if b.sent != b.total {
+            counts.malformed += b.malformed;
+            self.stats.no_room += (b.total - b.sent) as u64 - b.malformed - b.dropped;
+        }
         if b.sent == 0 {
             if b.total > 0
                 && b.malformed + b.dropped == 0
