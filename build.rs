@@ -34,6 +34,19 @@ struct MapFile {
     sources: Vec<String>,
     #[serde(rename = "register", default)]
     registers: Vec<RegisterDef>,
+    /// The statistics the port reports, in order: see [`generate_stats`].
+    #[serde(default)]
+    stats: Option<StatsDef>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StatsDef {
+    /// Counter names: a read-to-clear register; `X` for the 36-bit pair `XL`/`XH`; an array
+    /// name for the sum of its elements.
+    counters: Vec<String>,
+    /// The per-queue drop counter array, one element per receive queue (at most 16 reported).
+    queue_drops: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -175,7 +188,11 @@ fn process(path: &Path) -> (String, String) {
         );
     }
     let registers = validate(path, &map);
-    (map.family.clone(), generate(&map, &registers))
+    let mut code = generate(&map, &registers);
+    if let Some(stats) = &map.stats {
+        code.push_str(&generate_stats(path, stats, &registers));
+    }
+    (map.family.clone(), code)
 }
 
 fn is_ident_like(s: &str) -> bool {
@@ -657,6 +674,63 @@ fn generate(map: &MapFile, regs: &[Register]) -> String {
         let _ = writeln!(o, "        }},");
     }
     let _ = writeln!(o, "    ],");
+    let _ = writeln!(o, "}};");
+    o
+}
+
+/// The `[stats]` table as `STATS`: every name must be a read-to-clear register, a pair of them
+/// (`GORC` for `GORCL` and `GORCH`), or a read-to-clear array (summed); the queue drop counters
+/// an array of them.
+fn generate_stats(path: &Path, stats: &StatsDef, regs: &[Register]) -> String {
+    let find = |name: &str| regs.iter().find(|r| r.name == name);
+    fn counter<'r>(path: &Path, r: &'r Register) -> &'r Register {
+        if r.access_variant != "ReadClear" {
+            panic!(
+                "{}: [stats] names `{}`, which is not a read-to-clear (rc) register",
+                path.display(),
+                r.name
+            );
+        }
+        r
+    }
+    let mut o = String::new();
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "/// The statistics the port reports, in order, from `[stats]` of the map."
+    );
+    let _ = writeln!(o, "pub static STATS: super::Stats = super::Stats {{");
+    let _ = writeln!(o, "    counters: &[");
+    for name in &stats.counters {
+        let src = match find(name) {
+            Some(r) if r.is_array => format!("Sum({})", counter(path, r).name),
+            Some(r) => format!("One({})", counter(path, r).name),
+            None => match (find(&format!("{name}L")), find(&format!("{name}H"))) {
+                (Some(l), Some(h)) if !l.is_array && !h.is_array => {
+                    format!("Wide({}, {})", counter(path, l).name, counter(path, h).name)
+                }
+                _ => panic!(
+                    "{}: [stats] counter `{name}` is neither a register nor an L/H pair",
+                    path.display()
+                ),
+            },
+        };
+        let _ = writeln!(o, "        ({}, super::Counter::{src}),", lit(name));
+    }
+    let _ = writeln!(o, "    ],");
+    let drops = match find(&stats.queue_drops) {
+        Some(r) if r.is_array => counter(path, r),
+        _ => panic!(
+            "{}: [stats] queue_drops `{}` is not a register array",
+            path.display(),
+            stats.queue_drops
+        ),
+    };
+    let names: Vec<String> = (0..drops.count.min(16))
+        .map(|q| lit(&format!("{}{q}", drops.name)))
+        .collect();
+    let _ = writeln!(o, "    queue_drops: {},", drops.name);
+    let _ = writeln!(o, "    queue_drop_names: &[{}],", names.join(", "));
     let _ = writeln!(o, "}};");
     o
 }

@@ -13,14 +13,13 @@
 
 use std::time::Duration;
 
-use crate::device::LinkStatus;
-use crate::devices::intel::{queue, rss};
+use crate::devices::intel::rss;
 use crate::error::{Error, Result};
 use crate::platform::bus::Bus;
 use crate::platform::mmio::{wait_for, Mmio};
 use crate::platform::regs::igb::{self as r};
 
-use super::queue::{txdctl, IgbRx, IgbTx, RX_RING, TX_RING};
+use super::queue::{setup_rx, txdctl, RX};
 use super::IgbPort;
 
 /// Time for outstanding DMA to finish after receive/transmit are turned off, before the reset
@@ -29,7 +28,7 @@ const QUIESCE: Duration = Duration::from_millis(10);
 /// How long the EEPROM auto-read may take after a reset before it is logged as missing.
 const AUTO_RD_TIMEOUT: Duration = Duration::from_millis(10);
 /// Settling time after the reset bit clears (Linux waits 1-2 ms after CTRL.RST on the 82576).
-const RESET_SETTLE: Duration = Duration::from_millis(2);
+pub(super) const RESET_SETTLE: Duration = Duration::from_millis(2);
 /// PHY address of the internal copper PHY.
 const PHY_ADDR: u32 = 1;
 /// PHY control (BMCR): autonegotiation enable b12, restart b9, full duplex b8, 1000 Mb/s b6.
@@ -37,22 +36,6 @@ const BMCR_AUTONEG_RESTART: u32 = 0x1340;
 /// Collision threshold (datasheet default 15) and distance (full duplex: 63) for TCTL.
 const TCTL_CT: u32 = 15;
 const TCTL_COLD: u32 = 0x3F;
-
-/// Decodes STATUS (notes 1.1: LU b1, FD b0, speed b7:6 = 00 10, 01 100, 1x 1000 Mb/s).
-pub(crate) fn decode_status(v: u32) -> LinkStatus {
-    let up = r::status::LU.is_set(v);
-    let speed_mbps = match (up, r::status::SPEED.get(v)) {
-        (false, _) => 0,
-        (true, 0) => 10,
-        (true, 1) => 100,
-        (true, _) => 1_000,
-    };
-    LinkStatus {
-        up,
-        speed_mbps,
-        full_duplex: up && r::status::FD.is_set(v),
-    }
-}
 
 /// Masks every interrupt cause, legacy and extended, and clears pending causes.
 fn mask_interrupts<M: Mmio + ?Sized>(m: &M) {
@@ -100,8 +83,7 @@ impl<B: Bus> IgbPort<B> {
         let name = self.name.clone();
         let t = self.cfg.reg_timeout;
 
-        // Notes 1.2 step 1: bus master on (QEMU receives nothing without it).
-        self.bus.enable_bus_master()?;
+        // Notes 1.2 step 1, bus master on, was done by the shell (`IntelPort::open`).
         // Step 2: mask interrupts, stop receive and transmit, let DMA drain.
         mask_interrupts(m);
         m.write(r::RCTL, 0);
@@ -155,7 +137,7 @@ impl<B: Bus> IgbPort<B> {
         self.init_rx_global();
         self.rx = (0..self.cfg.rx_queues)
             .map(|q| {
-                IgbRx::setup(
+                setup_rx::<B>(
                     regs.clone(),
                     name.clone(),
                     q.into(),
@@ -165,26 +147,14 @@ impl<B: Bus> IgbPort<B> {
             })
             .collect::<Result<_>>()?;
         for q in self.cfg.rx_queues..r::RXDCTL.count() as u16 {
-            RX_RING.ctl(q.into()).clear(m);
+            RX.ring.ctl(q.into()).clear(m);
         }
         if self.cfg.rx_queues > 1 {
             rss::setup(m, &RSS, self.cfg.rx_queues);
         }
 
         // Step 8: transmit rings, enabled before the transmitter.
-        self.tx = (0..self.cfg.tx_queues)
-            .map(|q| {
-                IgbTx::setup(
-                    &TX_RING,
-                    &self.bus,
-                    name.clone(),
-                    q.into(),
-                    self.cfg.tx_ring,
-                    t,
-                    txdctl,
-                )
-            })
-            .collect::<Result<_>>()?;
+        self.setup_tx(txdctl)?;
         for q in &mut self.tx {
             q.start()?;
         }
@@ -288,50 +258,15 @@ impl<B: Bus> IgbPort<B> {
     }
 }
 
-/// The RSS registers (notes 1.2 step 7, 5.4; QEMU also requires RXCSUM.PCSD to use RSS at all).
-const RSS: rss::RssRegs = {
-    use r::mrqc::*;
-    rss::RssRegs {
-        key: r::RSSRK,
-        reta: r::RETA,
-        rxcsum: r::RXCSUM,
-        pcsd: r::rxcsum::PCSD.bit(),
-        mrqc: r::MRQC,
-        mrqc_rss: MRQE.val(2)
-            | RSS_FIELD_IPV4.bit()
-            | RSS_FIELD_IPV4_TCP.bit()
-            | RSS_FIELD_IPV4_UDP.bit()
-            | RSS_FIELD_IPV6.bit()
-            | RSS_FIELD_IPV6_TCP.bit()
-            | RSS_FIELD_IPV6_UDP.bit(),
-    }
-};
+/// The RSS registers (notes 1.2 step 7, 5.4; QEMU also requires RXCSUM.PCSD to use RSS at all):
+/// MRQE 2 is "RSS only" on the 82576.
+const RSS: rss::RssRegs = rss::rss_regs!(r, mrqe = 2);
 
-/// Stops every queue, receive and transmit, and resets the device. Never fails: problems are
-/// logged, because it runs in `Drop`.
-pub(crate) fn shutdown<M: Mmio + ?Sized>(
-    m: &M,
-    name: &str,
-    rx_queues: u16,
-    tx_queues: u16,
-    t: Duration,
-) {
-    if m.read(r::STATUS) == u32::MAX {
-        tracing::warn!(port = %name, "device is gone; nothing to stop");
-        return;
-    }
-    let rx = (0..u32::from(rx_queues)).map(|q| (q, RX_RING.ctl(q)));
-    let tx = (0..u32::from(tx_queues)).map(|q| (q, TX_RING.ctl(q)));
-    queue::stop_all(m, name, rx.chain(tx), t);
+/// The 82576's part of the shutdown, after every queue stopped and before the reset: receive
+/// and transmit off, interrupts masked, DMA given time to drain.
+pub(super) fn stop<M: Mmio + ?Sized>(m: &M) {
     m.modify(r::RCTL, r::rctl::EN.bit(), 0);
     m.modify(r::TCTL, r::tctl::EN.bit(), 0);
     mask_interrupts(m);
     std::thread::sleep(QUIESCE);
-    let rst = r::ctrl::RST.bit();
-    m.modify(r::CTRL, 0, rst);
-    if let Err(e) = wait_for(m, name, r::CTRL, "CTRL.RST", rst, 0, t) {
-        tracing::warn!(port = %name, error = %e, "device reset did not complete");
-    }
-    std::thread::sleep(RESET_SETTLE);
-    tracing::debug!(port = %name, "device stopped and reset");
 }

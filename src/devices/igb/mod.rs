@@ -11,8 +11,7 @@
 //! | `init.rs` | reset, PHY autonegotiation through MDIC, receive/transmit global setup, RSS |
 //! | `queue.rs` | [`IgbRx`] / [`IgbTx`]: ring registers, enable, disable in `Drop` |
 //! | `vlan.rs` | port-wide strip (CTRL.VME), filter (RCTL.VFE + VFTA), TPID (VET), extended VLAN |
-//! | `stats.rs` | the 82576's counter table |
-//!
+//! //!
 //! The init sequence is notes 1.2 (Linux/DPDK on real hardware) with the QEMU model's quirks of
 //! notes 5.2 and 7 allowed for: the EEPROM auto-read and configuration-done bits that QEMU never
 //! sets are waited for with a short bound and only logged; the link stays down after a reset
@@ -24,7 +23,6 @@
 
 mod init;
 mod queue;
-mod stats;
 mod vlan;
 
 #[cfg(test)]
@@ -35,14 +33,14 @@ use std::time::Duration;
 use crate::device::LinkStatus;
 use crate::devices::ids::Family;
 use crate::devices::intel::config::{Chip, IntelConfig, Limits};
-use crate::devices::intel::port::{IntelChip, IntelPort};
-use crate::devices::intel::stats::HwStats;
+use crate::devices::intel::port::{link_status, IntelChip, IntelPort};
+use crate::devices::intel::queue::RingRegs;
 use crate::devices::intel::vlan::VlanShadow;
 use crate::error::Result;
 use crate::platform::bus::Bus;
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::igb::{self as r};
-use crate::platform::regs::{Reg, RegArray};
+use crate::platform::regs::{Reg, RegArray, Stats};
 use crate::vlan::VlanCaps;
 
 pub use queue::{IgbRx, IgbTx};
@@ -85,7 +83,13 @@ impl IntelChip for Chip82576 {
     const FAMILY: Family = Family::Igb;
     const STATUS: Reg = r::STATUS;
     const PROMISC: (Reg, u32) = (r::RCTL, r::rctl::UPE.bit() | r::rctl::MPE.bit());
+    const VFE: (Reg, u32, u32) = (r::RCTL, r::rctl::VFE.bit(), r::rctl::CFIEN.bit());
     const VFTA: RegArray = r::VFTA;
+    const RX_RING: &'static RingRegs = &queue::RX.ring;
+    const TX_RING: &'static RingRegs = &queue::TX_RING;
+    const RESET: (Reg, u32, &'static str, Duration) =
+        (r::CTRL, r::ctrl::RST.bit(), "CTRL.RST", init::RESET_SETTLE);
+    const STATS: &'static Stats = &r::STATS;
     /// STATUS.LU, STATUS.SPEED and STATUS.FD (notes 1.1).
     const LINK: (Reg, u32, &'static str) = (r::STATUS, r::status::LU.bit(), "STATUS.LU");
     type Rx<B: Bus> = IgbRx<B>;
@@ -96,20 +100,23 @@ impl IntelChip for Chip82576 {
         cfg.rx_strip
     }
 
+    /// STATUS (notes 1.1): LU b1, FD b0, SPEED b7:6 = 00 10, 01 100, 1x 1000 Mb/s.
     fn decode_link(v: u32) -> LinkStatus {
-        init::decode_status(v)
-    }
-
-    fn counters() -> HwStats {
-        stats::hw_stats()
+        let speed = r::status::SPEED.get(v);
+        link_status(
+            r::status::LU.is_set(v),
+            speed,
+            [10, 100, 1_000, 1_000],
+            r::status::FD.is_set(v),
+        )
     }
 
     fn init<B: Bus>(port: &mut IgbPort<B>) -> Result<()> {
         port.init()
     }
 
-    fn shutdown<M: Mmio + ?Sized>(m: &M, name: &str, rx_queues: u16, tx_queues: u16, t: Duration) {
-        init::shutdown(m, name, rx_queues, tx_queues, t)
+    fn stop<M: Mmio + ?Sized>(m: &M, _name: &str) {
+        init::stop(m)
     }
 
     fn vlan_caps<B: Bus>(port: &IgbPort<B>) -> VlanCaps {
@@ -118,10 +125,6 @@ impl IntelChip for Chip82576 {
 
     fn set_rx_strip<B: Bus>(port: &mut IgbPort<B>, _queue: u16, on: bool) -> Result<()> {
         port.set_rx_strip_all(on)
-    }
-
-    fn write_filter<M: Mmio + ?Sized>(m: &M, on: bool) {
-        vlan::write_filter(m, on)
     }
 
     fn write_tpid<M: Mmio + ?Sized>(m: &M, shadow: &VlanShadow) {

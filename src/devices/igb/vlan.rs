@@ -46,16 +46,6 @@ pub(super) fn write_tpid<M: Mmio + ?Sized>(m: &M, v: &VlanShadow) {
     }
 }
 
-/// RCTL.VFE; CFIEN is always cleared: the CFI/DEI bit must not decide whether a frame passes.
-pub(super) fn write_filter<M: Mmio + ?Sized>(m: &M, on: bool) {
-    let vfe = r::rctl::VFE.bit();
-    m.modify(
-        r::RCTL,
-        vfe | r::rctl::CFIEN.bit(),
-        if on { vfe } else { 0 },
-    );
-}
-
 /// CTRL.VME: receive stripping for the whole port.
 pub(super) fn write_strip<M: Mmio + ?Sized>(m: &M, on: bool) {
     let vme = r::ctrl::VME.bit();

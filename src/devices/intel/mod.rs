@@ -20,9 +20,10 @@
 pub mod config;
 pub mod desc;
 pub mod port;
-pub(crate) mod queue;
+pub mod queue;
 pub(crate) mod rss;
 pub mod rx;
+pub mod rxq;
 pub mod stats;
 pub mod tx;
 pub mod txq;

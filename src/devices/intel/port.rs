@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::{Chip, IntelConfig};
+use super::queue::{self, RingRegs};
 use super::stats::HwStats;
 use super::vlan::VlanShadow;
 use super::IntelTx;
@@ -23,7 +24,7 @@ use crate::devices::ids::{self, Family};
 use crate::error::{Error, Result};
 use crate::platform::bus::Bus;
 use crate::platform::mmio::{wait_for, Mmio};
-use crate::platform::regs::{Reg, RegArray};
+use crate::platform::regs::{Reg, RegArray, Stats};
 use crate::vlan::{Tpid, Vid, VlanCaps, VlanHardware};
 
 /// What a chip supplies to the shell. Implemented by the chip's marker type
@@ -37,8 +38,20 @@ pub trait IntelChip: Chip {
     const STATUS: Reg;
     /// Unicast and multicast promiscuous mode: the register and its UPE | MPE bits.
     const PROMISC: (Reg, u32);
+    /// The counters the port reports (the `[stats]` table of the chip's register map).
+    const STATS: &'static Stats;
+    /// The VLAN filter switch: the register, its VFE bit and its CFIEN bit (always cleared:
+    /// the CFI/DEI bit must not decide whether a frame passes).
+    const VFE: (Reg, u32, u32);
     /// The VLAN filter table (VFTA) registers.
     const VFTA: RegArray;
+    /// The receive ring registers.
+    const RX_RING: &'static RingRegs;
+    /// The transmit ring registers.
+    const TX_RING: &'static RingRegs;
+    /// The device reset: register, self-clearing bits, their datasheet name, and how long the
+    /// chip wants after it.
+    const RESET: (Reg, u32, &'static str, Duration);
     /// The link register, its "up" bit and its datasheet name (for the wait after init).
     const LINK: (Reg, u32, &'static str);
     /// The chip's receive queue.
@@ -50,24 +63,31 @@ pub trait IntelChip: Chip {
     fn strip_state(cfg: &IntelConfig<Self>) -> Self::Strip;
     /// Decodes the link register.
     fn decode_link(v: u32) -> LinkStatus;
-    /// The counter table and per-queue drop counters, accumulated from zero.
-    fn counters() -> HwStats;
     /// The whole bring-up: reset, MAC, link, VLAN registers from the shadow, rings and queues
     /// (into `port.rx` and `port.tx`), enable. Called once by [`IntelPort::open`] on a port
     /// whose `Drop` already cleans up; ends by waiting for the link ([`IntelPort::wait_link`]).
     fn init<B: Bus>(port: &mut IntelPort<Self, B>) -> Result<()>;
-    /// Stops every queue, receive and transmit, and resets the device. Runs in `Drop`, so it
-    /// never fails: problems are logged.
-    fn shutdown<M: Mmio + ?Sized>(m: &M, name: &str, rx_queues: u16, tx_queues: u16, t: Duration);
+    /// The chip's part of the shutdown, after every queue stopped and before the reset:
+    /// receive and transmit off, interrupts masked, whatever else the chip asks for. Runs in
+    /// `Drop`, so it never fails: problems are logged.
+    fn stop<M: Mmio + ?Sized>(m: &M, name: &str);
 
     /// What the chip's VLAN hardware can do, as the VLAN layer asks.
     fn vlan_caps<B: Bus>(port: &IntelPort<Self, B>) -> VlanCaps;
     /// Receive tag stripping for one queue (or, where the chip strips port-wide, the port).
     fn set_rx_strip<B: Bus>(port: &mut IntelPort<Self, B>, queue: u16, on: bool) -> Result<()>;
-    /// Writes the filter enable bit (CFIEN cleared).
-    fn write_filter<M: Mmio + ?Sized>(m: &M, on: bool);
     /// Writes the TPID and the extended (double) VLAN setting of `shadow`.
     fn write_tpid<M: Mmio + ?Sized>(m: &M, shadow: &VlanShadow);
+}
+
+/// A link state from its parts: `up`, the speed field's value `speed` decoded by `mbps` (index
+/// = field value; a link that is down has speed 0), and the duplex.
+pub(crate) fn link_status(up: bool, speed: u32, mbps: [u32; 4], full_duplex: bool) -> LinkStatus {
+    LinkStatus {
+        up,
+        speed_mbps: if up { mbps[speed as usize & 3] } else { 0 },
+        full_duplex: up && full_duplex,
+    }
 }
 
 /// An open Intel port: the shell's state, the chip's strip state and the queues until they are
@@ -127,8 +147,11 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
             rx: Vec::new(),
             tx: Vec::new(),
             taken: false,
-            stats: C::counters(),
+            stats: HwStats::new(C::STATS),
         };
+        // Bus master on before anything else (notes 1.2 and 1.4 step 1: nothing is received
+        // without it); the chip's bring-up follows.
+        port.bus.enable_bus_master()?;
         C::init(&mut port)?;
         Ok(port)
     }
@@ -170,6 +193,25 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
         }
     }
 
+    /// For init: allocates and programs every transmit queue, disabled, with TXDCTL as `ctl`
+    /// computes it from its current value (the chip's thresholds).
+    pub(crate) fn setup_tx(&mut self, ctl: fn(u32) -> u32) -> Result<()> {
+        self.tx = (0..u32::from(self.cfg.tx_queues))
+            .map(|q| {
+                IntelTx::setup(
+                    C::TX_RING,
+                    &self.bus,
+                    self.name.clone(),
+                    q,
+                    self.cfg.tx_ring,
+                    self.cfg.reg_timeout,
+                    ctl,
+                )
+            })
+            .collect::<Result<_>>()?;
+        Ok(())
+    }
+
     /// For init: reads the counters once (they clear on read), so totals start at zero.
     pub(crate) fn clear_stats(&mut self) {
         self.stats.accumulate(&*self.regs, self.cfg.rx_queues);
@@ -202,7 +244,7 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
     /// VLAN filtering on or off (the chip's VFE bit; CFIEN cleared).
     pub fn set_vlan_filter(&mut self, on: bool) -> Result<()> {
         self.vlan.enabled = on;
-        C::write_filter(&*self.regs, on);
+        self.write_filter();
         self.alive()
     }
 
@@ -254,7 +296,39 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
         let m = &*self.regs;
         self.vlan.write_table(m);
         C::write_tpid(m, &self.vlan);
-        C::write_filter(m, self.vlan.enabled);
+        self.write_filter();
+    }
+
+    /// The filter switch as the shadow says (CFIEN cleared).
+    fn write_filter(&self) {
+        let (reg, vfe, cfien) = C::VFE;
+        let on = if self.vlan.enabled { vfe } else { 0 };
+        self.regs.modify(reg, vfe | cfien, on);
+    }
+}
+
+impl<C: IntelChip, B: Bus> IntelPort<C, B> {
+    /// Stops every queue, receive and transmit (also those handed out, which may still run:
+    /// all enable bits are cleared first, so they stop in parallel), lets the chip turn the
+    /// rest off, and resets the device. Never fails: problems are logged, because it runs in
+    /// `Drop`.
+    fn shutdown(&self) {
+        let (m, name, t) = (&*self.regs, &*self.name, self.cfg.reg_timeout);
+        if m.read(C::STATUS) == u32::MAX {
+            tracing::warn!(port = %name, "device is gone; nothing to stop");
+            return;
+        }
+        let rx = (0..u32::from(self.cfg.rx_queues)).map(|q| (q, C::RX_RING.ctl(q)));
+        let tx = (0..u32::from(self.cfg.tx_queues)).map(|q| (q, C::TX_RING.ctl(q)));
+        queue::stop_all(m, name, rx.chain(tx), t);
+        C::stop(m, name);
+        let (reg, bits, what, settle) = C::RESET;
+        m.modify(reg, 0, bits);
+        if let Err(e) = wait_for(m, name, reg, what, bits, 0, t) {
+            tracing::warn!(port = %name, error = %e, "device reset did not complete");
+        }
+        std::thread::sleep(settle);
+        tracing::debug!(port = %name, "device stopped and reset");
     }
 }
 
@@ -311,13 +385,7 @@ impl<C: IntelChip, B: Bus> Drop for IntelPort<C, B> {
     fn drop(&mut self) {
         self.rx.clear();
         self.tx.clear();
-        C::shutdown(
-            &*self.regs,
-            &self.name,
-            self.cfg.rx_queues,
-            self.cfg.tx_queues,
-            self.cfg.reg_timeout,
-        );
+        self.shutdown();
         if let Err(e) = self.bus.disable_bus_master() {
             tracing::warn!(port = %self.name, error = %e, "could not disable bus mastering");
         }

@@ -23,14 +23,16 @@ pub(crate) const RX_QUIESCE: Duration = Duration::from_micros(100);
 /// The registers of one kind of ring (receive or transmit) on one chip: base, length, head,
 /// tail and control arrays, and the control register's ENABLE bit.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct RingRegs {
-    /// Base address, low and high halves (RDBAL/RDBAH, TDBAL/TDBAH).
+pub struct RingRegs {
+    /// Base address, low half (RDBAL, TDBAL).
     pub bal: RegArray,
+    /// Base address, high half (RDBAH, TDBAH).
     pub bah: RegArray,
     /// Ring length in bytes (RDLEN, TDLEN).
     pub len: RegArray,
-    /// Head and tail (RDH/RDT, TDH/TDT).
+    /// Head (RDH, TDH).
     pub head: RegArray,
+    /// Tail (RDT, TDT).
     pub tail: RegArray,
     /// Queue control (RXDCTL, TXDCTL).
     pub ctl: RegArray,
@@ -39,6 +41,36 @@ pub(crate) struct RingRegs {
     /// "RXDCTL.ENABLE" or "TXDCTL.ENABLE", for timeouts.
     pub what: &'static str,
 }
+
+/// The receive and transmit [`RingRegs`] of a chip, from its register map: both chips name
+/// their ring registers alike (RDBAL ... RXDCTL, TDBAL ... TXDCTL).
+macro_rules! ring_regs {
+    ($r:ident, rx) => {
+        $crate::devices::intel::queue::RingRegs {
+            bal: $r::RDBAL,
+            bah: $r::RDBAH,
+            len: $r::RDLEN,
+            head: $r::RDH,
+            tail: $r::RDT,
+            ctl: $r::RXDCTL,
+            enable: $r::rxdctl::ENABLE.bit(),
+            what: "RXDCTL.ENABLE",
+        }
+    };
+    ($r:ident, tx) => {
+        $crate::devices::intel::queue::RingRegs {
+            bal: $r::TDBAL,
+            bah: $r::TDBAH,
+            len: $r::TDLEN,
+            head: $r::TDH,
+            tail: $r::TDT,
+            ctl: $r::TXDCTL,
+            enable: $r::txdctl::ENABLE.bit(),
+            what: "TXDCTL.ENABLE",
+        }
+    };
+}
+pub(crate) use ring_regs;
 
 impl RingRegs {
     /// Queue `q`'s control register.

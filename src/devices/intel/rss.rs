@@ -33,6 +33,28 @@ pub(crate) fn reta_word(i: u32, queues: u16) -> u32 {
     })
 }
 
+/// A chip's [`RssRegs`] from its register map: both chips name the registers and the MRQC hash
+/// fields alike; `mrqe` is the MRQC.MRQE value that selects RSS without virtualisation.
+macro_rules! rss_regs {
+    ($r:ident, mrqe = $mrqe:expr) => {
+        $crate::devices::intel::rss::RssRegs {
+            key: $r::RSSRK,
+            reta: $r::RETA,
+            rxcsum: $r::RXCSUM,
+            pcsd: $r::rxcsum::PCSD.bit(),
+            mrqc: $r::MRQC,
+            mrqc_rss: $r::mrqc::MRQE.val($mrqe)
+                | $r::mrqc::RSS_FIELD_IPV4.bit()
+                | $r::mrqc::RSS_FIELD_IPV4_TCP.bit()
+                | $r::mrqc::RSS_FIELD_IPV4_UDP.bit()
+                | $r::mrqc::RSS_FIELD_IPV6.bit()
+                | $r::mrqc::RSS_FIELD_IPV6_TCP.bit()
+                | $r::mrqc::RSS_FIELD_IPV6_UDP.bit(),
+        }
+    };
+}
+pub(crate) use rss_regs;
+
 /// Where one chip keeps its RSS registers, and what turns RSS on there.
 pub(crate) struct RssRegs {
     /// The ten key registers.

@@ -57,6 +57,33 @@ pub struct ChipRx {
     pub udp_l4_error_unreliable: bool,
 }
 
+impl ChipRx {
+    /// A chip whose write-back error bits are `frame_error`, `ip_error` and `l4_error` (bit
+    /// numbers in the status/error dword), with VP meaning only "a tag was seen" and every L4
+    /// error believed; the builders below say otherwise.
+    pub const fn errors(frame_error: u32, ip_error: u32, l4_error: u32) -> ChipRx {
+        ChipRx {
+            frame_error: 1 << frame_error,
+            ip_error: 1 << ip_error,
+            l4_error: 1 << l4_error,
+            vp_means_stripped: false,
+            udp_l4_error_unreliable: false,
+        }
+    }
+
+    /// VP is set only on frames the device stripped ([`ChipRx::vp_means_stripped`]).
+    pub const fn vp_means_stripped(mut self) -> ChipRx {
+        self.vp_means_stripped = true;
+        self
+    }
+
+    /// L4E is not to be believed for UDP ([`ChipRx::udp_l4_error_unreliable`]).
+    pub const fn udp_l4_error_unreliable(mut self) -> ChipRx {
+        self.udp_l4_error_unreliable = true;
+        self
+    }
+}
+
 // The branchless flag decoding in `RxRing::rx_burst` relies on BAD being OK shifted by one.
 const _: () = assert!(
     Meta::RX_IP_CSUM_BAD == Meta::RX_IP_CSUM_OK << 1

@@ -3,9 +3,10 @@
 
 use std::sync::{Arc, Mutex};
 
+use super::config::{Chip, IntelConfig};
 use crate::error::Result;
 use crate::platform::bus::Bus;
-use crate::platform::dma::{DmaMapper, IdentityMapper};
+use crate::platform::dma::{DmaMapper, IdentityMapper, PoolConfig};
 use crate::platform::mmio::RecordingMmio;
 use crate::platform::regs::Reg;
 
@@ -71,4 +72,35 @@ pub(crate) fn find(
 pub(crate) fn pos(w: &[(usize, u32)], reg: Reg, mask: u32, want: u32) -> usize {
     find(w, 0, reg, mask, want)
         .unwrap_or_else(|| panic!("no write to {reg} with & {mask:#x} == {want:#x}"))
+}
+
+/// A small port for tests: rings of 64, 128 buffers, 50 ms timeouts.
+pub(crate) fn small<C: Chip>() -> IntelConfig<C> {
+    IntelConfig {
+        rx_ring: 64,
+        tx_ring: 64,
+        pool: PoolConfig {
+            buffers: 128,
+            ..PoolConfig::default()
+        },
+        link_timeout: std::time::Duration::from_millis(50),
+        reg_timeout: std::time::Duration::from_millis(50),
+        ..IntelConfig::default()
+    }
+}
+
+/// [`small`] with four receive queues (RSS), a 9000-byte MTU in 10 KB buffers, and MAC
+/// loopback: what the "RSS, jumbo and loopback are programmed" tests open.
+pub(crate) fn rss_jumbo_loopback<C: Chip>() -> IntelConfig<C> {
+    IntelConfig {
+        rx_queues: 4,
+        mtu: 9000,
+        loopback: true,
+        pool: PoolConfig {
+            buffers: 128,
+            buf_size: 10 * 1024 + 128,
+            headroom: 128,
+        },
+        ..small()
+    }
 }

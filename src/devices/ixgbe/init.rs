@@ -12,15 +12,14 @@
 
 use std::time::Duration;
 
-use crate::device::LinkStatus;
 use crate::error::{Error, Result};
 use crate::platform::bus::Bus;
 use crate::platform::mmio::{wait_for, Mmio};
 use crate::platform::regs::ixgbe::{self as r};
 
-use crate::devices::intel::{queue, rss};
+use crate::devices::intel::rss;
 
-use super::queue::{txdctl, IxgbeRx, IxgbeTx, RX_RING, TX_RING};
+use super::queue::{txdctl, IxgbeRx};
 use super::{swfw, IxgbePort};
 
 /// Receive packet buffer 0 gets all 512 KB with one traffic class and no Flow Director
@@ -37,26 +36,9 @@ const TXPB_THRESH: u32 = TXPB_SIZE / 1024 - 10;
 /// `ixgbe_disable_rx_buff_generic`: 40 polls of 1 ms; DPDK: 4000 of 10 us).
 const SECRX_TIMEOUT: Duration = Duration::from_millis(40);
 /// Settling time after the reset bits clear (datasheet 4.6.3.2: at least 10 ms).
-const RESET_SETTLE: Duration = Duration::from_millis(10);
+pub(super) const RESET_SETTLE: Duration = Duration::from_millis(10);
 /// Interrupt mask clear: bits 30:0 (bit 31 is reserved in EIMC), as ixy writes it.
 const EIMC_ALL: u32 = 0x7FFF_FFFF;
-
-/// Decodes LINKS (notes 1.3: UP b30, speed b29:28 = 01 100M, 10 1G, 11 10G).
-pub(crate) fn decode_links(v: u32) -> LinkStatus {
-    let up = r::links::UP.is_set(v);
-    let speed_mbps = match (up, r::links::LINK_SPEED.get(v)) {
-        (false, _) => 0,
-        (true, 1) => 100,
-        (true, 2) => 1_000,
-        (true, 3) => 10_000,
-        (true, _) => 0,
-    };
-    LinkStatus {
-        up,
-        speed_mbps,
-        full_duplex: up,
-    }
-}
 
 impl<B: Bus> IxgbePort<B> {
     /// The whole bring-up. Called once by `open`, on a port whose `Drop` already cleans up.
@@ -66,8 +48,8 @@ impl<B: Bus> IxgbePort<B> {
         let name = self.name.clone();
         let t = self.cfg.reg_timeout;
 
-        // Notes 1.4 step 1: bus master on (nothing is received without it), mask interrupts.
-        self.bus.enable_bus_master()?;
+        // Notes 1.4 step 1: bus master on (done by the shell, `IntelPort::open`), mask
+        // interrupts.
         m.write(r::EIMC, EIMC_ALL);
         m.read(r::EICR);
 
@@ -130,19 +112,7 @@ impl<B: Bus> IxgbePort<B> {
 
         // Step 7 (datasheet 4.6.8 "Transmit initialization").
         self.init_tx_global();
-        self.tx = (0..self.cfg.tx_queues)
-            .map(|q| {
-                IxgbeTx::setup(
-                    &TX_RING,
-                    &self.bus,
-                    name.clone(),
-                    q.into(),
-                    self.cfg.tx_ring,
-                    t,
-                    txdctl,
-                )
-            })
-            .collect::<Result<_>>()?;
+        self.setup_tx(txdctl)?;
         m.modify(r::DMATXCTL, 0, r::dmatxctl::TE.bit());
 
         // Step 8: enable each queue, wait for the enable bit, and only then write the tail.
@@ -311,52 +281,16 @@ fn setup_link<M: Mmio + ?Sized>(m: &M, name: &str, loopback: bool, sfp: bool) ->
     Ok(())
 }
 
-/// The RSS registers (datasheet 7.1.2.8).
-const RSS: rss::RssRegs = {
-    use r::mrqc::*;
-    rss::RssRegs {
-        key: r::RSSRK,
-        reta: r::RETA,
-        rxcsum: r::RXCSUM,
-        pcsd: r::rxcsum::PCSD.bit(),
-        mrqc: r::MRQC,
-        mrqc_rss: MRQE.val(1)
-            | RSS_FIELD_IPV4.bit()
-            | RSS_FIELD_IPV4_TCP.bit()
-            | RSS_FIELD_IPV4_UDP.bit()
-            | RSS_FIELD_IPV6.bit()
-            | RSS_FIELD_IPV6_TCP.bit()
-            | RSS_FIELD_IPV6_UDP.bit(),
-    }
-};
+/// The RSS registers (datasheet 7.1.2.8): MRQE 1 is "RSS only" on the 82599.
+const RSS: rss::RssRegs = rss::rss_regs!(r, mrqe = 1);
 
-/// Stops every queue and resets the device (datasheet 4.6.7.1 / 4.6.8.1 queue disable, then
-/// 4.6.3.2 global reset). Never fails: problems are logged, because it runs in `Drop`.
-pub(crate) fn shutdown<M: Mmio + ?Sized>(
-    m: &M,
-    name: &str,
-    rx_queues: u16,
-    tx_queues: u16,
-    t: Duration,
-) {
-    if m.read(r::STATUS) == u32::MAX {
-        tracing::warn!(port = %name, "device is gone; nothing to stop");
-        return;
-    }
-    let rx = (0..u32::from(rx_queues)).map(|q| (q, RX_RING.ctl(q)));
-    let tx = (0..u32::from(tx_queues)).map(|q| (q, TX_RING.ctl(q)));
-    queue::stop_all(m, name, rx.chain(tx), t);
-    // Receive off through the same erratum workaround as on, then the port is no longer ours.
+/// The 82599's part of the shutdown, after every queue stopped (datasheet 4.6.7.1 / 4.6.8.1)
+/// and before the global reset (4.6.3.2): receive off through the same erratum workaround as
+/// on, the port handed back to firmware (DRV_LOAD clear), interrupts masked.
+pub(super) fn stop<M: Mmio + ?Sized>(m: &M, name: &str) {
     if let Err(e) = set_rx_enable(m, name, false) {
         tracing::warn!(port = %name, error = %e, "could not stop receive through the security block");
     }
     m.modify(r::CTRL_EXT, r::ctrl_ext::DRV_LOAD.bit(), 0);
     m.write(r::EIMC, EIMC_ALL);
-    let rst = r::ctrl::RST.bit() | r::ctrl::LNK_RST.bit();
-    m.modify(r::CTRL, 0, rst);
-    if let Err(e) = wait_for(m, name, r::CTRL, "CTRL.RST|LNK_RST", rst, 0, t) {
-        tracing::warn!(port = %name, error = %e, "device reset did not complete");
-    }
-    std::thread::sleep(RESET_SETTLE);
-    tracing::debug!(port = %name, "device stopped and reset");
 }

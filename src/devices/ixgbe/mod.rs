@@ -11,8 +11,7 @@
 //! | `init.rs` | reset, link, receive/transmit global setup, RSS, in datasheet order |
 //! | `queue.rs` | [`IxgbeRx`] / [`IxgbeTx`]: ring registers, enable/disable, the VLAN strip switch |
 //! | `vlan.rs` | the VLAN registers: per-queue strip requests, filter enable, TPID, extended (double) VLAN |
-//! | `stats.rs` | read-to-clear counters accumulated to 64 bits |
-//! | `swfw.rs` | the software/firmware semaphore around AUTOC writes |
+//! //! | `swfw.rs` | the software/firmware semaphore around AUTOC writes |
 //!
 //! Shutdown is part of the design, not an afterthought: every queue disables its own hardware
 //! queue in `Drop` (a bounded poll of RXDCTL/TXDCTL.ENABLE) before its ring and buffers are freed,
@@ -22,7 +21,6 @@
 
 mod init;
 mod queue;
-mod stats;
 mod swfw;
 mod vlan;
 
@@ -35,14 +33,14 @@ use std::time::Duration;
 use crate::device::LinkStatus;
 use crate::devices::ids::Family;
 use crate::devices::intel::config::{Chip, IntelConfig, Limits};
-use crate::devices::intel::port::{IntelChip, IntelPort};
-use crate::devices::intel::stats::HwStats;
+use crate::devices::intel::port::{link_status, IntelChip, IntelPort};
+use crate::devices::intel::queue::RingRegs;
 use crate::devices::intel::vlan::VlanShadow;
 use crate::error::Result;
 use crate::platform::bus::Bus;
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::ixgbe::{self as r};
-use crate::platform::regs::{Reg, RegArray};
+use crate::platform::regs::{Reg, RegArray, Stats};
 use crate::vlan::VlanCaps;
 
 pub use queue::{IxgbeRx, IxgbeTx, StripCtl};
@@ -85,7 +83,17 @@ impl IntelChip for Chip82599 {
     const FAMILY: Family = Family::Ixgbe;
     const STATUS: Reg = r::STATUS;
     const PROMISC: (Reg, u32) = (r::FCTRL, r::fctrl::UPE.bit() | r::fctrl::MPE.bit());
+    const VFE: (Reg, u32, u32) = (r::VLNCTRL, r::vlnctrl::VFE.bit(), r::vlnctrl::CFIEN.bit());
     const VFTA: RegArray = r::VFTA;
+    const RX_RING: &'static RingRegs = &queue::RX.ring;
+    const TX_RING: &'static RingRegs = &queue::TX_RING;
+    const RESET: (Reg, u32, &'static str, Duration) = (
+        r::CTRL,
+        r::ctrl::RST.bit() | r::ctrl::LNK_RST.bit(),
+        "CTRL.RST|LNK_RST",
+        init::RESET_SETTLE,
+    );
+    const STATS: &'static Stats = &r::STATS;
     /// LINKS.UP and LINKS.LINK_SPEED (datasheet 8.2.3.22.20 via notes 1.3).
     const LINK: (Reg, u32, &'static str) = (r::LINKS, r::links::UP.bit(), "LINKS.UP");
     type Rx<B: Bus> = IxgbeRx<B>;
@@ -98,20 +106,19 @@ impl IntelChip for Chip82599 {
             .collect()
     }
 
+    /// LINKS (notes 1.3): UP b30, LINK_SPEED b29:28 = 01 100M, 10 1G, 11 10G; always full
+    /// duplex.
     fn decode_link(v: u32) -> LinkStatus {
-        init::decode_links(v)
-    }
-
-    fn counters() -> HwStats {
-        stats::hw_stats()
+        let speed = r::links::LINK_SPEED.get(v);
+        link_status(r::links::UP.is_set(v), speed, [0, 100, 1_000, 10_000], true)
     }
 
     fn init<B: Bus>(port: &mut IxgbePort<B>) -> Result<()> {
         port.init()
     }
 
-    fn shutdown<M: Mmio + ?Sized>(m: &M, name: &str, rx_queues: u16, tx_queues: u16, t: Duration) {
-        init::shutdown(m, name, rx_queues, tx_queues, t)
+    fn stop<M: Mmio + ?Sized>(m: &M, name: &str) {
+        init::stop(m, name)
     }
 
     fn vlan_caps<B: Bus>(port: &IxgbePort<B>) -> VlanCaps {
@@ -120,10 +127,6 @@ impl IntelChip for Chip82599 {
 
     fn set_rx_strip<B: Bus>(port: &mut IxgbePort<B>, queue: u16, on: bool) -> Result<()> {
         port.set_rx_strip(queue, on)
-    }
-
-    fn write_filter<M: Mmio + ?Sized>(m: &M, on: bool) {
-        vlan::write_filter(m, on)
     }
 
     fn write_tpid<M: Mmio + ?Sized>(m: &M, shadow: &VlanShadow) {

@@ -35,11 +35,12 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::device::{QueueError, QueueStats, RxQueue};
-use crate::devices::intel::queue::RingRegs;
-use crate::devices::intel::rx::{ChipRx, RxRing};
+use crate::devices::intel::queue::{ring_regs, RingRegs};
+use crate::devices::intel::rx::ChipRx;
+use crate::devices::intel::rxq::{rx_regs, IntelRx, RxRegs};
 use crate::devices::intel::IntelTx;
 use crate::error::{Error, Result};
 use crate::platform::bus::Bus;
@@ -49,15 +50,6 @@ use crate::platform::regs::ixgbe::{self as r};
 
 use super::IxgbeConfig;
 
-/// 82599 receive write-back error bits (notes 3.2): RXE b29, L4E/TCPE b30, IPE b31.
-pub(crate) const CHIP_RX: ChipRx = ChipRx {
-    frame_error: 1 << 29,
-    ip_error: 1 << 31,
-    l4_error: 1 << 30,
-    vp_means_stripped: false,
-    udp_l4_error_unreliable: true,
-};
-
 /// TXDCTL thresholds: prefetch 36 and host 8 as ixy; write-back threshold 0 because the ring
 /// asks for write-backs with RS only every few descriptors (DPDK refuses WTHRESH > 0 with an
 /// RS threshold above 1: the device would then write back in batches that ignore RS).
@@ -65,29 +57,12 @@ const TX_PTHRESH: u32 = 36;
 const TX_HTHRESH: u32 = 8;
 const TX_WTHRESH: u32 = 0;
 
-/// The 82599's receive ring registers.
-pub(crate) static RX_RING: RingRegs = RingRegs {
-    bal: r::RDBAL,
-    bah: r::RDBAH,
-    len: r::RDLEN,
-    head: r::RDH,
-    tail: r::RDT,
-    ctl: r::RXDCTL,
-    enable: r::rxdctl::ENABLE.bit(),
-    what: "RXDCTL.ENABLE",
-};
+/// The 82599's receive queue registers. Write-back error bits (notes 3.2): RXE b29, L4E/TCPE
+/// b30, IPE b31; VP means only "a tag matching VET was seen"; UDP's L4E is not to be believed.
+pub(crate) static RX: RxRegs = rx_regs!(r, ChipRx::errors(29, 31, 30).udp_l4_error_unreliable());
 
 /// The 82599's transmit ring registers.
-pub(crate) static TX_RING: RingRegs = RingRegs {
-    bal: r::TDBAL,
-    bah: r::TDBAH,
-    len: r::TDLEN,
-    head: r::TDH,
-    tail: r::TDT,
-    ctl: r::TXDCTL,
-    enable: r::txdctl::ENABLE.bit(),
-    what: "TXDCTL.ENABLE",
-};
+pub(crate) static TX_RING: RingRegs = ring_regs!(r, tx);
 
 /// TXDCTL for the 82599 (notes 1.4 step 7): thresholds replaced, other bits kept.
 pub(crate) fn txdctl(old: u32) -> u32 {
@@ -128,13 +103,10 @@ impl StripCtl {
     }
 }
 
-/// A receive queue of an 82599 port.
+/// A receive queue of an 82599 port: the shared receive queue ([`IntelRx`]) with its VLAN
+/// strip switch.
 pub struct IxgbeRx<B: Bus> {
-    ring: RxRing<B::Mmio>,
-    regs: Arc<B::Mmio>,
-    name: Arc<str>,
-    queue: u32,
-    timeout: Duration,
+    q: IntelRx<B>,
     strip: Arc<StripCtl>,
     /// Set while a strip switch has the queue stopped: when the disable was written.
     stopping: Option<Instant>,
@@ -154,62 +126,36 @@ impl<B: Bus> IxgbeRx<B> {
         mapper: Arc<dyn DmaMapper>,
         strip: Arc<StripCtl>,
     ) -> Result<Self> {
-        let pool = Pool::new(cfg.pool, mapper)?;
-        let mut ring = RxRing::new(
-            regs.clone(),
-            r::RDT.at(queue).offset(),
-            r::RDH.at(queue).offset(),
-            cfg.rx_ring,
-            pool,
-            CHIP_RX,
-        )?;
+        let mut q: IntelRx<B> = IntelRx::setup(&RX, regs, name, queue, cfg, mapper)?;
         let on = strip.applied();
-        ring.set_hw_strip(on);
-        let q = IxgbeRx {
-            ring,
-            regs,
-            name,
-            queue,
-            timeout: cfg.reg_timeout,
+        q.ring.set_hw_strip(on);
+        let vme = r::rxdctl::VME.bit();
+        q.regs
+            .modify(r::RXDCTL.at(queue), vme, if on { vme } else { 0 });
+        Ok(IxgbeRx {
+            q,
             strip,
             stopping: None,
             held: Vec::new(),
-        };
-        let m: &B::Mmio = &q.regs;
-        m.modify(r::RXDCTL.at(queue), r::rxdctl::ENABLE.bit(), 0);
-        // One buffer per frame, advanced descriptors, buffer size in KB rounded down; drop
-        // when the ring is empty rather than block the shared packet buffer (ixy, DPDK).
-        let srrctl = r::srrctl::DESCTYPE.val(1)
-            | r::srrctl::BSIZEPKT.val(cfg.rx_buffer_kb()?)
-            | r::srrctl::DROP_EN.bit();
-        m.write(r::SRRCTL.at(queue), srrctl);
-        RX_RING.program(m, queue, q.ring.desc_iova(), q.ring.desc_len());
-        m.modify(
-            r::RXDCTL.at(queue),
-            r::rxdctl::VME.bit(),
-            if on { r::rxdctl::VME.bit() } else { 0 },
-        );
-        Ok(q)
+        })
     }
 
     /// Notes 1.4 step 8: enable, wait for ENABLE to read back, then hand the buffers over
     /// (RDT = size - 1; the tail is written last).
     pub(crate) fn start(&mut self) -> Result<()> {
-        RX_RING
-            .ctl(self.queue)
-            .enable(&*self.regs, &self.name, self.timeout)?;
-        self.ring.start();
+        self.q.enable()?;
+        self.q.start();
         Ok(())
     }
 
     /// The queue's number on its port.
     pub fn index(&self) -> u32 {
-        self.queue
+        self.q.index()
     }
 
     /// Whether the device strips VLAN tags on this queue now (RXDCTL.VME as the ring uses it).
     pub fn vlan_strip(&self) -> bool {
-        self.ring.hw_strip()
+        self.q.ring.hw_strip()
     }
 
     /// Turns VLAN stripping on this queue on or off, synchronously (see the module doc):
@@ -231,29 +177,29 @@ impl<B: Bus> IxgbeRx<B> {
     /// The synchronous switch: stop, harvest everything into `out`, switch, restart.
     pub(crate) fn switch_now(&mut self, out: &mut Vec<Packet>) -> Result<()> {
         let on = self.strip.wanted();
-        if self.stopping.is_none() && on == self.ring.hw_strip() {
+        if self.stopping.is_none() && on == self.q.ring.hw_strip() {
             return Ok(());
         }
-        let m = &*self.regs;
-        let reg = r::RXDCTL.at(self.queue);
+        let m = &*self.q.regs;
+        let reg = r::RXDCTL.at(self.q.queue);
         let en = r::rxdctl::ENABLE.bit();
         m.modify(reg, en, 0);
         self.stopping.get_or_insert_with(Instant::now);
-        wait_for(m, &self.name, reg, "RXDCTL.ENABLE", en, 0, self.timeout)?;
-        let size = self.ring.size();
-        while self.ring.done_pending() {
-            if !self.ring.can_refill() {
+        wait_for(m, &self.q.name, reg, "RXDCTL.ENABLE", en, 0, self.q.timeout)?;
+        let size = self.q.ring.size();
+        while self.q.ring.done_pending() {
+            if !self.q.ring.can_refill() {
                 // Finished frames but no buffers to re-arm their slots with: keep the old
                 // setting rather than report them wrongly.
-                let old = self.ring.hw_strip();
+                let old = self.q.ring.hw_strip();
                 self.strip.request(old);
                 self.restart(old)?;
                 return Err(Error::InvalidConfig(format!(
                     "{} rx queue {}: the pool has no free buffer to harvest the ring before switching VLAN stripping; free some packets and retry",
-                    self.name, self.queue
+                    self.q.name, self.q.queue
                 )));
             }
-            self.ring.rx_burst(out, size)?;
+            self.q.ring.rx_burst(out, size)?;
         }
         self.restart(on)
     }
@@ -261,20 +207,28 @@ impl<B: Bus> IxgbeRx<B> {
     /// Step 3 of the procedure: the queue is stopped and drained; program VME and the head,
     /// enable, poll, then flip the ring's flag and give the slots back.
     fn restart(&mut self, on: bool) -> Result<()> {
-        let m = &*self.regs;
-        let reg = r::RXDCTL.at(self.queue);
+        let m = &*self.q.regs;
+        let reg = r::RXDCTL.at(self.q.queue);
         let vme = r::rxdctl::VME.bit();
         let en = r::rxdctl::ENABLE.bit();
         let v = m.read(reg) & !(vme | en);
         m.write(reg, v | if on { vme } else { 0 });
-        m.write(r::RDH.at(self.queue), self.ring.restart_slot() as u32);
+        m.write(r::RDH.at(self.q.queue), self.q.ring.restart_slot() as u32);
         m.write(reg, v | if on { vme } else { 0 } | en);
         self.stopping = None;
-        wait_for(m, &self.name, reg, "RXDCTL.ENABLE", en, en, self.timeout)?;
-        self.ring.set_hw_strip(on);
+        wait_for(
+            m,
+            &self.q.name,
+            reg,
+            "RXDCTL.ENABLE",
+            en,
+            en,
+            self.q.timeout,
+        )?;
+        self.q.ring.set_hw_strip(on);
         self.strip.applied.store(on, Ordering::Release);
-        self.ring.rearm_all();
-        tracing::debug!(port = %self.name, queue = self.queue, strip = on, "VLAN strip switched");
+        self.q.ring.rearm_all();
+        tracing::debug!(port = %self.q.name, queue = self.q.queue, strip = on, "VLAN strip switched");
         Ok(())
     }
 
@@ -287,13 +241,13 @@ impl<B: Bus> IxgbeRx<B> {
             let n = self.held.len().min(max);
             batch.extend(self.held.drain(..n));
             if !self.held.is_empty()
-                || self.stopping.is_none() && self.strip.wanted() == self.ring.hw_strip()
+                || self.stopping.is_none() && self.strip.wanted() == self.q.ring.hw_strip()
             {
                 return Ok(n);
             }
         }
-        let m = &*self.regs;
-        let reg = r::RXDCTL.at(self.queue);
+        let m = &*self.q.regs;
+        let reg = r::RXDCTL.at(self.q.queue);
         let en = r::rxdctl::ENABLE.bit();
         let since = match self.stopping {
             Some(t) => t,
@@ -303,29 +257,29 @@ impl<B: Bus> IxgbeRx<B> {
             }
         };
         let room = max - (batch.len() - before);
-        self.ring.rx_burst(batch, room)?;
+        self.q.ring.rx_burst(batch, room)?;
         let v = m.read(reg);
         if v == u32::MAX {
             return Err(QueueError::DeviceGone);
         }
         if v & en != 0 {
-            if since.elapsed() > self.timeout {
+            if since.elapsed() > self.q.timeout {
                 // The queue would not stop: give up the switch and keep the old setting.
                 tracing::error!(
-                    port = %self.name, queue = self.queue,
-                    timeout_ms = self.timeout.as_millis() as u64,
+                    port = %self.q.name, queue = self.q.queue,
+                    timeout_ms = self.q.timeout.as_millis() as u64,
                     "RXDCTL.ENABLE did not clear; VLAN strip switch abandoned"
                 );
                 m.write(reg, v | en);
                 self.stopping = None;
-                self.strip.request(self.ring.hw_strip());
+                self.strip.request(self.q.ring.hw_strip());
             }
             return Ok(batch.len() - before);
         }
-        if !self.ring.done_pending() {
+        if !self.q.ring.done_pending() {
             let on = self.strip.wanted();
             if let Err(e) = self.restart(on) {
-                tracing::error!(port = %self.name, queue = self.queue, error = %e, "restarting the queue after a VLAN strip switch failed");
+                tracing::error!(port = %self.q.name, queue = self.q.queue, error = %e, "restarting the queue after a VLAN strip switch failed");
                 return Err(QueueError::DeviceGone);
             }
         }
@@ -336,31 +290,21 @@ impl<B: Bus> IxgbeRx<B> {
 impl<B: Bus> RxQueue for IxgbeRx<B> {
     #[inline]
     fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
-        if self.strip.wanted() != self.ring.hw_strip()
+        if self.strip.wanted() != self.q.ring.hw_strip()
             || self.stopping.is_some()
             || !self.held.is_empty()
         {
             return self.slow_burst(batch, max);
         }
-        self.ring.rx_burst(batch, max)
+        self.q.ring.rx_burst(batch, max)
     }
 
     fn stats(&self) -> QueueStats {
-        self.ring.stats()
+        self.q.ring.stats()
     }
 
     fn pool(&self) -> &Pool {
-        self.ring.pool()
-    }
-}
-
-impl<B: Bus> Drop for IxgbeRx<B> {
-    /// Datasheet 4.6.7.1: clear ENABLE, poll until it reads 0, give in-flight writes time to
-    /// land; only then may the ring and its buffers be freed (which happens right after).
-    fn drop(&mut self) {
-        RX_RING
-            .ctl(self.queue)
-            .stop_rx(&*self.regs, &self.name, self.queue, self.timeout);
+        self.q.ring.pool()
     }
 }
 

@@ -77,16 +77,6 @@ fn write_extended<M: Mmio + ?Sized>(m: &M, outer: Option<u16>, tpid: u16) {
     }
 }
 
-pub(super) fn write_filter<M: Mmio + ?Sized>(m: &M, on: bool) {
-    // CFIEN is always cleared: the CFI/DEI bit must not decide whether a frame passes.
-    let vfe = r::vlnctrl::VFE.bit();
-    m.modify(
-        r::VLNCTRL,
-        vfe | r::vlnctrl::CFIEN.bit(),
-        if on { vfe } else { 0 },
-    );
-}
-
 impl<B: Bus> IxgbePort<B> {
     /// Asks receive queue `queue` to strip VLAN tags (RXDCTL.VME) or not.
     ///

@@ -454,6 +454,29 @@ fn parse_index(s: &str) -> Option<u32> {
     }
 }
 
+/// Where a statistics counter is read (all clear on read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// One 32-bit register.
+    One(Reg),
+    /// A wide counter split into a low and a high register, read low first.
+    Wide(Reg, Reg),
+    /// The sum of an array of registers (per packet-buffer counters, say).
+    Sum(RegArray),
+}
+
+/// A chip's statistics, generated from the `[stats]` table of its map: the counters reported,
+/// by datasheet name and in order, and the per-queue drop counters.
+#[derive(Debug)]
+pub struct Stats {
+    /// Name and source of every counter.
+    pub counters: &'static [(&'static str, Counter)],
+    /// The per-queue drop counter of queue q is `queue_drops.at(q)`.
+    pub queue_drops: RegArray,
+    /// Their names, by queue (at most 16).
+    pub queue_drop_names: &'static [&'static str],
+}
+
 /// Intel 82576 (igb) registers, generated from `regs/igb.toml`.
 #[allow(
     dead_code,

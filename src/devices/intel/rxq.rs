@@ -1,0 +1,146 @@
+//! The receive queue both Intel drivers build on.
+//!
+//! An 82576 and an 82599 receive queue are set up the same way (one buffer per frame, advanced
+//! descriptors, drop when the ring is empty; base, length, head = tail = 0 with the queue
+//! disabled), enabled the same way and stopped the same way before their memory goes
+//! (`QueueCtl::stop_rx`: clear ENABLE, poll, let in-flight writes land). [`IntelRx`] is that
+//! queue: the 82576 driver exports it as `IgbRx`; the 82599's `IxgbeRx` wraps it with its
+//! per-queue VLAN strip switch. Each chip passes its registers ([`RxRegs`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::config::{Chip, IntelConfig};
+use super::queue::RingRegs;
+use super::rx::{ChipRx, RxRing};
+use crate::device::{QueueError, QueueStats, RxQueue};
+use crate::error::Result;
+use crate::platform::bus::Bus;
+use crate::platform::dma::{DmaMapper, Packet, Pool};
+use crate::platform::mmio::Mmio;
+use crate::platform::regs::RegArray;
+
+/// A chip's receive queue registers and write-back bits.
+#[derive(Debug)]
+pub struct RxRegs {
+    /// Base, length, head, tail and RXDCTL.
+    pub ring: RingRegs,
+    /// SRRCTL.
+    pub srrctl: RegArray,
+    /// SRRCTL's value for one buffer per frame of `kb` KB, advanced one-buffer descriptors and
+    /// DROP_EN.
+    pub one_buffer: fn(kb: u32) -> u32,
+    /// What the ring needs to know about the write-back.
+    pub chip: ChipRx,
+}
+
+/// A chip's [`RxRegs`] from its register map (both chips name the ring registers and the
+/// SRRCTL fields alike) and its write-back bits. SRRCTL: one buffer per frame, advanced
+/// one-buffer descriptors (QEMU's 82576 has no legacy receive), drop when the ring is empty
+/// rather than block the shared packet buffer (ixy, DPDK).
+macro_rules! rx_regs {
+    ($r:ident, $chip:expr) => {
+        $crate::devices::intel::rxq::RxRegs {
+            ring: $crate::devices::intel::queue::ring_regs!($r, rx),
+            srrctl: $r::SRRCTL,
+            one_buffer: |kb| {
+                $r::srrctl::DESCTYPE.val(1)
+                    | $r::srrctl::BSIZEPKT.val(kb)
+                    | $r::srrctl::DROP_EN.bit()
+            },
+            chip: $chip,
+        }
+    };
+}
+pub(crate) use rx_regs;
+
+/// A receive queue of an Intel port: its ring, and what it needs to stop itself in `Drop`.
+pub struct IntelRx<B: Bus> {
+    pub(crate) ring: RxRing<B::Mmio>,
+    pub(crate) regs: Arc<B::Mmio>,
+    pub(crate) name: Arc<str>,
+    pub(crate) queue: u32,
+    pub(crate) timeout: Duration,
+    rr: &'static RingRegs,
+}
+
+impl<B: Bus> IntelRx<B> {
+    /// Allocates the ring and its pool and programs queue `queue` with the queue disabled:
+    /// SRRCTL (one buffer per frame, the pool's buffer size rounded down to KB, drop when
+    /// the ring is empty rather than stall the packet buffer), base, length, head = tail = 0.
+    /// The chip writes its RXDCTL thresholds and bits afterwards.
+    pub(crate) fn setup<C: Chip>(
+        rx: &'static RxRegs,
+        regs: Arc<B::Mmio>,
+        name: Arc<str>,
+        queue: u32,
+        cfg: &IntelConfig<C>,
+        mapper: Arc<dyn DmaMapper>,
+    ) -> Result<Self> {
+        let rr = &rx.ring;
+        let pool = Pool::new(cfg.pool, mapper)?;
+        let ring = RxRing::new(
+            regs.clone(),
+            rr.tail.at(queue).offset(),
+            rr.head.at(queue).offset(),
+            cfg.rx_ring,
+            pool,
+            rx.chip,
+        )?;
+        let q = IntelRx {
+            ring,
+            regs,
+            name,
+            queue,
+            timeout: cfg.reg_timeout,
+            rr,
+        };
+        let m: &B::Mmio = &q.regs;
+        rr.ctl(queue).clear(m);
+        m.write(rx.srrctl.at(queue), (rx.one_buffer)(cfg.rx_buffer_kb()?));
+        rr.program(m, queue, q.ring.desc_iova(), q.ring.desc_len());
+        Ok(q)
+    }
+
+    /// Sets RXDCTL.ENABLE and waits for it to read back.
+    pub(crate) fn enable(&mut self) -> Result<()> {
+        self.rr
+            .ctl(self.queue)
+            .enable(&*self.regs, &self.name, self.timeout)
+    }
+
+    /// Hands the buffers over (RDT = size - 1): the last step, after the enables.
+    pub(crate) fn start(&mut self) {
+        self.ring.start();
+    }
+
+    /// The queue's number on its port.
+    pub fn index(&self) -> u32 {
+        self.queue
+    }
+}
+
+impl<B: Bus> RxQueue for IntelRx<B> {
+    #[inline]
+    fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
+        self.ring.rx_burst(batch, max)
+    }
+
+    fn stats(&self) -> QueueStats {
+        self.ring.stats()
+    }
+
+    fn pool(&self) -> &Pool {
+        self.ring.pool()
+    }
+}
+
+impl<B: Bus> Drop for IntelRx<B> {
+    /// Clear ENABLE, poll until it reads 0, give in-flight writes time to land; only then may
+    /// the ring and its buffers be freed (which happens right after).
+    fn drop(&mut self) {
+        self.rr
+            .ctl(self.queue)
+            .stop_rx(&*self.regs, &self.name, self.queue, self.timeout);
+    }
+}
