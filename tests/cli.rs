@@ -406,3 +406,64 @@ fn bad_arguments_fail_with_one_line() {
     );
     assert!(!Path::new("/nonexistent/x.pcap").exists());
 }
+
+/// Runs `args` with standard output read for one line and then closed, as `vfio-nic ... | head
+/// -1` does; returns the exit status and standard error. Fails after 20 s.
+fn with_reader_gone(args: &[&str]) -> (std::process::ExitStatus, String) {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vfio-nic"))
+        .args(args)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vfio-nic");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(!first.is_empty(), "{args:?} printed nothing");
+    // The reader is gone now (its end of the pipe was dropped with the BufReader).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().ok();
+            panic!("{args:?} did not exit within 20 s of its reader going away");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status, err)
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_the_command_quietly() {
+    // A register dump larger than a pipe's buffer, and a forwarder that prints a status line
+    // every 50 ms for 60 s: both stop at the first write after the reader left, exit 0, and
+    // say nothing (no "failed printing to stdout" panic).
+    for args in [
+        &["regs", "sim:60"][..],
+        &[
+            "fwd",
+            "null:0",
+            "--duration",
+            "60",
+            "--stats-period",
+            "0.05",
+        ][..],
+    ] {
+        let (status, err) = with_reader_gone(args);
+        assert!(status.success(), "{args:?}: {status}: {err}");
+        assert!(err.trim().is_empty(), "{args:?} wrote to stderr: {err}");
+    }
+}

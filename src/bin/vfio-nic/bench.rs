@@ -429,13 +429,21 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
         DeviceSel::Both => &["null", "sim"],
     };
     if !json_out {
-        println!(
+        outln!(
             "vfio-nic bench: burst {}, ring {} (sim), {} x {} s per cell, {}-byte frames (+4 tagged), pin {:?}",
             args.burst, args.ring, args.reps, args.seconds, FRAME, args.pin
         );
-        println!(
+        outln!(
             "{:<5} {:<8} {:<3} {:<8} {:<4} {:>9} {:>17} {:>8} {:>17}",
-            "dev", "rx", "tx", "traffic", "work", "ns/pkt", "(min-max)", "Mpps", "(min-max)"
+            "dev",
+            "rx",
+            "tx",
+            "traffic",
+            "work",
+            "ns/pkt",
+            "(min-max)",
+            "Mpps",
+            "(min-max)"
         );
     }
     let mut cells = Vec::new();
@@ -458,7 +466,7 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
                             result: r.ok(),
                         };
                         if !json_out {
-                            print_cell(&cell);
+                            print_cell(&cell)?;
                         }
                         cells.push(cell);
                     }
@@ -469,7 +477,7 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
     if let Some(path) = &args.svg {
         chart(path, &cells, args)?;
         if !json_out {
-            println!("chart written to {}", path.display());
+            outln!("chart written to {}", path.display());
         }
     }
     if json_out {
@@ -477,12 +485,12 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
             "burst": args.burst, "ring": args.ring, "reps": args.reps, "seconds": args.seconds,
             "frame_bytes": FRAME, "pin": args.pin, "cells": cells,
         });
-        println!("{v}");
+        outln!("{v}");
     }
     Ok(())
 }
 
-fn print_cell(c: &Cell) {
+fn print_cell(c: &Cell) -> Result<()> {
     let work = match c.work {
         Work::Fwd => "fwd",
         Work::L2 => "l2",
@@ -496,7 +504,7 @@ fn print_cell(c: &Cell) {
                 ),
                 _ => String::new(),
             };
-            println!(
+            outln!(
                 "{:<5} {:<8} {:<3} {:<8} {:<4} {:>9.1} {:>17} {:>8.2} {:>17}{}{}",
                 c.device,
                 c.rx,
@@ -515,11 +523,19 @@ fn print_cell(c: &Cell) {
                 model
             );
         }
-        None => println!(
+        None => outln!(
             "{:<5} {:<8} {:<3} {:<8} {:<4} {:>9} {:>17} {:>8}",
-            c.device, c.rx, c.tx, c.traffic, work, "n/a", "", "n/a"
+            c.device,
+            c.rx,
+            c.tx,
+            c.traffic,
+            work,
+            "n/a",
+            "",
+            "n/a"
         ),
     }
+    Ok(())
 }
 
 /// A horizontal bar per measured cell: median ns per packet, with a min-max whisker.

@@ -232,7 +232,7 @@ pub fn run(args: &FwdArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> 
     if let Some(c) = ctls.first() {
         text.push(format!("VLAN: {}", common::vlan_line(c)));
     }
-    live.finish(extra, &text);
+    live.finish(extra, &text)?;
     drop(ports);
     failure.map_or(Ok(()), Err)
 }

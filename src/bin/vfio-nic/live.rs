@@ -61,6 +61,8 @@ pub struct Live {
     stop: Arc<AtomicBool>,
     /// Whether the channels count bytes (the forwarder does not).
     bytes: bool,
+    /// Standard output failed (its reader went away): the loops stop, `finish` returns it.
+    out_failed: Option<vfio_nic::Error>,
 }
 
 impl Live {
@@ -79,6 +81,7 @@ impl Live {
             json,
             stop,
             bytes: true,
+            out_failed: None,
         }
     }
 
@@ -105,7 +108,9 @@ impl Live {
 
     /// Whether Ctrl-C was pressed or `--duration` has passed.
     pub fn done(&self) -> bool {
-        self.stop.load(Relaxed) || self.end.is_some_and(|e| Instant::now() >= e)
+        self.stop.load(Relaxed)
+            || self.end.is_some_and(|e| Instant::now() >= e)
+            || self.out_failed.is_some()
     }
 
     /// Asks every loop to stop.
@@ -138,7 +143,8 @@ impl Live {
         out
     }
 
-    /// Prints a status line if a period has passed (text mode only).
+    /// Prints a status line if a period has passed (text mode only). When standard output
+    /// fails, [`Live::done`] turns true and [`Live::finish`] returns the error.
     pub fn tick(&mut self) {
         let Some(period) = self.period else { return };
         let now = Instant::now();
@@ -161,17 +167,23 @@ impl Live {
                 )
             })
             .collect();
-        println!(
+        let line = format_args!(
             "{:7.1} s  {}",
             now.duration_since(self.start).as_secs_f64(),
             parts.join("  |  ")
         );
+        if let Err(e) = crate::write_line(line) {
+            self.out_failed = Some(e);
+        }
         self.last = (now, totals.iter().map(|t| t.packets).collect());
     }
 
     /// Prints the summary: one line per channel name and then `text` (text mode), or one JSON
     /// object with "seconds", "channels" and the fields of `extra` (JSON mode).
-    pub fn finish(&self, extra: Map<String, Value>, text: &[String]) {
+    pub fn finish(&mut self, extra: Map<String, Value>, text: &[String]) -> vfio_nic::Result<()> {
+        if let Some(e) = self.out_failed.take() {
+            return Err(e);
+        }
         let secs = self.elapsed();
         let totals = self.totals();
         if self.json {
@@ -192,11 +204,11 @@ impl Live {
                     .collect(),
             );
             obj.extend(extra);
-            println!("{}", Value::Object(obj));
-            return;
+            outln!("{}", Value::Object(obj));
+            return Ok(());
         }
         for t in &totals {
-            println!(
+            outln!(
                 "{}: {} packets, {}{} dropped, {} errors ({:.3} Mpps over {secs:.3} s)",
                 t.name,
                 t.packets,
@@ -211,8 +223,9 @@ impl Live {
             );
         }
         for line in text {
-            println!("{line}");
+            outln!("{line}");
         }
+        Ok(())
     }
 }
 

@@ -6,6 +6,15 @@
 //! the tool decodes is what the driver programs. The logic lives in the library (`selftest`,
 //! `respond`, `capture`, `wire`); the files here parse options and print.
 
+/// Prints a line on standard output, like `println!`, but returns an error instead of panicking
+/// when the reader went away (`vfio-nic regs ... | head`): the command stops through `?`, its
+/// ports are dropped as usual (their DMA stopped), and `main` exits quietly.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::write_line(format_args!($($arg)*))?
+    };
+}
+
 mod bench;
 mod common;
 mod fwd;
@@ -116,6 +125,24 @@ impl fmt::Display for CliError {
     }
 }
 
+/// Writes one line to standard output (see `outln!`).
+pub fn write_line(args: fmt::Arguments<'_>) -> vfio_nic::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(args)
+        .and_then(|()| out.write_all(b"\n"))
+        .map_err(|e| vfio_nic::Error::io("writing to standard output", e))
+}
+
+/// Whether `e` is standard output's reader having gone away, which ends a command quietly.
+fn is_broken_pipe(e: &CliError) -> bool {
+    matches!(
+        e,
+        CliError::Lib(vfio_nic::Error::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::BrokenPipe
+    )
+}
+
 /// What a subcommand returns.
 pub type CliResult = Result<(), CliError>;
 
@@ -161,6 +188,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output went away (`| head`): it has what it wanted.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             // One line, whatever the message holds.
             let msg = e.to_string().replace('\n', "; ");

@@ -80,7 +80,7 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
         "vlan": common::vlan_json(&ctl),
     });
     if json_out {
-        println!("{v}");
+        outln!("{v}");
         return Ok(());
     }
     let caps_list: Vec<&str> = [
@@ -113,15 +113,15 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
                 .collect()
         })
         .unwrap_or_default();
-    println!("port        {}", info.name);
-    println!("driver      {}", info.driver);
-    println!("model       {}", info.model);
-    println!(
+    outln!("port        {}", info.name);
+    outln!("driver      {}", info.driver);
+    outln!("model       {}", info.model);
+    outln!(
         "pci id      {}",
         v["pci_id"].as_str().unwrap_or("- (not a PCI device)")
     );
-    println!("mac         {}", info.mac);
-    println!(
+    outln!("mac         {}", info.mac);
+    outln!(
         "link        {}",
         if link.up {
             format!(
@@ -133,7 +133,7 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
             "down".to_string()
         }
     );
-    println!(
+    outln!(
         "bars        {}",
         if bar_text.is_empty() {
             "none".to_string()
@@ -141,11 +141,14 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
             bar_text.join(", ")
         }
     );
-    println!(
+    outln!(
         "queues      rx {} x {} descriptors, tx {} x {} descriptors",
-        info.rx_queues, info.rx_ring, info.tx_queues, info.tx_ring
+        info.rx_queues,
+        info.rx_ring,
+        info.tx_queues,
+        info.tx_ring
     );
-    println!(
+    outln!(
         "vlan caps   {}",
         if caps_list.is_empty() {
             "none (software VLAN modes only)".to_string()
@@ -153,7 +156,7 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
             format!("{} ({} strip queues)", caps_list.join(" "), caps.rx_queues)
         }
     );
-    println!("vlan        {}", common::vlan_line(&ctl));
+    outln!("vlan        {}", common::vlan_line(&ctl));
     Ok(())
 }
 
@@ -201,38 +204,45 @@ pub fn stats(args: &StatsArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<
         })
         .collect();
     if json_out {
-        println!(
+        outln!(
             "{}",
             json!({"port": args.port, "seconds": args.duration, "hw": common::hw_json(&hw),
                    "rx_queues": rxq, "tx_queues": txq, "pools": pools})
         );
         return Ok(());
     }
-    println!(
+    outln!(
         "{}: counters since this command opened the port ({:.1} s of receive)",
-        args.port, args.duration
+        args.port,
+        args.duration
     );
     if hw.hw.is_empty() {
-        println!("device counters: none (this device has no hardware counters)");
+        outln!("device counters: none (this device has no hardware counters)");
     } else {
-        println!("device counters (datasheet names):");
+        outln!("device counters (datasheet names):");
         for (n, v) in &hw.hw {
-            println!("  {n:<10} {v}");
+            outln!("  {n:<10} {v}");
         }
     }
-    println!("software counters:");
+    outln!("software counters:");
     for (kind, qs) in [("rx", &rxq), ("tx", &txq)] {
         for (i, q) in qs.iter().enumerate() {
-            println!(
+            outln!(
                 "  {kind} queue {i}: {} packets, {} bytes, {} no room, {} dropped",
-                q["packets"], q["bytes"], q["no_room"], q["dropped"]
+                q["packets"],
+                q["bytes"],
+                q["no_room"],
+                q["dropped"]
             );
         }
     }
     for (i, p) in pools.iter().enumerate() {
-        println!(
+        outln!(
             "  pool {i}: {} buffers, {} free, {} in use, {} allocation failures",
-            p["capacity"], p["free"], p["in_use"], p["alloc_failures"]
+            p["capacity"],
+            p["free"],
+            p["in_use"],
+            p["alloc_failures"]
         );
     }
     Ok(())
@@ -286,15 +296,15 @@ pub fn selftest(args: &SelftestArgs, json_out: bool) -> CliResult {
                              "ms": r.duration.as_secs_f64() * 1e3})
             })
             .collect();
-        println!(
+        outln!(
             "{}",
             json!({"port": args.port, "result": verdict, "failed": failed, "tests": tests})
         );
     } else {
-        println!("The test result is {verdict}");
-        println!("The test extra info:");
+        outln!("The test result is {verdict}");
+        outln!("The test extra info:");
         for r in &reports {
-            println!(
+            outln!(
                 "{:<10} {:<5} {} ({:.1} ms)",
                 r.name,
                 r.verdict.label(),

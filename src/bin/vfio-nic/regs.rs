@@ -39,14 +39,14 @@ pub fn list(json: bool) -> Result<()> {
         }));
     }
     if json {
-        println!("{}", Value::Array(rows));
+        outln!("{}", Value::Array(rows));
         return Ok(());
     }
     if rows.is_empty() {
-        println!("no network devices on the PCI bus");
+        outln!("no network devices on the PCI bus");
     }
     for r in &rows {
-        println!(
+        outln!(
             "{}  {}  {:<6} {:<50} driver {:<10} group {:<4} {}",
             r["address"].as_str().unwrap_or(""),
             r["id"].as_str().unwrap_or(""),
@@ -141,8 +141,8 @@ fn register_json(info: &RegisterInfo, n: u32, value: Option<u32>, decode: bool) 
     v
 }
 
-fn print_register(v: &Value) {
-    println!(
+fn print_register(v: &Value) -> Result<()> {
+    outln!(
         "{:<14} {}  {}  {}",
         v["name"].as_str().unwrap_or(""),
         v["offset"].as_str().unwrap_or(""),
@@ -153,7 +153,7 @@ fn print_register(v: &Value) {
     );
     if let Some(fields) = v["fields"].as_array() {
         for f in fields {
-            println!(
+            outln!(
                 "    {:<16} [{:>5}] = {:#x}{}   {}",
                 f["name"].as_str().unwrap_or(""),
                 f["bits"].as_str().unwrap_or(""),
@@ -166,6 +166,7 @@ fn print_register(v: &Value) {
             );
         }
     }
+    Ok(())
 }
 
 /// `vfio-nic regs PORT [NAME...] [--decode]`.
@@ -204,13 +205,13 @@ pub fn dump(port: &str, names: &[String], decode: bool, json: bool) -> Result<()
         out.push(register_json(info, n, value, decode));
     }
     if json {
-        println!(
+        outln!(
             "{}",
             json!({ "port": port, "family": map.family, "registers": out })
         );
     } else {
-        println!("{port} ({}), {} registers", map.family, out.len());
-        out.iter().for_each(print_register);
+        outln!("{port} ({}), {} registers", map.family, out.len());
+        out.iter().try_for_each(print_register)?;
     }
     Ok(())
 }
@@ -264,9 +265,9 @@ pub fn one(port: &str, register: &str, value: Option<&str>, json: bool) -> Resul
         }
     };
     if json {
-        println!("{v}");
+        outln!("{v}");
     } else {
-        print_register(&v);
+        print_register(&v)?;
     }
     Ok(())
 }

@@ -325,7 +325,7 @@ pub fn run(args: &RespondArgs, json_out: bool, stop: Arc<AtomicBool>) -> CliResu
             if probe_ok { "ok" } else { "FAILED" }
         ));
     }
-    live.finish(extra, &text);
+    live.finish(extra, &text)?;
     if !probe_ok {
         return Err(CliError::Failed(format!(
             "the probe from {} did not get every reply; check --vlan and the VLAN filter of both ports",

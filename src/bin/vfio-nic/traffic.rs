@@ -345,7 +345,7 @@ pub fn gen(args: &GenArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> 
     if let Some(v) = hw.get("GPTC") {
         text.push(format!("device GPTC {v}"));
     }
-    live.finish(extra, &text);
+    live.finish(extra, &text)?;
     failure.map_or(Ok(()), Err)
 }
 
@@ -467,7 +467,7 @@ pub fn capture(args: &CaptureArgs, json_out: bool, stop: Arc<AtomicBool>) -> Res
         args.file.display(),
         common::vlan_line(&ctl)
     )];
-    live.finish(extra, &text);
+    live.finish(extra, &text)?;
     drop(rx);
     drop(gen);
     failure.map_or(Ok(()), Err)
