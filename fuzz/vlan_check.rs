@@ -15,7 +15,7 @@ use vfio_nic::vlan::frame::{
 };
 use vfio_nic::vlan::{find_tag, Lookup, PacketVlan, Tci, Tpid, VlanRxCtx};
 
-/// The reference model of `find_tag`, written from vlan-behaviour.md and the module docs.
+/// The reference model of `find_tag`, written from docs/vlan-rules.md and the module docs.
 pub fn model(frame: &[u8], ctx: VlanRxCtx) -> Lookup {
     let n = frame.len();
     let field = |i: usize| (i + 2 <= n).then(|| u16::from_be_bytes([frame[i], frame[i + 1]]));

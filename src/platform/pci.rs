@@ -263,7 +263,7 @@ impl Sysfs {
     /// ([`Error::NoSuchDevice`]), it is bound to vfio-pci ([`Error::NotBoundToVfio`]), the IOMMU
     /// put it in a group ([`Error::NoIommuGroup`]), and no other device of the group is bound to
     /// a driver that keeps the group from VFIO ([`Error::GroupNotViable`]; the kernel's rule, see
-    /// [`DMA_SAFE_DRIVERS`]).
+    /// `DMA_SAFE_DRIVERS`).
     pub fn check_vfio_ready(&self, addr: PciAddress) -> Result<u32> {
         let dir = self.device_dir(addr);
         if !dir.exists() {
@@ -303,7 +303,7 @@ impl Sysfs {
 
     /// Devices of `group` other than `addr` that keep the group from being used through VFIO,
     /// each described as "0000:01:00.1 is bound to e1000e" ("... (a PCI bridge) ..." for
-    /// bridges): bound to a driver outside vfio-pci and [`DMA_SAFE_DRIVERS`].
+    /// bridges): bound to a driver outside vfio-pci and `DMA_SAFE_DRIVERS`.
     pub fn group_offenders(&self, group: u32, addr: PciAddress) -> Result<Vec<String>> {
         Ok(self
             .group_devices(group)?

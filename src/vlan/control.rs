@@ -30,7 +30,7 @@
 //! The control handle still orders the device writes so that the window of mixed handling is
 //! short: entering Hardware mode turns the strip on in every queue first, then publishes the mode;
 //! leaving it publishes the new mode first, then turns the strip off in *every* queue (the
-//! FreeBSD bug in vlan-behaviour.md was a per-queue strip bit left on).
+//! FreeBSD bug in docs/vlan-rules.md was a per-queue strip bit left on).
 //!
 //! # Where the filter runs
 //! In the device whenever the device can filter on the configured TPID and extended setting,

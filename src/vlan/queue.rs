@@ -30,7 +30,7 @@ use super::tag::{RxMode, Tci, TxMode};
 pub struct VlanStats {
     /// Receive tags removed in software: in the burst (Software mode), or by [`VlanRx::take`].
     /// Tags the device removed, and Deferred-mode strips done with the free
-    /// [`take_vlan`](PacketVlan::take_vlan), are not counted here.
+    /// [`take_vlan`](super::PacketVlan::take_vlan), are not counted here.
     pub stripped: u64,
     /// Transmit tags written into frames in software.
     pub inserted: u64,
@@ -103,14 +103,14 @@ impl<Q: RxQueue> VlanRx<Q> {
     }
 
     /// The receive context of the last burst: pass it to
-    /// [`take_vlan`](PacketVlan::take_vlan) for the packets that burst delivered (it is `Copy`;
+    /// [`take_vlan`](super::PacketVlan::take_vlan) for the packets that burst delivered (it is `Copy`;
     /// it can travel with the packets to another thread).
     #[inline(always)]
     pub fn ctx(&self) -> VlanRxCtx {
         self.ctx
     }
 
-    /// [`take_vlan`](PacketVlan::take_vlan) with the last burst's context, counting what it
+    /// [`take_vlan`](super::PacketVlan::take_vlan) with the last burst's context, counting what it
     /// strips (Deferred mode) in this queue's [`VlanStats`].
     #[inline]
     pub fn take(&mut self, p: &mut Packet) -> Option<Tci> {

@@ -1,21 +1,25 @@
-//! What the 82576 (igb) and 82599 (ixgbe) drivers share above the descriptor rings.
+//! What the 82576 (igb) and 82599 (ixgbe) drivers share: the rings, the queues and the port.
 //!
 //! The two chips differ in register offsets and in a few semantics (where the VLAN strip bit
 //! lives, what VP means, how the link is brought up), but much of a driver around those
-//! differences is the same program with other register names. That program lives here once,
-//! taking the chip's registers as arguments, so a fix reaches both drivers:
+//! differences is the same program with other register names. That program lives here once, and
+//! each chip fills in what differs through [`IntelChip`] (in `igb/` and `ixgbe/`), so a fix
+//! reaches both drivers:
 //!
 //! | file | what |
 //! |---|---|
-//! | `config.rs` | ring, pool and MTU checks shared by both configuration structs |
+//! | `port.rs` | [`IntelPort`], the port of both chips (open, link, counters, filters, shutdown), over the per-chip [`IntelChip`] |
+//! | `rx.rs`, `tx.rs` | the receive and transmit descriptor rings: one path per direction |
+//! | `desc.rs` | the advanced descriptor formats as typed views of their words |
+//! | `rxq.rs`, `txq.rs` | [`rxq::IntelRx`] and [`IntelTx`], the queues of both chips, which stop themselves in `Drop` |
 //! | `queue.rs` | ring registers, enabling a queue, and stopping it safely before its memory is freed |
-//! | `txq.rs` | [`IntelTx`], the transmit queue of both chips |
-//! | `stats.rs` | read-to-clear counters accumulated to 64 bits, from a per-chip table |
-//! | `port.rs` | [`IntelPort`], the port shell of both chips, over the per-chip [`IntelChip`] |
+//! | `config.rs` | ring, pool and MTU checks shared by both configuration structs |
+//! | `stats.rs` | read-to-clear counters accumulated to 64 bits, from the chip's `[stats]` table |
 //! | `vlan.rs` | [`VlanShadow`]: the VLAN filter table, TPID and switches kept in software, written back after a reset |
 //! | `rss.rs` | the RSS key and redirection table contents |
 //!
-//! The descriptor rings themselves are in [`crate::devices::intel::ring`].
+//! Register facts are cited as "notes N.N": section N.N of `docs/intel-nics.md`, which names
+//! the datasheet section or driver source of each.
 
 pub mod config;
 pub mod desc;

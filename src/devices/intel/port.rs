@@ -65,7 +65,7 @@ pub trait IntelChip: Chip {
     fn decode_link(v: u32) -> LinkStatus;
     /// The whole bring-up: reset, MAC, link, VLAN registers from the shadow, rings and queues
     /// (into `port.rx` and `port.tx`), enable. Called once by [`IntelPort::open`] on a port
-    /// whose `Drop` already cleans up; ends by waiting for the link ([`IntelPort::wait_link`]).
+    /// whose `Drop` already cleans up; ends by waiting for the link (`IntelPort::wait_link`).
     fn init<B: Bus>(port: &mut IntelPort<Self, B>) -> Result<()>;
     /// The chip's part of the shutdown, after every queue stopped and before the reset:
     /// receive and transmit off, interrupts masked, whatever else the chip asks for. Runs in

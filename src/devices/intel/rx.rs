@@ -14,7 +14,7 @@
 //!   reserve receives fewer;
 //! - one path per burst: plain good frames (whole, no error) take one mask test and a table
 //!   lookup for their flags; anything else is dealt with one descriptor at a time
-//!   ([`RxRing::slow_one`]).
+//!   (`RxRing::slow_one`).
 //!
 //! A ring does not own its queue's enable bit: the driver's queue type disables the queue in its
 //! `Drop` before the ring (and its memory) is dropped.
@@ -270,9 +270,9 @@ impl<M: Mmio> RxRing<M> {
     /// Receives up to `max` frames into `batch`.
     ///
     /// One path: each pass takes a window of slots (within the reserve, not wrapping) and
-    /// harvests plain good frames from it ([`RxRing::harvest`]: one mask test and a table
+    /// harvests plain good frames from it (`RxRing::harvest`: one mask test and a table
     /// lookup each); a descriptor that is done but anything else stops the pass, and
-    /// [`RxRing::slow_one`] deals with it. A busy burst is one pass.
+    /// `RxRing::slow_one` deals with it. A busy burst is one pass.
     #[inline]
     pub fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
         let max = max.min(self.mask);

@@ -5,9 +5,9 @@
 //! ([`TxData`], [`TxContext`]), a release fence goes before the one doorbell of a burst, and
 //! completion is seen with an acquire load of DD.
 //!
-//! One path per burst: packets are written in runs ([`TxRing::send_run`], one data descriptor
+//! One path per burst: packets are written in runs (`TxRing::send_run`, one data descriptor
 //! each, no wrap inside a run); a run ends at the end of the ring, at the end of the batch or
-//! room, or before a packet that needs something first, which [`TxRing::unblock`] gives it: a
+//! room, or before a packet that needs something first, which `TxRing::unblock` gives it: a
 //! copy into a buffer the device can reach, padding to the minimum length, its tag pushed into
 //! the frame (software VLAN mode, [`insert_front`]), or a context descriptor with its tag
 //! (hardware mode). The burst's last descriptor asks for a write-back (RS) once `RS_INTERVAL`
@@ -338,7 +338,7 @@ impl<M: Mmio> TxRing<M> {
     }
 
     /// The one transmit path: runs of packets until the batch or the room is used up, each
-    /// stop dealt with by [`TxRing::unblock`]. `sw` is the TPID of software insertion.
+    /// stop dealt with by `TxRing::unblock`. `sw` is the TPID of software insertion.
     #[inline(always)]
     fn burst(
         &mut self,

@@ -1,5 +1,5 @@
 //! Bringing an 82599 up, in the datasheet's order (section 4.6.3 "Initialization sequence", as
-//! summarised step by step in `intel-nic-notes.md` 1.4, which follows ixy's `reset_and_init`).
+//! summarised step by step in `docs/intel-nics.md` 1.4, which follows ixy's `reset_and_init`).
 //!
 //! Why this order: the reset wipes everything, so interrupts are masked before and after it; the
 //! EEPROM auto-read (EEC.ARD) and the receive DMA init (RDRXCTL.DMAIDONE) must finish before any

@@ -1,5 +1,5 @@
 //! VLAN behaviour of the software 82599: strip, VP, filter, TPID, extended (double) VLAN and
-//! transmit insertion, checked against notes section 4.2 and vlan-behaviour.md.
+//! transmit insertion, checked against notes section 4.2 and docs/vlan-rules.md.
 
 use super::testkit::*;
 use super::SimConfig;

@@ -457,7 +457,7 @@ impl TxSlots {
         unsafe { p.pool.as_ref() }.domain == self.runs.domain
     }
 
-    /// Position after the newest queued buffer: [`release`](Self::release) up to it frees
+    /// Position after the newest queued buffer: `release` up to it frees
     /// everything queued so far.
     #[inline(always)]
     pub fn tail(&self) -> usize {
@@ -598,7 +598,7 @@ impl TxSlots {
 }
 
 /// Frames shorter than this never get a transmit descriptor from [`TxSlots::send`]: the walk
-/// stops before them so that the ring can pad them first (see `ring::MIN_TX_LEN`).
+/// stops before them so that the ring can pad them first (see `devices::intel::tx::MIN_TX_LEN`).
 pub const MIN_TX_LEN: usize = 17;
 
 /// The transmit loop: for each packet of `packets` in turn (all of pool `pool`, stopping
