@@ -9,7 +9,6 @@ use std::fmt::Debug;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use super::tx::RS_INTERVAL;
 use crate::error::{Error, Result};
 use crate::platform::dma::PoolConfig;
 
@@ -194,11 +193,20 @@ pub(crate) fn check_rings_and_mtu(
     }
     Ok(())
 }
-/// Checks a ring size: a power of two, multiple of 8 (128-byte DMA length granularity), <= 32768.
+
+/// The smallest ring: one write-back group of the transmit ring ([`RS_INTERVAL`]).
+pub const MIN_RING: usize = RS_INTERVAL;
+
+/// Transmit descriptors between two write-back requests (the transmit ring asks for one at the
+/// end of a burst once this many went out); here, with the ring size check that depends on it.
+pub const RS_INTERVAL: usize = 32;
+
+/// Checks a ring size: a power of two (hence a multiple of 8, the 128-byte DMA length
+/// granularity), at least [`MIN_RING`], at most 32768.
 pub fn check_ring_size(n: usize) -> Result<()> {
-    if !n.is_power_of_two() || !(RS_INTERVAL..=32768).contains(&n) {
+    if !n.is_power_of_two() || !(MIN_RING..=32768).contains(&n) {
         return Err(Error::InvalidConfig(format!(
-            "ring size {n} must be a power of two between {RS_INTERVAL} and 32768"
+            "ring size {n} must be a power of two between {MIN_RING} and 32768"
         )));
     }
     Ok(())

@@ -19,7 +19,7 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
 
-use super::config::check_ring_size;
+use super::config::{check_ring_size, RS_INTERVAL};
 use super::desc::{TxContext, TxData, TxDone, DESC_SIZE};
 use crate::device::{QueueError, QueueStats};
 use crate::error::{Error, Result};
@@ -27,9 +27,6 @@ use crate::platform::dma::{Desc, DescTable, Meta, Packet, TxSlots};
 use crate::platform::mmio::Mmio;
 use crate::vlan::insert::{insert_front, SwVlanCounts};
 use crate::vlan::Tpid;
-
-/// Transmit descriptors between two write-back requests (and the smallest ring).
-pub const RS_INTERVAL: usize = 32;
 
 /// Writes a data descriptor for `p` with command bits `cmd`.
 #[inline(always)]
