@@ -1,6 +1,6 @@
 //! VLAN modes on host devices: the null device (Software and Deferred receive, Software
 //! transmit) and a fake VLAN-capable device (adds Hardware receive and transmit), checked
-//! against the rules of `vlan-behaviour.md`: the same stimulus gives the same bytes and the same
+//! against the rules of `docs/vlan-rules.md`: the same stimulus gives the same bytes and the same
 //! TCI whatever the mode.
 
 use std::collections::VecDeque;

@@ -1,4 +1,4 @@
-//! VLAN modes on the software 82599 (inline mode): every row of vlan-behaviour.md that applies to
+//! VLAN modes on the software 82599 (inline mode): every row of docs/vlan-rules.md that applies to
 //! one device, run in each receive mode, and the results compared ACROSS modes byte for byte
 //! (untagged frame and TCI), not just counted. Hardware mode goes through the driver's strip,
 //! filter, TPID and insertion registers as the model implements them.
