@@ -467,3 +467,27 @@ fn a_reader_that_goes_away_ends_the_command_quietly() {
         assert!(err.trim().is_empty(), "{args:?} wrote to stderr: {err}");
     }
 }
+
+#[test]
+fn a_failure_is_reported_even_when_the_reader_went_away() {
+    // The probe gets no reply (VLAN 100 is not in the filter): the run fails. Its reader goes
+    // after the first status line, so printing fails too; the failure must win, not the pipe.
+    let (status, err) = with_reader_gone(&[
+        "respond",
+        "sim:63",
+        "--ip",
+        "192.0.2.1/24",
+        "--vlan",
+        "100",
+        "--vlan-filter",
+        "200",
+        "--probe-from",
+        "sim:62",
+        "--duration",
+        "2",
+        "--stats-period",
+        "0.05",
+    ]);
+    assert!(!status.success(), "a failed probe exited {status}");
+    assert!(err.contains("probe"), "{err}");
+}

@@ -232,7 +232,8 @@ pub fn run(args: &FwdArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> 
     if let Some(c) = ctls.first() {
         text.push(format!("VLAN: {}", common::vlan_line(c)));
     }
-    live.finish(extra, &text)?;
+    // The run's own failure before any error of the printing (a reader gone, `| head`).
+    let printed = live.finish(extra, &text);
     drop(ports);
-    failure.map_or(Ok(()), Err)
+    failure.map_or(printed, Err)
 }

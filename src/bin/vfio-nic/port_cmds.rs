@@ -288,31 +288,36 @@ pub fn selftest(args: &SelftestArgs, json_out: bool) -> CliResult {
         .filter(|r| r.verdict == Verdict::Fail)
         .count();
     let verdict = if failed == 0 { "PASS" } else { "FAIL" };
-    if json_out {
-        let tests: Vec<Value> = reports
-            .iter()
-            .map(|r| {
-                json!({"name": r.name, "result": r.verdict.label(), "detail": r.detail,
-                             "ms": r.duration.as_secs_f64() * 1e3})
-            })
-            .collect();
-        outln!(
-            "{}",
-            json!({"port": args.port, "result": verdict, "failed": failed, "tests": tests})
-        );
-    } else {
-        outln!("The test result is {verdict}");
-        outln!("The test extra info:");
-        for r in &reports {
+    // The report first; a reader that went away (`| head`) must not hide a failed test, so
+    // the verdict below is returned before any error of the printing.
+    let printed = (|| -> vfio_nic::Result<()> {
+        if json_out {
+            let tests: Vec<Value> = reports
+                .iter()
+                .map(|r| {
+                    json!({"name": r.name, "result": r.verdict.label(), "detail": r.detail,
+                                 "ms": r.duration.as_secs_f64() * 1e3})
+                })
+                .collect();
             outln!(
-                "{:<10} {:<5} {} ({:.1} ms)",
-                r.name,
-                r.verdict.label(),
-                r.detail,
-                r.duration.as_secs_f64() * 1e3
+                "{}",
+                json!({"port": args.port, "result": verdict, "failed": failed, "tests": tests})
             );
+        } else {
+            outln!("The test result is {verdict}");
+            outln!("The test extra info:");
+            for r in &reports {
+                outln!(
+                    "{:<10} {:<5} {} ({:.1} ms)",
+                    r.name,
+                    r.verdict.label(),
+                    r.detail,
+                    r.duration.as_secs_f64() * 1e3
+                );
+            }
         }
-    }
+        Ok(())
+    })();
     if failed > 0 {
         let first = reports
             .iter()
@@ -325,5 +330,5 @@ pub fn selftest(args: &SelftestArgs, json_out: bool) -> CliResult {
             reports.len()
         )));
     }
-    Ok(())
+    Ok(printed?)
 }

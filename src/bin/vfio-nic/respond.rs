@@ -325,12 +325,13 @@ pub fn run(args: &RespondArgs, json_out: bool, stop: Arc<AtomicBool>) -> CliResu
             if probe_ok { "ok" } else { "FAILED" }
         ));
     }
-    live.finish(extra, &text)?;
+    // The probe's verdict before any error of the printing (a reader gone, `| head`).
+    let printed = live.finish(extra, &text);
     if !probe_ok {
         return Err(CliError::Failed(format!(
             "the probe from {} did not get every reply; check --vlan and the VLAN filter of both ports",
             args.probe_from.as_deref().unwrap_or("")
         )));
     }
-    Ok(())
+    Ok(printed?)
 }

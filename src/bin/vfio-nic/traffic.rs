@@ -345,8 +345,9 @@ pub fn gen(args: &GenArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> 
     if let Some(v) = hw.get("GPTC") {
         text.push(format!("device GPTC {v}"));
     }
-    live.finish(extra, &text)?;
-    failure.map_or(Ok(()), Err)
+    // The run's own failure before any error of the printing (a reader gone, `| head`).
+    let printed = live.finish(extra, &text);
+    failure.map_or(printed, Err)
 }
 
 /// `vfio-nic capture`.
@@ -467,8 +468,9 @@ pub fn capture(args: &CaptureArgs, json_out: bool, stop: Arc<AtomicBool>) -> Res
         args.file.display(),
         common::vlan_line(&ctl)
     )];
-    live.finish(extra, &text)?;
+    // The run's own failure before any error of the printing (a reader gone, `| head`).
+    let printed = live.finish(extra, &text);
     drop(rx);
     drop(gen);
-    failure.map_or(Ok(()), Err)
+    failure.map_or(printed, Err)
 }

@@ -33,7 +33,7 @@ use std::time::Duration;
 use crate::device::LinkStatus;
 use crate::devices::ids::Family;
 use crate::devices::intel::config::{Chip, IntelConfig, Limits};
-use crate::devices::intel::port::{link_status, IntelChip, IntelPort};
+use crate::devices::intel::port::{link_status, IntelChip, IntelPort, ShellOnly};
 use crate::devices::intel::queue::RingRegs;
 use crate::devices::intel::vlan::VlanShadow;
 use crate::error::Result;
@@ -111,11 +111,11 @@ impl IntelChip for Chip82576 {
         )
     }
 
-    fn init<B: Bus>(port: &mut IgbPort<B>) -> Result<()> {
+    fn init<B: Bus>(port: &mut IgbPort<B>, _: ShellOnly) -> Result<()> {
         port.init()
     }
 
-    fn stop<M: Mmio + ?Sized>(m: &M, _name: &str) {
+    fn stop<M: Mmio + ?Sized>(m: &M, _name: &str, _: ShellOnly) {
         init::stop(m)
     }
 

@@ -27,6 +27,10 @@ use crate::platform::mmio::{wait_for, Mmio};
 use crate::platform::regs::{Reg, RegArray, Stats};
 use crate::vlan::{Tpid, Vid, VlanCaps, VlanHardware};
 
+/// Only the shell can make one: the chip's bring-up and shutdown hooks take it, so they cannot
+/// be run from outside on a port whose queues are live.
+pub struct ShellOnly(());
+
 /// What a chip supplies to the shell. Implemented by the chip's marker type
 /// ([`Chip82576`](crate::devices::igb::Chip82576), [`Chip82599`](crate::devices::ixgbe::Chip82599)).
 pub trait IntelChip: Chip {
@@ -66,11 +70,11 @@ pub trait IntelChip: Chip {
     /// The whole bring-up: reset, MAC, link, VLAN registers from the shadow, rings and queues
     /// (into `port.rx` and `port.tx`), enable. Called once by [`IntelPort::open`] on a port
     /// whose `Drop` already cleans up; ends by waiting for the link (`IntelPort::wait_link`).
-    fn init<B: Bus>(port: &mut IntelPort<Self, B>) -> Result<()>;
+    fn init<B: Bus>(port: &mut IntelPort<Self, B>, shell: ShellOnly) -> Result<()>;
     /// The chip's part of the shutdown, after every queue stopped and before the reset:
     /// receive and transmit off, interrupts masked, whatever else the chip asks for. Runs in
     /// `Drop`, so it never fails: problems are logged.
-    fn stop<M: Mmio + ?Sized>(m: &M, name: &str);
+    fn stop<M: Mmio + ?Sized>(m: &M, name: &str, shell: ShellOnly);
 
     /// What the chip's VLAN hardware can do, as the VLAN layer asks.
     fn vlan_caps<B: Bus>(port: &IntelPort<Self, B>) -> VlanCaps;
@@ -152,7 +156,7 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
         // Bus master on before anything else (notes 1.2 and 1.4 step 1: nothing is received
         // without it); the chip's bring-up follows.
         port.bus.enable_bus_master()?;
-        C::init(&mut port)?;
+        C::init(&mut port, ShellOnly(()))?;
         Ok(port)
     }
 
@@ -321,7 +325,7 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
         let rx = (0..u32::from(self.cfg.rx_queues)).map(|q| (q, C::RX_RING.ctl(q)));
         let tx = (0..u32::from(self.cfg.tx_queues)).map(|q| (q, C::TX_RING.ctl(q)));
         queue::stop_all(m, name, rx.chain(tx), t);
-        C::stop(m, name);
+        C::stop(m, name, ShellOnly(()));
         let (reg, bits, what, settle) = C::RESET;
         m.modify(reg, 0, bits);
         if let Err(e) = wait_for(m, name, reg, what, bits, 0, t) {

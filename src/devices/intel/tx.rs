@@ -522,8 +522,7 @@ impl<M: Mmio> TxRing<M> {
     /// Deals with the packet at the front of `batch` in hardware mode, which asks for a tag
     /// the context slot does not hold: a context descriptor with the new tag, then the data
     /// descriptor with VLE.
-    /// A context descriptor is written only if every packet still to queue in this burst (this
-    /// one included) still gets its slot.
+    /// A context descriptor is written only if this packet's data descriptor fits after it.
     #[cold]
     #[inline(never)]
     fn put_tagged(&mut self, batch: &mut Vec<Packet>, b: &Burst) -> Tagged {
@@ -533,8 +532,10 @@ impl<M: Mmio> TxRing<M> {
         let (tci, len) = (p.meta.vlan_tci, p.len() as u32);
         // (The loop sends tagged packets inline while the context holds their tag.)
         if self.ctx_tci != Some(tci) {
-            let left = self.left(b);
-            if batch.len().min(left) + 1 > left {
+            // Room for the context descriptor and this packet's data descriptor. (Asking for
+            // room for every packet still in the batch as well would never send a tagged batch
+            // at least as large as the free room: nothing would go, burst after burst.)
+            if self.left(b) < 2 {
                 return Tagged::NoRoom;
             }
             // A context descriptor carrying the tag; it stays valid for later packets.
@@ -737,6 +738,29 @@ mod tests {
             6,
             "the dropped frame went back to the pool"
         );
+        drop(ring);
+        assert_eq!(pool.stats().in_use, 0);
+    }
+
+    #[test]
+    fn a_tagged_batch_larger_than_the_free_room_still_goes_out() {
+        // The smallest ring: 31 free descriptors. 40 packets asking for a tag the context slot
+        // does not hold: one context descriptor, then 30 data descriptors with VLE.
+        let (mut ring, pool) = tx_ring(RS_INTERVAL, 128);
+        let mut batch = Vec::new();
+        pool.alloc_bulk_len(40, 60, &mut batch);
+        for p in &mut batch {
+            p.meta.vlan_tci = 7;
+            p.meta.flags |= Meta::TX_VLAN;
+        }
+        assert_eq!(ring.tx_burst(&mut batch).unwrap(), 30);
+        assert_eq!(batch.len(), 10);
+        assert_eq!(ring.stats().no_room, 10);
+        assert_eq!(
+            ring.desc.load_dword(0, 2, Relaxed) & (0xf << 20),
+            TxContext::DTYP
+        );
+        drop(batch);
         drop(ring);
         assert_eq!(pool.stats().in_use, 0);
     }

@@ -33,7 +33,7 @@ use std::time::Duration;
 use crate::device::LinkStatus;
 use crate::devices::ids::Family;
 use crate::devices::intel::config::{Chip, IntelConfig, Limits};
-use crate::devices::intel::port::{link_status, IntelChip, IntelPort};
+use crate::devices::intel::port::{link_status, IntelChip, IntelPort, ShellOnly};
 use crate::devices::intel::queue::RingRegs;
 use crate::devices::intel::vlan::VlanShadow;
 use crate::error::Result;
@@ -113,11 +113,11 @@ impl IntelChip for Chip82599 {
         link_status(r::links::UP.is_set(v), speed, [0, 100, 1_000, 10_000], true)
     }
 
-    fn init<B: Bus>(port: &mut IxgbePort<B>) -> Result<()> {
+    fn init<B: Bus>(port: &mut IxgbePort<B>, _: ShellOnly) -> Result<()> {
         port.init()
     }
 
-    fn stop<M: Mmio + ?Sized>(m: &M, name: &str) {
+    fn stop<M: Mmio + ?Sized>(m: &M, name: &str, _: ShellOnly) {
         init::stop(m, name)
     }
 

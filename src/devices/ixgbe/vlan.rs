@@ -23,25 +23,17 @@ use crate::vlan::VlanCaps;
 
 use super::IxgbePort;
 
-/// The TPID: VLNCTRL.VET for receive and DMATXCTL.VT for insertion, written together as DPDK
-/// does; then the extended setting, because in extended mode the transmitter inserts the outer
-/// TPID.
+/// The TPID: VLNCTRL.VET for receive, then DMATXCTL.VT for insertion, which the extended
+/// setting decides (in extended mode the transmitter inserts the outer TPID), so both are
+/// written by `write_extended` in the order the old separate setters used: CTRL_EXT first, then
+/// GDV and VT in one write.
 pub(super) fn write_tpid<M: Mmio + ?Sized>(m: &M, v: &VlanShadow) {
-    write_vet(m, v.tpid);
-    write_extended(m, v.extended, v.tpid);
-}
-
-fn write_vet<M: Mmio + ?Sized>(m: &M, tpid: u16) {
     m.modify(
         r::VLNCTRL,
         r::vlnctrl::VET.mask(),
-        r::vlnctrl::VET.val(tpid.into()),
+        r::vlnctrl::VET.val(v.tpid.into()),
     );
-    m.modify(
-        r::DMATXCTL,
-        r::dmatxctl::VT.mask(),
-        r::dmatxctl::VT.val(tpid.into()),
-    );
+    write_extended(m, v.extended, v.tpid);
 }
 
 /// Extended (double) VLAN on or off. In extended mode the tag the transmitter inserts is the
