@@ -4,10 +4,12 @@
 //! - [`wire`]: typed views of Ethernet, ARP, IPv4, ICMP and UDP headers;
 //! - [`respond`]: an ARP and ICMP echo responder;
 //! - [`capture`]: writing received frames to pcap;
+//! - [`compare`]: paired, interleaved comparisons with confidence intervals and a noise floor;
 //! - [`forward`]: the forwarding loop;
 //! - [`selftest`]: the register and loopback self-test.
 
 pub mod capture;
+pub mod compare;
 pub mod forward;
 pub mod respond;
 pub mod selftest;

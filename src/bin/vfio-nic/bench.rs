@@ -1,37 +1,46 @@
-//! `vfio-nic bench`: what each VLAN placement costs, on in-memory ports (no hardware).
+//! `vfio-nic bench`: what each VLAN placement costs, as paired comparisons that know the noise.
 //!
-//! A matrix of receive mode (hardware, software, deferred) x transmit mode (hardware, software)
-//! x traffic (untagged, tagged) x application work, on two devices:
+//! For each in-memory device, traffic (untagged, tagged) and application work, the bench
+//! compares placements against their natural baseline, on the same ports, switching the VLAN
+//! modes between repetitions (the modes are runtime switches):
 //!
+//! - receive: Software vs Hardware and Deferred vs Hardware (the NIC strips), or, on a device
+//!   without VLAN hardware, Software vs Deferred;
+//! - transmit: Software vs Hardware insertion, where the device can insert;
+//! - an A/A comparison of the baseline against itself: the noise floor of this machine now.
+//!
+//! Each comparison runs `--pairs` interleaved pairs (A B, B A, A B, ...) of `--seconds` each
+//! ([`vfio_nic::app::compare`]) and reports B - A in ns per packet with its 95 % confidence
+//! interval (paired t), and the relative difference. A difference whose interval includes zero,
+//! or that is within the A/A floor, is printed as "no difference measurable here".
+//!
+//! Devices:
 //! - `null`: the null device (copy mode, so every received buffer holds the template frame and
-//!   every sent one is read). It has no VLAN hardware: cells that need it are "n/a".
+//!   every sent one is read). It has no VLAN hardware.
 //! - `sim`: the ixgbe driver on the software 82599 in threaded mode. Port A has a traffic
 //!   source (64-byte UDP frames, tagged or not) and port B transmits into the void; both are
-//!   served by ONE device thread on the other core (a two-core machine has one forwarding core
-//!   and one device core), so frames arrive in cache lines another core wrote, as DMA writes
-//!   do. The model's own transmit counter must match what the forwarder sent.
+//!   served by ONE device thread on the other core, so frames arrive in cache lines another core
+//!   wrote, as DMA writes do. The model's own transmit counter must match what was sent.
 //!
-//! Work: `fwd` forwards A.rx -> B.tx without reading the frame (the shared
-//! [`forward_burst`] loop); `l2` reads the destination MAC and the tag with
-//! [`PacketVlan::take_vlan`], folds both into a checksum the compiler must keep, and asks for
-//! the same tag on transmit (a VLAN-transparent forwarder: frames leave as they came, whatever
-//! the modes). In `fwd` the hardware and software receive modes strip the tag and nothing puts
-//! it back: that is what those placements do to a forwarder that never looks.
-//!
-//! Each cell: `--reps` repetitions of `--seconds`; reported as the median ns per packet (and
-//! Mpps) with min and max. A benchmark reports figures; it asserts nothing about speed.
+//! Work: `fwd` forwards A.rx -> B.tx without reading the frame ([`forward_burst`]); `l2` reads
+//! the destination MAC and the tag with [`PacketVlan::take_vlan`], folds both into a checksum
+//! the compiler must keep, and asks for the same tag on transmit (a VLAN-transparent
+//! forwarder). A benchmark reports figures; it asserts nothing about speed.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use vfio_nic::app::compare::{self, abba, mean_95, noise_floor, paired_t_95, Interval, Verdict};
 use vfio_nic::app::forward::{forward_burst, forward_burst_with, FwdStats};
 use vfio_nic::device::{Port, RxQueue};
 use vfio_nic::devices::ixgbe::{IxgbeConfig, IxgbePort};
 use vfio_nic::devices::null::{NullConfig, NullPort};
 use vfio_nic::devices::sim::{pin_current_thread, DeviceThread, Mode, SimConfig, SimPort, Source};
+use vfio_nic::devices::{AnyPort, AnyRx, AnyTx};
 use vfio_nic::platform::dma::{Packet, PoolConfig};
 use vfio_nic::vlan::{
     PacketVlan, RxMode, SwVlanTx, TxMode, VlanConfig, VlanControl, VlanRx, VlanTx,
@@ -41,11 +50,11 @@ use vfio_nic::{Error, Result};
 /// Options of `bench`.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// Repetitions per cell (the median is reported, with min and max).
-    #[arg(long, default_value_t = 5)]
-    pub reps: usize,
-    /// Seconds per repetition.
-    #[arg(long, default_value_t = 0.5)]
+    /// Interleaved A/B pairs per comparison (at least 2; 10 or more for a usable interval).
+    #[arg(long, default_value_t = 10)]
+    pub pairs: usize,
+    /// Seconds per repetition (each pair runs two).
+    #[arg(long, default_value_t = 0.2)]
     pub seconds: f64,
     /// Packets per burst.
     #[arg(long, default_value_t = 32)]
@@ -56,18 +65,18 @@ pub struct BenchArgs {
     /// Which devices to run.
     #[arg(long, value_enum, default_value_t = DeviceSel::Both)]
     pub device: DeviceSel,
-    /// Write a bar chart (ns per packet by mode) as SVG to this file.
+    /// Only this traffic (untagged, tagged); both by default.
+    #[arg(long, value_delimiter = ',')]
+    pub traffic: Vec<String>,
+    /// Only this work (fwd, l2); both by default.
+    #[arg(long, value_delimiter = ',')]
+    pub work: Vec<String>,
+    /// Write a chart of every comparison (B - A with its interval, and the noise floor) as SVG.
     #[arg(long)]
     pub svg: Option<PathBuf>,
     /// Pin the forwarding thread to the first CPU and the sim's device thread to the second.
     #[arg(long, value_delimiter = ',', num_args = 1..=2)]
     pub pin: Vec<usize>,
-    /// Only these receive modes (hw, sw, deferred); all by default.
-    #[arg(long, value_delimiter = ',')]
-    pub rx: Vec<String>,
-    /// Only these transmit modes (hw, sw); all by default.
-    #[arg(long, value_delimiter = ',')]
-    pub tx: Vec<String>,
 }
 
 /// The devices `--device` selects.
@@ -88,39 +97,19 @@ enum Work {
     L2,
 }
 
+impl Work {
+    fn name(self) -> &'static str {
+        match self {
+            Work::Fwd => "fwd",
+            Work::L2 => "l2",
+        }
+    }
+}
+
 /// Frame length on the wire without the tag and without FCS.
 const FRAME: usize = 64;
 /// The tag of tagged traffic: VID 100, PCP 5.
 const TCI: u16 = 0xa064;
-
-#[derive(Clone, Debug, Serialize)]
-struct Figures {
-    ns_median: f64,
-    ns_min: f64,
-    ns_max: f64,
-    mpps_median: f64,
-    mpps_min: f64,
-    mpps_max: f64,
-    packets: u64,
-    tx_dropped: u64,
-    empty_polls: u64,
-    /// Frames the model's transmit counter saw during the cell, warm-up included (sim only).
-    model_tx: Option<u64>,
-    /// Packets the forwarder sent during the warm-up (compare `model_tx` with this + `packets`).
-    warmup_packets: u64,
-}
-
-#[derive(Clone, Debug, Serialize)]
-struct Cell {
-    device: &'static str,
-    rx: &'static str,
-    tx: &'static str,
-    traffic: &'static str,
-    work: Work,
-    /// `None`: not available on this device (the reason is in `na`).
-    result: Option<Figures>,
-    na: Option<String>,
-}
 
 fn rx_name(m: RxMode) -> &'static str {
     match m {
@@ -135,6 +124,13 @@ fn tx_name(m: TxMode) -> &'static str {
         TxMode::Hardware => "hw",
         TxMode::Software => "sw",
     }
+}
+
+/// A placement: the receive and transmit modes.
+type Placement = (RxMode, TxMode);
+
+fn placement_name(p: Placement) -> String {
+    format!("rx {} tx {}", rx_name(p.0), tx_name(p.1))
 }
 
 /// The frame the source sends (and the null device copies into every buffer).
@@ -212,214 +208,275 @@ fn timed<R: RxQueue, T: SwVlanTx>(
     Ok((st, took))
 }
 
-/// Runs the repetitions of one cell; `model_tx` reads the model's transmit counter.
-fn reps<R: RxQueue, T: SwVlanTx>(
-    args: &BenchArgs,
-    rx: &mut VlanRx<R>,
-    tx: &mut VlanTx<T>,
-    work: Work,
-    model_tx: Option<&dyn Fn() -> u64>,
-    stop: &AtomicBool,
-) -> Result<Figures> {
-    let before = model_tx.map(|f| f());
-    // Warm-up: caches, the pool's free list, the device thread's back-off.
-    let (warm, _) = timed(rx, tx, work, args.burst, Duration::from_millis(50))?;
-    let mut ns = Vec::new();
-    let (mut packets, mut dropped, mut empty) = (0, 0, 0);
-    for _ in 0..args.reps {
-        if stop.load(Relaxed) {
-            return Err(Error::InvalidConfig("interrupted".into()));
+/// Two ports of one device and traffic, with their VLAN control handles and wrapped queues:
+/// the modes switch between repetitions, the ports stay.
+struct Rig {
+    device: &'static str,
+    a: AnyPort,
+    b: AnyPort,
+    a_ctl: VlanControl,
+    b_ctl: VlanControl,
+    rx: VlanRx<AnyRx>,
+    tx: VlanTx<AnyTx>,
+    /// The software 82599's ports, to read the model's counters.
+    sim: Option<(SimPort, SimPort)>,
+    /// What the placement is now.
+    now: Placement,
+    /// Packets sent since the rig was made (to check against the model's transmit counter).
+    sent: u64,
+    can_hw: bool,
+}
+
+impl Rig {
+    fn null(args: &BenchArgs, tagged: bool) -> Result<Rig> {
+        let f = frame(tagged);
+        let ncfg = NullConfig {
+            copy: true,
+            frame_size: f.len(),
+            template: Some(f),
+            pool: PoolConfig {
+                buffers: 4 * args.ring.max(args.burst),
+                ..PoolConfig::default()
+            },
+            ..NullConfig::default()
+        };
+        let a = AnyPort::Null(NullPort::new(0, ncfg.clone())?);
+        let b = AnyPort::Null(NullPort::new(1, ncfg)?);
+        Rig::new("null", a, b, None, false)
+    }
+
+    fn sim(args: &BenchArgs, tagged: bool) -> Result<Rig> {
+        let thread = args
+            .pin
+            .get(1)
+            .map_or_else(DeviceThread::new, |&c| DeviceThread::pinned(c));
+        let scfg = SimConfig {
+            mode: Mode::Threaded,
+            thread: Some(thread),
+            ..SimConfig::default()
+        };
+        let mut src = Source::udp(vfio_nic::device::MacAddr([0x02, 0, 0, 0, 0, 2]), FRAME);
+        if tagged {
+            src = src.with_vlan(0x8100, TCI);
         }
-        let (st, took) = timed(
+        let sa = SimPort::with_source(scfg.clone(), src);
+        // B's own source never sends: B only transmits, into the void.
+        let sb = SimPort::with_source(scfg, Source::new(frame(false)).with_count(0));
+        let icfg = IxgbeConfig {
+            rx_ring: args.ring,
+            tx_ring: args.ring,
+            pool: PoolConfig {
+                buffers: 4 * args.ring,
+                ..PoolConfig::default()
+            },
+            link_timeout: Duration::from_secs(2),
+            ..IxgbeConfig::default()
+        };
+        let a = AnyPort::IxgbeSim(Box::new(IxgbePort::open(sa.clone(), icfg.clone())?));
+        let b = AnyPort::IxgbeSim(Box::new(IxgbePort::open(sb.clone(), icfg)?));
+        Rig::new("sim", a, b, Some((sa, sb)), true)
+    }
+
+    fn new(
+        device: &'static str,
+        mut a: AnyPort,
+        mut b: AnyPort,
+        sim: Option<(SimPort, SimPort)>,
+        can_hw: bool,
+    ) -> Result<Rig> {
+        let now = (RxMode::Deferred, TxMode::Software);
+        let cfg = |rx, tx| VlanConfig {
+            rx_mode: rx,
+            tx_mode: tx,
+            ..VlanConfig::default()
+        };
+        let a_ctl = VlanControl::new(&mut a, &cfg(now.0, TxMode::Software))?;
+        let b_ctl = VlanControl::new(&mut b, &cfg(RxMode::Software, now.1))?;
+        let (mut arx, _) = a.take_queues()?;
+        let (_, mut btx) = b.take_queues()?;
+        let rx = a_ctl.wrap_rx(arx.remove(0));
+        let tx = b_ctl.wrap_tx(btx.remove(0));
+        Ok(Rig {
+            device,
+            a,
+            b,
+            a_ctl,
+            b_ctl,
             rx,
             tx,
+            sim,
+            now,
+            sent: 0,
+            can_hw,
+        })
+    }
+
+    /// Switches to placement `p` (a no-op when it is the current one).
+    fn set(&mut self, p: Placement) -> Result<()> {
+        if p.0 != self.now.0 {
+            self.a_ctl.set_rx_mode(&mut self.a, p.0)?;
+        }
+        if p.1 != self.now.1 {
+            self.b_ctl.set_tx_mode(&mut self.b, p.1)?;
+        }
+        self.now = p;
+        Ok(())
+    }
+
+    /// One repetition of `work` in placement `p`: a short warm-up (caches, the pool's free
+    /// list, a strip switch finishing in the queue's bursts), then `dur`; ns per packet.
+    fn rep(&mut self, p: Placement, work: Work, args: &BenchArgs, dur: Duration) -> Result<f64> {
+        self.set(p)?;
+        let (warm, _) = timed(
+            &mut self.rx,
+            &mut self.tx,
             work,
             args.burst,
-            Duration::from_secs_f64(args.seconds),
+            Duration::from_millis(20),
         )?;
+        let (st, took) = timed(&mut self.rx, &mut self.tx, work, args.burst, dur)?;
+        self.sent += warm.tx + st.tx;
         if st.tx == 0 {
-            return Err(Error::InvalidConfig(
-                "nothing was forwarded: the model or the driver is stuck".into(),
-            ));
+            return Err(Error::InvalidConfig(format!(
+                "{}: nothing was forwarded in {}: the model or the driver is stuck",
+                self.device,
+                placement_name(p)
+            )));
         }
-        ns.push(took.as_secs_f64() * 1e9 / st.tx as f64);
-        packets += st.tx;
-        dropped += st.tx_dropped;
-        empty += st.empty_polls;
+        Ok(took.as_secs_f64() * 1e9 / st.tx as f64)
     }
-    ns.sort_by(f64::total_cmp);
-    let med = ns[ns.len() / 2];
-    let (lo, hi) = (ns[0], ns[ns.len() - 1]);
-    let model = match (model_tx, before) {
-        (Some(f), Some(b)) => {
-            // The warm-up's packets are not in `packets`: compare over the whole cell after the
-            // device drained the ring.
-            let want = packets + warm.tx;
-            let deadline = Instant::now() + Duration::from_secs(2);
-            let mut seen = f() - b;
-            while seen != want && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-                seen = f() - b;
-            }
-            Some(seen)
+
+    /// The software 82599's own check: it transmitted what the forwarder sent, and refused
+    /// nothing. Waits (2 s at most) for the device thread to drain the ring.
+    fn check_model(&self) -> Result<()> {
+        let Some((sa, sb)) = &self.sim else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while sb.counters().tx_frames < self.sent && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
         }
-        _ => None,
-    };
-    Ok(Figures {
-        ns_median: med,
-        ns_min: lo,
-        ns_max: hi,
-        mpps_median: 1e3 / med,
-        mpps_min: 1e3 / hi,
-        mpps_max: 1e3 / lo,
-        packets,
-        tx_dropped: dropped,
-        empty_polls: empty,
-        model_tx: model,
-        warmup_packets: warm.tx,
-    })
-}
-
-fn vlan_cfg(rx: RxMode, tx: TxMode) -> VlanConfig {
-    VlanConfig {
-        rx_mode: rx,
-        tx_mode: tx,
-        ..VlanConfig::default()
+        let (ca, cb) = (sa.counters(), sb.counters());
+        if cb.tx_frames != self.sent
+            || ca.rx_errors + ca.rx_filtered + ca.dma_faults + cb.dma_faults != 0
+        {
+            return Err(Error::InvalidConfig(format!(
+                "the software 82599 disagrees with the forwarder: it sent {} frames, the forwarder {}; A {ca:?}, B {cb:?}",
+                cb.tx_frames, self.sent
+            )));
+        }
+        Ok(())
     }
 }
 
-fn null_cell(
-    args: &BenchArgs,
-    rx_mode: RxMode,
-    tx_mode: TxMode,
-    tagged: bool,
+/// One comparison's result.
+#[derive(Clone, Debug, Serialize)]
+struct Comparison {
+    device: &'static str,
+    traffic: &'static str,
     work: Work,
-    stop: &AtomicBool,
-) -> Result<std::result::Result<Figures, String>> {
-    let f = frame(tagged);
-    let ncfg = NullConfig {
-        copy: true,
-        frame_size: f.len(),
-        template: Some(f),
-        pool: PoolConfig {
-            buffers: 4 * args.ring.max(args.burst),
-            ..PoolConfig::default()
-        },
-        ..NullConfig::default()
-    };
-    let mut a = NullPort::new(0, ncfg.clone())?;
-    let mut b = NullPort::new(1, ncfg)?;
-    let a_ctl = match VlanControl::new(&mut a, &vlan_cfg(rx_mode, TxMode::Software)) {
-        Ok(c) => c,
-        Err(e) => return Ok(Err(e.to_string())),
-    };
-    let b_ctl = match VlanControl::new(&mut b, &vlan_cfg(RxMode::Software, tx_mode)) {
-        Ok(c) => c,
-        Err(e) => return Ok(Err(e.to_string())),
-    };
-    let (mut arx, _) = a.take_queues()?;
-    let (_, mut btx) = b.take_queues()?;
-    let mut rx = a_ctl.wrap_rx(arx.remove(0));
-    let mut tx = b_ctl.wrap_tx(btx.remove(0));
-    Ok(Ok(reps(args, &mut rx, &mut tx, work, None, stop)?))
+    /// "A/A", "receive" or "transmit".
+    kind: &'static str,
+    a: String,
+    b: String,
+    /// ns per packet of every repetition, pair by pair.
+    a_ns: Vec<f64>,
+    b_ns: Vec<f64>,
+    a_mean: Interval,
+    b_mean: Interval,
+    /// B - A, ns per packet (paired t, 95 %).
+    diff: Interval,
+    /// The A/A floor of the group this comparison belongs to, ns.
+    floor: f64,
+    verdict: Verdict,
 }
 
-fn sim_cell(
-    args: &BenchArgs,
-    rx_mode: RxMode,
-    tx_mode: TxMode,
-    tagged: bool,
-    work: Work,
-    stop: &AtomicBool,
-) -> Result<std::result::Result<Figures, String>> {
-    let thread = args
-        .pin
-        .get(1)
-        .map_or_else(DeviceThread::new, |&c| DeviceThread::pinned(c));
-    let scfg = SimConfig {
-        mode: Mode::Threaded,
-        thread: Some(thread),
-        ..SimConfig::default()
-    };
-    let mut src = Source::udp(vfio_nic::device::MacAddr([0x02, 0, 0, 0, 0, 2]), FRAME);
-    if tagged {
-        src = src.with_vlan(0x8100, TCI);
+/// The comparisons run on one device: the A/A first (its floor judges the others).
+fn plan(can_hw: bool) -> Vec<(&'static str, Placement, Placement)> {
+    use RxMode::*;
+    use TxMode::{Hardware as TxHw, Software as TxSw};
+    if can_hw {
+        vec![
+            ("A/A", (Hardware, TxHw), (Hardware, TxHw)),
+            ("receive", (Hardware, TxHw), (Software, TxHw)),
+            ("receive", (Hardware, TxHw), (Deferred, TxHw)),
+            ("transmit", (Hardware, TxHw), (Hardware, TxSw)),
+        ]
+    } else {
+        vec![
+            ("A/A", (Deferred, TxSw), (Deferred, TxSw)),
+            ("receive", (Deferred, TxSw), (Software, TxSw)),
+        ]
     }
-    let sa = SimPort::with_source(scfg.clone(), src);
-    // B's own source never sends: B only transmits, into the void.
-    let sb = SimPort::with_source(scfg, Source::new(frame(false)).with_count(0));
-    let icfg = IxgbeConfig {
-        rx_ring: args.ring,
-        tx_ring: args.ring,
-        pool: PoolConfig {
-            buffers: 4 * args.ring,
-            ..PoolConfig::default()
-        },
-        link_timeout: Duration::from_secs(2),
-        ..IxgbeConfig::default()
-    };
-    let mut a = IxgbePort::open(sa.clone(), icfg.clone())?;
-    let mut b = IxgbePort::open(sb.clone(), icfg)?;
-    let a_ctl = match VlanControl::new(&mut a, &vlan_cfg(rx_mode, TxMode::Software)) {
-        Ok(c) => c,
-        Err(e) => return Ok(Err(e.to_string())),
-    };
-    let b_ctl = match VlanControl::new(&mut b, &vlan_cfg(RxMode::Software, tx_mode)) {
-        Ok(c) => c,
-        Err(e) => return Ok(Err(e.to_string())),
-    };
-    let (mut arx, _) = a.take_queues()?;
-    let (_, mut btx) = b.take_queues()?;
-    let mut rx = a_ctl.wrap_rx(arx.remove(0));
-    let mut tx = b_ctl.wrap_tx(btx.remove(0));
-    let counter = || sb.counters().tx_frames;
-    let fig = reps(args, &mut rx, &mut tx, work, Some(&counter), stop)?;
-    let ca = sa.counters();
-    if ca.rx_errors + ca.rx_filtered + ca.dma_faults + sb.counters().dma_faults != 0 {
-        return Err(Error::InvalidConfig(format!(
-            "the model refused frames: A {ca:?}, B {:?}",
-            sb.counters()
-        )));
-    }
-    Ok(Ok(fig))
 }
 
-fn parse_modes<T: Copy>(given: &[String], all: &[(T, &'static str)], what: &str) -> Result<Vec<T>> {
+/// Progress on the terminal (standard error), one line rewritten in place; a line per
+/// comparison when standard error is not a terminal.
+struct Progress {
+    total_reps: usize,
+    done_reps: usize,
+    started: Instant,
+    tty: bool,
+}
+
+impl Progress {
+    fn show(&mut self, what: &str, pair: usize, pairs: usize) {
+        self.done_reps += 2;
+        let left = self.total_reps.saturating_sub(self.done_reps);
+        let per = self.started.elapsed().as_secs_f64() / self.done_reps.max(1) as f64;
+        let eta = (per * left as f64).round() as u64;
+        if self.tty {
+            eprint!(
+                "\r\x1b[2K[{}/{} repetitions, about {}m{:02}s left] {what}: pair {pair}/{pairs}",
+                self.done_reps,
+                self.total_reps,
+                eta / 60,
+                eta % 60
+            );
+        } else if pair == pairs {
+            eprintln!(
+                "bench: {what} done ({}/{} repetitions, about {eta} s left)",
+                self.done_reps, self.total_reps
+            );
+        }
+    }
+
+    fn end(&self) {
+        if self.tty {
+            eprint!("\r\x1b[2K");
+        }
+    }
+}
+
+fn pick<'a>(given: &[String], all: &[&'a str], what: &str) -> Result<Vec<&'a str>> {
     if given.is_empty() {
-        return Ok(all.iter().map(|m| m.0).collect());
+        return Ok(all.to_vec());
     }
     given
         .iter()
         .map(|g| {
             all.iter()
-                .find(|m| m.1 == g.as_str())
-                .map(|m| m.0)
-                .ok_or_else(|| Error::InvalidConfig(format!("unknown {what} mode {g:?}")))
+                .copied()
+                .find(|a| *a == g.as_str())
+                .ok_or_else(|| {
+                    Error::InvalidConfig(format!("unknown {what} {g:?} (one of {all:?})"))
+                })
         })
         .collect()
 }
 
 /// Runs the benchmark.
 pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> {
-    if args.burst == 0 || args.burst > 512 || args.reps == 0 || args.seconds <= 0.0 {
+    if args.burst == 0 || args.burst > 512 || args.pairs < 2 || args.seconds <= 0.0 {
         return Err(Error::InvalidConfig(
-            "--burst 1..=512, --reps >= 1 and --seconds > 0".into(),
+            "--burst 1..=512, --pairs >= 2 and --seconds > 0".into(),
         ));
     }
-    let rx_modes = parse_modes(
-        &args.rx,
-        &[
-            (RxMode::Hardware, "hw"),
-            (RxMode::Software, "sw"),
-            (RxMode::Deferred, "deferred"),
-        ],
-        "receive",
-    )?;
-    let tx_modes = parse_modes(
-        &args.tx,
-        &[(TxMode::Hardware, "hw"), (TxMode::Software, "sw")],
-        "transmit",
-    )?;
+    let traffic = pick(&args.traffic, &["untagged", "tagged"], "traffic")?;
+    let works: Vec<Work> = pick(&args.work, &["fwd", "l2"], "work")?
+        .into_iter()
+        .map(|w| if w == "fwd" { Work::Fwd } else { Work::L2 })
+        .collect();
     if let Some(&cpu) = args.pin.first() {
         pin_current_thread(cpu)?;
     }
@@ -428,208 +485,238 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
         DeviceSel::Sim => &["sim"],
         DeviceSel::Both => &["null", "sim"],
     };
+    let comparisons: usize = devices
+        .iter()
+        .map(|d| plan(*d == "sim").len() * traffic.len() * works.len())
+        .sum();
+    let mut progress = Progress {
+        total_reps: comparisons * args.pairs * 2,
+        done_reps: 0,
+        started: Instant::now(),
+        tty: std::io::stderr().is_terminal(),
+    };
     if !json_out {
         outln!(
-            "vfio-nic bench: burst {}, ring {} (sim), {} x {} s per cell, {}-byte frames (+4 tagged), pin {:?}",
-            args.burst, args.ring, args.reps, args.seconds, FRAME, args.pin
+            "vfio-nic bench: {} interleaved pairs of {} s per comparison (A B, B A, ...), burst {}, ring {} (sim), {}-byte frames (+4 tagged), pin {:?}",
+            args.pairs, args.seconds, args.burst, args.ring, FRAME, args.pin
         );
+        outln!("B - A: ns per packet with its 95 % confidence interval (paired t over the pairs); floor: the A/A comparison's");
         outln!(
-            "{:<5} {:<8} {:<3} {:<8} {:<4} {:>9} {:>17} {:>8} {:>17}",
+            "{:<4} {:<8} {:<3} {:<8} {:<17} {:<17} {:>14} {:>14}  verdict (B - A)",
             "dev",
-            "rx",
-            "tx",
             "traffic",
-            "work",
-            "ns/pkt",
-            "(min-max)",
-            "Mpps",
-            "(min-max)"
+            "wrk",
+            "kind",
+            "A",
+            "B",
+            "A ns/pkt",
+            "B ns/pkt"
         );
     }
-    let mut cells = Vec::new();
+    let dur = Duration::from_secs_f64(args.seconds);
+    let mut results = Vec::new();
     for &dev in devices {
-        for &rxm in &rx_modes {
-            for &txm in &tx_modes {
-                for tagged in [false, true] {
-                    for work in [Work::Fwd, Work::L2] {
-                        let r = match dev {
-                            "null" => null_cell(args, rxm, txm, tagged, work, &stop)?,
-                            _ => sim_cell(args, rxm, txm, tagged, work, &stop)?,
-                        };
-                        let cell = Cell {
-                            device: dev,
-                            rx: rx_name(rxm),
-                            tx: tx_name(txm),
-                            traffic: if tagged { "tagged" } else { "untagged" },
-                            work,
-                            na: r.as_ref().err().cloned(),
-                            result: r.ok(),
-                        };
-                        if !json_out {
-                            print_cell(&cell)?;
+        for &t in &traffic {
+            let tagged = t == "tagged";
+            let mut rig = if dev == "null" {
+                Rig::null(args, tagged)?
+            } else {
+                Rig::sim(args, tagged)?
+            };
+            for &work in &works {
+                let mut floor = 0.0;
+                for (kind, pa, pb) in plan(rig.can_hw) {
+                    let what = format!(
+                        "{dev} {t} {} {kind}: {} vs {}",
+                        work.name(),
+                        placement_name(pa),
+                        placement_name(pb)
+                    );
+                    let (mut a_ns, mut b_ns) = (Vec::new(), Vec::new());
+                    for (i, a_first) in abba(args.pairs).enumerate() {
+                        if stop.load(Relaxed) {
+                            progress.end();
+                            return Err(Error::InvalidConfig("interrupted".into()));
                         }
-                        cells.push(cell);
+                        let (first, second) = if a_first { (pa, pb) } else { (pb, pa) };
+                        let x = rig.rep(first, work, args, dur)?;
+                        let y = rig.rep(second, work, args, dur)?;
+                        let (a, b) = if a_first { (x, y) } else { (y, x) };
+                        a_ns.push(a);
+                        b_ns.push(b);
+                        progress.show(&what, i + 1, args.pairs);
                     }
+                    let diff = paired_t_95(&a_ns, &b_ns);
+                    if kind == "A/A" {
+                        floor = noise_floor(&diff);
+                    }
+                    let a_mean = mean_95(&a_ns);
+                    let c = Comparison {
+                        device: dev,
+                        traffic: t,
+                        work,
+                        kind,
+                        a: placement_name(pa),
+                        b: placement_name(pb),
+                        verdict: compare::verdict(&diff, a_mean.mean, floor),
+                        a_mean,
+                        b_mean: mean_95(&b_ns),
+                        a_ns,
+                        b_ns,
+                        diff,
+                        floor,
+                    };
+                    if !json_out {
+                        progress.end();
+                        print_comparison(&c)?;
+                    }
+                    results.push(c);
                 }
             }
+            rig.check_model()?;
         }
     }
+    progress.end();
     if let Some(path) = &args.svg {
-        chart(path, &cells, args)?;
+        chart(path, &results, args)?;
         if !json_out {
             outln!("chart written to {}", path.display());
         }
     }
     if json_out {
         let v = serde_json::json!({
-            "burst": args.burst, "ring": args.ring, "reps": args.reps, "seconds": args.seconds,
-            "frame_bytes": FRAME, "pin": args.pin, "cells": cells,
+            "pairs": args.pairs, "seconds": args.seconds, "burst": args.burst, "ring": args.ring,
+            "frame_bytes": FRAME, "pin": args.pin, "interval": "95 % paired t",
+            "comparisons": results,
         });
         outln!("{v}");
     }
     Ok(())
 }
 
-fn print_cell(c: &Cell) -> Result<()> {
-    let work = match c.work {
-        Work::Fwd => "fwd",
-        Work::L2 => "l2",
+fn print_comparison(c: &Comparison) -> Result<()> {
+    let verdict = if c.kind == "A/A" {
+        format!(
+            "floor: +-{:.2} ns (A/A difference {:+.2} [{:+.2}, {:+.2}])",
+            c.floor, c.diff.mean, c.diff.lo, c.diff.hi
+        )
+    } else {
+        c.verdict.to_string()
     };
-    match &c.result {
-        Some(f) => {
-            let model = match f.model_tx {
-                Some(m) if m != f.packets + f.warmup_packets => format!(
-                    "  MISMATCH: the model sent {m} frames, the forwarder {}",
-                    f.packets + f.warmup_packets
-                ),
-                _ => String::new(),
-            };
-            outln!(
-                "{:<5} {:<8} {:<3} {:<8} {:<4} {:>9.1} {:>17} {:>8.2} {:>17}{}{}",
-                c.device,
-                c.rx,
-                c.tx,
-                c.traffic,
-                work,
-                f.ns_median,
-                format!("({:.1}-{:.1})", f.ns_min, f.ns_max),
-                f.mpps_median,
-                format!("({:.2}-{:.2})", f.mpps_min, f.mpps_max),
-                if f.tx_dropped > 0 {
-                    format!("  tx dropped {}", f.tx_dropped)
-                } else {
-                    String::new()
-                },
-                model
-            );
-        }
-        None => outln!(
-            "{:<5} {:<8} {:<3} {:<8} {:<4} {:>9} {:>17} {:>8}",
-            c.device,
-            c.rx,
-            c.tx,
-            c.traffic,
-            work,
-            "n/a",
-            "",
-            "n/a"
-        ),
-    }
+    outln!(
+        "{:<4} {:<8} {:<3} {:<8} {:<17} {:<17} {:>14} {:>14}  {verdict}",
+        c.device,
+        c.traffic,
+        c.work.name(),
+        c.kind,
+        c.a,
+        c.b,
+        format!("{:.2}+-{:.2}", c.a_mean.mean, c.a_mean.half_width()),
+        format!("{:.2}+-{:.2}", c.b_mean.mean, c.b_mean.half_width()),
+    );
     Ok(())
 }
 
-/// A horizontal bar per measured cell: median ns per packet, with a min-max whisker.
-fn chart(path: &std::path::Path, cells: &[Cell], args: &BenchArgs) -> Result<()> {
+/// One row per comparison: B - A with its 95 % interval as an error bar, and the group's noise
+/// floor as a grey band; one panel per device (their scales differ).
+fn chart(path: &std::path::Path, results: &[Comparison], args: &BenchArgs) -> Result<()> {
     use plotters::prelude::*;
-    let measured: Vec<(String, &Figures, &str)> = cells
-        .iter()
-        .filter_map(|c| {
-            c.result.as_ref().map(|f| {
-                let work = match c.work {
-                    Work::Fwd => "fwd",
-                    Work::L2 => "l2",
-                };
-                (
-                    format!("rx {} tx {} {} {}", c.rx, c.tx, c.traffic, work),
-                    f,
-                    c.device,
-                )
-            })
-        })
-        .collect();
-    if measured.is_empty() {
-        return Ok(());
-    }
     let fail = |e: String| Error::InvalidConfig(format!("writing {}: {e}", path.display()));
-    // One panel per device, each with its own scale (null: ns; sim: the model's hundreds of ns).
     let devices: Vec<&str> = ["null", "sim"]
         .into_iter()
-        .filter(|d| measured.iter().any(|m| m.2 == *d))
+        .filter(|d| results.iter().any(|c| c.device == *d))
         .collect();
-    let rows = |d: &str| measured.iter().filter(|m| m.2 == d).count() as u32;
-    let height = devices.iter().map(|d| 80 + 22 * rows(d)).sum::<u32>();
-    let root = SVGBackend::new(path, (960, height)).into_drawing_area();
+    if devices.is_empty() {
+        return Ok(());
+    }
+    let rows = |d: &str| results.iter().filter(|c| c.device == d).count() as u32;
+    let height = devices.iter().map(|d| 90 + 22 * rows(d)).sum::<u32>();
+    let root = SVGBackend::new(path, (1000, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
     let mut rest = root.clone();
     for d in devices {
-        let (area, below) = rest.split_vertically(80 + 22 * rows(d));
+        let (area, below) = rest.split_vertically(90 + 22 * rows(d));
         rest = below;
-        let mine: Vec<&(String, &Figures, &str)> = measured.iter().filter(|m| m.2 == d).collect();
+        let mine: Vec<&Comparison> = results.iter().filter(|c| c.device == d).collect();
         let n = mine.len();
-        let xmax = mine.iter().map(|m| m.1.ns_max).fold(0.0f64, f64::max) * 1.1;
-        let labels: Vec<String> = mine.iter().map(|m| m.0.clone()).collect();
+        let reach = mine
+            .iter()
+            .map(|c| c.diff.lo.abs().max(c.diff.hi.abs()).max(c.floor))
+            .filter(|x| x.is_finite())
+            .fold(1.0f64, f64::max)
+            * 1.1;
+        let labels: Vec<String> = mine
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} {} {}: {} vs {}",
+                    c.traffic,
+                    c.work.name(),
+                    c.kind,
+                    c.b,
+                    c.a
+                )
+            })
+            .collect();
         let what = if d == "null" {
             "null device (copy mode)"
         } else {
-            "ixgbe on the software 82599, threaded (bounded by the model)"
+            "ixgbe on the software 82599, threaded"
         };
         let mut ch = ChartBuilder::on(&area)
             .caption(
                 format!(
-                    "{what}: ns per forwarded packet, median of {} (line: min-max), burst {}, ring {}",
-                    args.reps, args.burst, args.ring
+                    "{what}: B - A, ns per packet, 95 % CI over {} interleaved pairs (grey: A/A noise floor), burst {}",
+                    args.pairs, args.burst
                 ),
                 ("sans-serif", 14),
             )
             .margin(10)
             .x_label_area_size(30)
-            .y_label_area_size(260)
-            .build_cartesian_2d(0f64..xmax, (0i32..n as i32).into_segmented())
+            .y_label_area_size(330)
+            .build_cartesian_2d(-reach..reach, 0f64..n as f64)
             .map_err(|e| fail(e.to_string()))?;
         ch.configure_mesh()
             .disable_y_mesh()
             .y_labels(n)
-            .y_label_formatter(&|y| match y {
-                SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
-                _ => String::new(),
+            .y_label_formatter(&|y| {
+                let i = (*y - 0.5).round();
+                if (y - 0.5 - i).abs() < 1e-6 && i >= 0.0 {
+                    labels.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
             })
-            .x_desc("ns per packet (lower is faster)")
+            .x_desc("B - A, ns per packet (right: B costs more)")
             .draw()
             .map_err(|e| fail(e.to_string()))?;
-        let color = if d == "null" {
-            BLUE.mix(0.6)
-        } else {
-            RED.mix(0.6)
-        };
-        ch.draw_series(mine.iter().enumerate().map(|(i, m)| {
+        ch.draw_series(mine.iter().enumerate().map(|(i, c)| {
             Rectangle::new(
-                [
-                    (0.0, SegmentValue::Exact(i as i32)),
-                    (m.1.ns_median, SegmentValue::Exact(i as i32 + 1)),
-                ],
-                color.filled(),
+                [(-c.floor, i as f64 + 0.1), (c.floor, i as f64 + 0.9)],
+                BLACK.mix(0.12).filled(),
             )
         }))
         .map_err(|e| fail(e.to_string()))?;
-        ch.draw_series(mine.iter().enumerate().map(|(i, m)| {
-            PathElement::new(
-                vec![
-                    (m.1.ns_min, SegmentValue::CenterOf(i as i32)),
-                    (m.1.ns_max, SegmentValue::CenterOf(i as i32)),
-                ],
-                BLACK.stroke_width(2),
-            )
-        }))
+        ch.draw_series(
+            mine.iter()
+                .enumerate()
+                .filter(|(_, c)| c.diff.lo.is_finite())
+                .map(|(i, c)| {
+                    let color = match c.verdict {
+                        Verdict::NoDifference { .. } => BLACK,
+                        Verdict::Slower { .. } => RED,
+                        Verdict::Faster { .. } => BLUE,
+                    };
+                    ErrorBar::new_horizontal(
+                        i as f64 + 0.5,
+                        c.diff.lo,
+                        c.diff.mean,
+                        c.diff.hi,
+                        color.filled(),
+                        8,
+                    )
+                }),
+        )
         .map_err(|e| fail(e.to_string()))?;
     }
     root.present().map_err(|e| fail(e.to_string()))?;
