@@ -19,6 +19,7 @@ use super::frame::{self, VlanView};
 use super::layout::{bucket_index, RX_BUCKETS};
 use super::layout::{rxq, RQSMR, W_GORC, W_QBRC, W_TOR};
 use super::regs::{lock, SimRegs};
+use crate::platform::dma::DmaView;
 use crate::platform::regs::ixgbe as r;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,12 +113,15 @@ impl SimRegs {
     fn service_rx_locked(&self, rx: &mut RxEngine) -> bool {
         let inline = self.inline.load(Relaxed);
         let mut worked = false;
+        // One IOMMU view for the whole run (every frame's descriptors and buffers): nothing
+        // below takes the IOMMU table again.
+        let dma = self.iommu.view();
         loop {
             let Some(f) = lock(&self.inbound).pop_front() else {
                 break;
             };
             self.inbound_bytes.fetch_sub(f.data.len(), Relaxed);
-            match self.receive(rx, &f.data, f.fcs_ok) {
+            match self.receive(&dma, rx, &f.data, f.fcs_ok) {
                 Outcome::NoRoom(q) => {
                     let drop_en = r::srrctl::DROP_EN.is_set(self.get_off(rxq(q) + 0x14));
                     if inline || drop_en {
@@ -144,10 +148,10 @@ impl SimRegs {
                 }
             }
         }
-        worked | self.run_source(rx, inline)
+        worked | self.run_source(&dma, rx, inline)
     }
 
-    fn run_source(&self, rx: &mut RxEngine, inline: bool) -> bool {
+    fn run_source(&self, dma: &DmaView<'_>, rx: &mut RxEngine, inline: bool) -> bool {
         let Some(mut src) = rx.source.take() else {
             return false;
         };
@@ -163,7 +167,7 @@ impl SimRegs {
             if src.remaining == Some(0) || !self.rx_ready() {
                 break;
             }
-            let o = self.receive(rx, &src.frame, true);
+            let o = self.receive(dma, rx, &src.frame, true);
             if matches!(o, Outcome::NoRoom(_) | Outcome::NotReady) {
                 break; // The source waits until the port can take its frame.
             }
@@ -237,8 +241,8 @@ impl SimRegs {
 
     /// Runs one frame through the receive path. TPR/TORL count every frame whose fate is
     /// final (placed or dropped); a frame that waits or is not taken is not counted yet.
-    fn receive(&self, rx: &mut RxEngine, f: &[u8], fcs_ok: bool) -> Outcome {
-        let o = self.receive_inner(rx, f, fcs_ok);
+    fn receive(&self, dma: &DmaView<'_>, rx: &mut RxEngine, f: &[u8], fcs_ok: bool) -> Outcome {
+        let o = self.receive_inner(dma, rx, f, fcs_ok);
         if matches!(o, Outcome::Placed | Outcome::Dropped) {
             Self::count_total(&mut rx.tally, f.len());
         }
@@ -250,7 +254,13 @@ impl SimRegs {
         t.total_wire += len as u64 + 4;
     }
 
-    fn receive_inner(&self, rx: &mut RxEngine, f: &[u8], fcs_ok: bool) -> Outcome {
+    fn receive_inner(
+        &self,
+        dma: &DmaView<'_>,
+        rx: &mut RxEngine,
+        f: &[u8],
+        fcs_ok: bool,
+    ) -> Outcome {
         if !self.rx_ready() {
             return Outcome::NotReady;
         }
@@ -322,7 +332,7 @@ impl SimRegs {
             0
         };
         let lo = u64::from(rss_type | frame::packet_type(h)) | u64::from(hash) << 32;
-        let o = self.place(q, &data, lo, staterr, if strip { vv.tci } else { 0 });
+        let o = self.place(dma, q, &data, lo, staterr, if strip { vv.tci } else { 0 });
         if o == Outcome::Placed {
             if inject {
                 self.faults.rx_errors.fetch_sub(1, Relaxed);
@@ -344,7 +354,15 @@ impl SimRegs {
     }
 
     /// Writes `data` into the buffers of queue `q` and writes the descriptors back.
-    fn place(&self, q: usize, data: &[u8], lo: u64, staterr: u32, vlan: u16) -> Outcome {
+    fn place(
+        &self,
+        dma: &DmaView<'_>,
+        q: usize,
+        data: &[u8],
+        lo: u64,
+        staterr: u32,
+        vlan: u16,
+    ) -> Outcome {
         let rb = rxq(q);
         let n = (self.get_off(rb + 8) & 0x000F_FF80) as usize / 16;
         let head = self.get_off(rb + 0x10) as usize;
@@ -368,10 +386,9 @@ impl SimRegs {
         let base = u64::from(self.get_off(rb + 4)) << 32 | u64::from(self.get_off(rb) & !0x7f);
         let desc = |i: usize| base + ((head + i) % n * 16) as u64;
         for (i, part) in data.chunks(chunk).enumerate() {
-            let ok = self
-                .iommu
+            let ok = dma
                 .load_u64(desc(i), Acquire)
-                .and_then(|addr| self.iommu.write(addr, part));
+                .and_then(|addr| dma.write(addr, part));
             if ok.is_err() {
                 self.counters.dma_faults.inc();
                 return Outcome::Dropped;
@@ -387,9 +404,8 @@ impl SimRegs {
             let len_vlan = part.len() as u32 | u32::from(vlan) << 16;
             // Dwords 2 (status, with DD) and 3 (length, VLAN) in one release store: the driver
             // sees DD only together with the length (little-endian: dword 2 is the low half).
-            let ok = self.iommu.store_u64(d, wb_lo, Relaxed).and_then(|_| {
-                self.iommu
-                    .store_u64(d + 8, u64::from(st) | u64::from(len_vlan) << 32, Release)
+            let ok = dma.store_u64(d, wb_lo, Relaxed).and_then(|_| {
+                dma.store_u64(d + 8, u64::from(st) | u64::from(len_vlan) << 32, Release)
             });
             if ok.is_err() {
                 self.counters.dma_faults.inc();

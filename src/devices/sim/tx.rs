@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use super::engine::{Out, TxEngine, TxQueue, TxTally, WireFrame, SPARE};
 use super::layout::{bucket_index, TX_BUCKETS};
+use crate::platform::dma::DmaView;
 use crate::platform::regs::ixgbe as r;
 
 /// Largest frame the engine gathers (the 82599 limit without TSO is about 15.5 KB).
@@ -135,12 +136,13 @@ impl SimRegs {
         let start = head;
         let wb = self.get_off(tb + 0x38);
         let head_wb = r::tdwbal::HEAD_WB_EN.is_set(wb);
+        // One view for the whole walk (descriptors, buffers, write-backs): it holds the IOMMU
+        // table, so nothing in the walk may take it again; frames go on the wire after it.
+        let dma = self.iommu.view();
         while head != tail {
             let d = base + (head * 16) as u64;
-            let (Ok(addr), Ok(hi)) = (
-                self.iommu.load_u64(d, Acquire),
-                self.iommu.load_u64(d + 8, Acquire),
-            ) else {
+            let (Ok(addr), Ok(hi)) = (dma.load_u64(d, Acquire), dma.load_u64(d + 8, Acquire))
+            else {
                 self.counters.dma_faults.inc();
                 break;
             };
@@ -161,12 +163,9 @@ impl SimRegs {
                     tracing::error!(port = %self.name, queue = q, slot = head, "transmit data descriptor with length 0: the queue's DMA hangs (reset or disable the queue)");
                     break;
                 }
-                self.data(st, addr, cmd, olinfo, q, out, spare);
+                self.data(&dma, st, (addr, cmd, olinfo), q, out, spare);
             }
-            if cmd & RS != 0
-                && !head_wb
-                && self.iommu.store_u32(d + 12, olinfo | DD, Release).is_err()
-            {
+            if cmd & RS != 0 && !head_wb && dma.store_u32(d + 12, olinfo | DD, Release).is_err() {
                 self.counters.dma_faults.inc();
             }
             head = (head + 1) % n;
@@ -174,20 +173,20 @@ impl SimRegs {
         self.set_off(tb + 0x10, head as u32);
         if head_wb {
             let at = u64::from(self.get_off(tb + 0x3C)) << 32 | u64::from(wb & !3);
-            if self.iommu.store_u32(at, head as u32, Release).is_err() {
+            if dma.store_u32(at, head as u32, Release).is_err() {
                 self.counters.dma_faults.inc();
             }
         }
         head != start
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Gathers the buffer of data descriptor `(addr, cmd, olinfo)` into the queue's frame and,
+    /// at EOP, queues the frame in `out` (a buffer from `spare` takes its place).
     fn data(
         &self,
+        dma: &DmaView<'_>,
         st: &mut TxQueue,
-        addr: u64,
-        cmd: u32,
-        olinfo: u32,
+        (addr, cmd, olinfo): (u64, u32, u32),
         q: usize,
         out: &mut Vec<Out>,
         spare: &mut Vec<Vec<u8>>,
@@ -213,7 +212,7 @@ impl SimRegs {
                 tracing::warn!(port = %self.name, queue = q, "transmit frame longer than {MAX_FRAME} bytes dropped");
             } else {
                 st.frame.resize(at + len, 0);
-                if self.iommu.read(addr, &mut st.frame[at..]).is_err() {
+                if dma.read(addr, &mut st.frame[at..]).is_err() {
                     st.bad = true;
                     self.counters.dma_faults.inc();
                 }

@@ -15,4 +15,4 @@ pub use iova::IovaAllocator;
 pub use memory::{DmaMapper, DmaMemory, IdentityMapper, HUGE_PAGE};
 pub use pool::{Meta, Packet, Pool, PoolConfig, PoolStats};
 pub use slots::{RxSlots, TxSlots};
-pub use soft_iommu::{DmaFault, SoftIommu};
+pub use soft_iommu::{DmaFault, DmaView, SoftIommu};

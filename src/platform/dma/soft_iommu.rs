@@ -10,10 +10,18 @@
 //!
 //! Unmapping takes the table's write lock, so it waits for any access in progress; after
 //! `unmap` returns the model can no longer touch the memory, which is then freed by its owner.
+//!
+//! A device that makes several accesses in a row (a descriptor, its buffer, the write-back)
+//! takes a [`DmaView`]: one hold of the read lock for the whole batch, and the mapping of the
+//! last access tried first, so each access costs a bounds check instead of a lock and a
+//! search. Faults are detected exactly as before. A view must not be held across anything
+//! that may take the table's lock again (another view, an access through the table itself):
+//! with a writer waiting, the second read would wait for the writer, which waits for the first.
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::RwLock;
+use std::sync::{RwLock, RwLockReadGuard};
 
 use super::iova::IovaAllocator;
 use super::memory::DmaMapper;
@@ -78,7 +86,62 @@ impl SoftIommu {
         self.faults.load(Ordering::Relaxed)
     }
 
-    /// Runs `f` with the host address of `iova..iova+len`, under the read lock.
+    /// A view for a batch of accesses: the mappings stay while it lives (module doc).
+    pub fn view(&self) -> DmaView<'_> {
+        DmaView {
+            iommu: self,
+            inner: self.inner.read().unwrap_or_else(|e| e.into_inner()),
+            last: Cell::new([0, 0]),
+        }
+    }
+
+    /// Copies device memory at `iova` into `dst` (one access: a view of its own).
+    pub fn read(&self, iova: u64, dst: &mut [u8]) -> Result<(), DmaFault> {
+        self.view().read(iova, dst)
+    }
+
+    /// Copies `src` into device memory at `iova`.
+    pub fn write(&self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
+        self.view().write(iova, src)
+    }
+
+    /// Loads an aligned 64-bit word.
+    pub fn load_u64(&self, iova: u64, order: Ordering) -> Result<u64, DmaFault> {
+        self.view().load_u64(iova, order)
+    }
+
+    /// Stores an aligned 64-bit word.
+    pub fn store_u64(&self, iova: u64, value: u64, order: Ordering) -> Result<(), DmaFault> {
+        self.view().store_u64(iova, value, order)
+    }
+
+    /// Stores an aligned 32-bit word.
+    pub fn store_u32(&self, iova: u64, value: u32, order: Ordering) -> Result<(), DmaFault> {
+        self.view().store_u32(iova, value, order)
+    }
+
+    /// Loads an aligned 32-bit word.
+    pub fn load_u32(&self, iova: u64, order: Ordering) -> Result<u32, DmaFault> {
+        self.view().load_u32(iova, order)
+    }
+
+    fn misaligned(&self, iova: u64, len: usize, write: bool) -> DmaFault {
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        DmaFault { iova, len, write }
+    }
+}
+
+/// A batch of device accesses under one hold of the table's read lock ([`SoftIommu::view`]).
+pub struct DmaView<'a> {
+    iommu: &'a SoftIommu,
+    inner: RwLockReadGuard<'a, Inner>,
+    /// The mappings the last two accesses hit, the latest first: a device alternates between
+    /// a descriptor ring and a buffer pool.
+    last: Cell<[usize; 2]>,
+}
+
+impl DmaView<'_> {
+    /// Runs `f` with the host address of `iova..iova+len`, or counts and logs a fault.
     #[inline]
     fn with<T>(
         &self,
@@ -87,22 +150,34 @@ impl SoftIommu {
         write: bool,
         f: impl FnOnce(*mut u8) -> T,
     ) -> Result<T, DmaFault> {
-        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        let i = inner.maps.partition_point(|m| m.iova <= iova);
-        if i > 0 {
-            let m = &inner.maps[i - 1];
-            let off = iova - m.iova;
-            if off
-                .checked_add(len as u64)
-                .is_some_and(|end| end <= m.len as u64)
-            {
-                return Ok(f((m.vaddr + off as usize) as *mut u8));
+        let maps = &self.inner.maps;
+        let inside = |m: &Mapping| {
+            iova.checked_sub(m.iova).is_some_and(|off| {
+                off.checked_add(len as u64)
+                    .is_some_and(|end| end <= m.len as u64)
+            })
+        };
+        let [a, b] = self.last.get();
+        let hit = match (maps.get(a), maps.get(b)) {
+            (Some(m), _) if inside(m) => Some(m),
+            (_, Some(m)) if inside(m) => {
+                self.last.set([b, a]);
+                Some(m)
             }
+            _ => {
+                let i = maps.partition_point(|m| m.iova <= iova);
+                (i > 0 && inside(&maps[i - 1])).then(|| {
+                    self.last.set([i - 1, a]);
+                    &maps[i - 1]
+                })
+            }
+        };
+        if let Some(m) = hit {
+            return Ok(f((m.vaddr + (iova - m.iova) as usize) as *mut u8));
         }
-        drop(inner);
         let fault = DmaFault { iova, len, write };
-        if self.faults.fetch_add(1, Ordering::Relaxed) < 16 {
-            tracing::error!(iommu = %self.name, "{fault}");
+        if self.iommu.faults.fetch_add(1, Ordering::Relaxed) < 16 {
+            tracing::error!(iommu = %self.iommu.name, "{fault}");
         }
         Err(fault)
     }
@@ -110,9 +185,9 @@ impl SoftIommu {
     /// Copies device memory at `iova` into `dst`.
     pub fn read(&self, iova: u64, dst: &mut [u8]) -> Result<(), DmaFault> {
         self.with(iova, dst.len(), false, |p| {
-            // SAFETY: `p..p+len` lies inside a live mapping (checked by `with`, which holds the
-            // read lock so the mapping cannot be removed and freed meanwhile); `dst` is ordinary
-            // memory, so the ranges do not overlap.
+            // SAFETY: `p..p+len` lies inside a live mapping (checked by `with`; the view holds
+            // the read lock, so the mapping cannot be removed and freed meanwhile); `dst` is
+            // ordinary memory, so the ranges do not overlap.
             unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) }
         })
     }
@@ -128,7 +203,7 @@ impl SoftIommu {
     /// Loads an aligned 64-bit word.
     pub fn load_u64(&self, iova: u64, order: Ordering) -> Result<u64, DmaFault> {
         if iova % 8 != 0 {
-            return Err(self.misaligned(iova, 8, false));
+            return Err(self.iommu.misaligned(iova, 8, false));
         }
         self.with(iova, 8, false, |p| {
             // SAFETY: inside a live mapping (see `read`) and 8-byte aligned (mappings start on
@@ -140,7 +215,7 @@ impl SoftIommu {
     /// Stores an aligned 64-bit word.
     pub fn store_u64(&self, iova: u64, value: u64, order: Ordering) -> Result<(), DmaFault> {
         if iova % 8 != 0 {
-            return Err(self.misaligned(iova, 8, true));
+            return Err(self.iommu.misaligned(iova, 8, true));
         }
         self.with(iova, 8, true, |p| {
             // SAFETY: as in `load_u64`.
@@ -151,7 +226,7 @@ impl SoftIommu {
     /// Stores an aligned 32-bit word.
     pub fn store_u32(&self, iova: u64, value: u32, order: Ordering) -> Result<(), DmaFault> {
         if iova % 4 != 0 {
-            return Err(self.misaligned(iova, 4, true));
+            return Err(self.iommu.misaligned(iova, 4, true));
         }
         self.with(iova, 4, true, |p| {
             // SAFETY: as in `load_u64`, for a 4-byte aligned word.
@@ -162,17 +237,12 @@ impl SoftIommu {
     /// Loads an aligned 32-bit word.
     pub fn load_u32(&self, iova: u64, order: Ordering) -> Result<u32, DmaFault> {
         if iova % 4 != 0 {
-            return Err(self.misaligned(iova, 4, false));
+            return Err(self.iommu.misaligned(iova, 4, false));
         }
         self.with(iova, 4, false, |p| {
             // SAFETY: as in `load_u64`, for a 4-byte aligned word.
             unsafe { AtomicU32::from_ptr(p.cast()) }.load(order)
         })
-    }
-
-    fn misaligned(&self, iova: u64, len: usize, write: bool) -> DmaFault {
-        self.faults.fetch_add(1, Ordering::Relaxed);
-        DmaFault { iova, len, write }
     }
 }
 
