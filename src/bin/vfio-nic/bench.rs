@@ -674,49 +674,56 @@ fn chart(path: &std::path::Path, results: &[Comparison], args: &BenchArgs) -> Re
             .margin(10)
             .x_label_area_size(30)
             .y_label_area_size(330)
-            .build_cartesian_2d(-reach..reach, 0f64..n as f64)
+            .build_cartesian_2d(-reach..reach, (0i32..n as i32).into_segmented())
             .map_err(|e| fail(e.to_string()))?;
         ch.configure_mesh()
             .disable_y_mesh()
             .y_labels(n)
-            .y_label_formatter(&|y| {
-                let i = (*y - 0.5).round();
-                if (y - 0.5 - i).abs() < 1e-6 && i >= 0.0 {
-                    labels.get(i as usize).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
+            .y_label_formatter(&|y| match y {
+                SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
+                _ => String::new(),
             })
             .x_desc("B - A, ns per packet (right: B costs more)")
             .draw()
             .map_err(|e| fail(e.to_string()))?;
         ch.draw_series(mine.iter().enumerate().map(|(i, c)| {
             Rectangle::new(
-                [(-c.floor, i as f64 + 0.1), (c.floor, i as f64 + 0.9)],
+                [
+                    (-c.floor, SegmentValue::Exact(i as i32)),
+                    (c.floor, SegmentValue::Exact(i as i32 + 1)),
+                ],
                 BLACK.mix(0.12).filled(),
             )
         }))
         .map_err(|e| fail(e.to_string()))?;
-        ch.draw_series(
-            mine.iter()
-                .enumerate()
-                .filter(|(_, c)| c.diff.lo.is_finite())
-                .map(|(i, c)| {
-                    let color = match c.verdict {
-                        Verdict::NoDifference { .. } => BLACK,
-                        Verdict::Slower { .. } => RED,
-                        Verdict::Faster { .. } => BLUE,
-                    };
-                    ErrorBar::new_horizontal(
-                        i as f64 + 0.5,
-                        c.diff.lo,
-                        c.diff.mean,
-                        c.diff.hi,
-                        color.filled(),
-                        8,
-                    )
-                }),
-        )
+        let color = |c: &Comparison| match c.verdict {
+            Verdict::NoDifference { .. } => BLACK,
+            Verdict::Slower { .. } => RED,
+            Verdict::Faster { .. } => BLUE,
+        };
+        let shown: Vec<(usize, &&Comparison)> = mine
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.diff.lo.is_finite() && c.diff.hi.is_finite())
+            .collect();
+        // The interval as a whisker, the mean as a dot.
+        ch.draw_series(shown.iter().map(|&(i, c)| {
+            PathElement::new(
+                vec![
+                    (c.diff.lo, SegmentValue::CenterOf(i as i32)),
+                    (c.diff.hi, SegmentValue::CenterOf(i as i32)),
+                ],
+                color(c).stroke_width(2),
+            )
+        }))
+        .map_err(|e| fail(e.to_string()))?;
+        ch.draw_series(shown.iter().map(|&(i, c)| {
+            Circle::new(
+                (c.diff.mean, SegmentValue::CenterOf(i as i32)),
+                4,
+                color(c).filled(),
+            )
+        }))
         .map_err(|e| fail(e.to_string()))?;
     }
     root.present().map_err(|e| fail(e.to_string()))?;
