@@ -346,6 +346,14 @@ impl Rig {
         Ok(took.as_secs_f64() * 1e9 / st.tx as f64)
     }
 
+    /// The software 82599's device-thread busy time so far (both ports), ns, and the packets
+    /// sent; `None` on the null device.
+    fn model_time(&self) -> Option<(u64, u64)> {
+        self.sim
+            .as_ref()
+            .map(|(sa, sb)| (sa.counters().busy_ns + sb.counters().busy_ns, self.sent))
+    }
+
     /// The software 82599's own check: it transmitted what the forwarder sent, and refused
     /// nothing. Waits (2 s at most) for the device thread to drain the ring.
     fn check_model(&self) -> Result<()> {
@@ -389,6 +397,9 @@ struct Comparison {
     /// The A/A floor of the group this comparison belongs to, ns.
     floor: f64,
     verdict: Verdict,
+    /// Software 82599: the model's own time per frame on the device core (its busy time over
+    /// the comparison's frames, both placements), next to the forwarder's ns per packet.
+    model_ns_per_frame: Option<f64>,
 }
 
 /// The comparisons run on one device: the A/A first (its floor judges the others).
@@ -533,6 +544,7 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
                         placement_name(pb)
                     );
                     let (mut a_ns, mut b_ns) = (Vec::new(), Vec::new());
+                    let model_before = rig.model_time();
                     for (i, a_first) in abba(args.pairs).enumerate() {
                         if stop.load(Relaxed) {
                             progress.end();
@@ -546,6 +558,12 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
                         b_ns.push(b);
                         progress.show(&what, i + 1, args.pairs);
                     }
+                    let model_ns_per_frame = match (model_before, rig.model_time()) {
+                        (Some((busy0, sent0)), Some((busy1, sent1))) if sent1 > sent0 => {
+                            Some((busy1 - busy0) as f64 / (sent1 - sent0) as f64)
+                        }
+                        _ => None,
+                    };
                     let diff = paired_t_95(&a_ns, &b_ns);
                     if kind == "A/A" {
                         floor = noise_floor(&diff);
@@ -565,6 +583,7 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
                         b_ns,
                         diff,
                         floor,
+                        model_ns_per_frame,
                     };
                     if !json_out {
                         progress.end();
@@ -603,8 +622,12 @@ fn print_comparison(c: &Comparison) -> Result<()> {
     } else {
         c.verdict.to_string()
     };
+    let model = c
+        .model_ns_per_frame
+        .map(|m| format!("  (model: {m:.0} ns per frame on the device core)"))
+        .unwrap_or_default();
     outln!(
-        "{:<4} {:<8} {:<3} {:<8} {:<17} {:<17} {:>14} {:>14}  {verdict}",
+        "{:<4} {:<8} {:<3} {:<8} {:<17} {:<17} {:>14} {:>14}  {verdict}{model}",
         c.device,
         c.traffic,
         c.work.name(),

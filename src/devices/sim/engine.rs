@@ -29,6 +29,18 @@ pub(super) struct RxEngine {
     pub(super) blocked: bool,
     /// Counts of this service run, added to the registers once at its end.
     pub(super) tally: RxTally,
+    /// What the traffic source's frame was found to be (headers, checksums), for the TPIDs
+    /// then set: the source repeats one frame, so it is parsed and verified once.
+    pub(super) source_analysis: Option<Analysis>,
+}
+
+/// A frame's parse and checksum verification, which depend only on its bytes and the TPIDs.
+#[derive(Debug)]
+pub(super) struct Analysis {
+    pub(super) frame: Vec<u8>,
+    pub(super) tpids: [u16; 2],
+    pub(super) headers: Option<super::frame::Headers>,
+    pub(super) csum: super::frame::Csum,
 }
 
 /// Receive counters gathered during one run of the engine and flushed once at its end (one

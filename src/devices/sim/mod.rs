@@ -216,4 +216,7 @@ counters! {
     source_frames,
     /// Receive write-backs that carried an injected RXE.
     injected_rx_errors,
+    /// Threaded mode: nanoseconds the device thread spent in polls of this port that did work
+    /// (the model's own time, on the device core; idle polls are not counted).
+    busy_ns,
 }

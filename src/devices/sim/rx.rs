@@ -14,7 +14,7 @@
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
-use super::engine::{RxEngine, RxTally, WireFrame};
+use super::engine::{Analysis, RxEngine, RxTally, WireFrame};
 use super::frame::{self, VlanView};
 use super::layout::{bucket_index, RX_BUCKETS};
 use super::layout::{rxq, RQSMR, W_GORC, W_QBRC, W_TOR};
@@ -121,7 +121,7 @@ impl SimRegs {
                 break;
             };
             self.inbound_bytes.fetch_sub(f.data.len(), Relaxed);
-            match self.receive(&dma, rx, &f.data, f.fcs_ok) {
+            match self.receive(&dma, rx, &f.data, f.fcs_ok, false) {
                 Outcome::NoRoom(q) => {
                     let drop_en = r::srrctl::DROP_EN.is_set(self.get_off(rxq(q) + 0x14));
                     if inline || drop_en {
@@ -167,7 +167,7 @@ impl SimRegs {
             if src.remaining == Some(0) || !self.rx_ready() {
                 break;
             }
-            let o = self.receive(dma, rx, &src.frame, true);
+            let o = self.receive(dma, rx, &src.frame, true, true);
             if matches!(o, Outcome::NoRoom(_) | Outcome::NotReady) {
                 break; // The source waits until the port can take its frame.
             }
@@ -241,8 +241,17 @@ impl SimRegs {
 
     /// Runs one frame through the receive path. TPR/TORL count every frame whose fate is
     /// final (placed or dropped); a frame that waits or is not taken is not counted yet.
-    fn receive(&self, dma: &DmaView<'_>, rx: &mut RxEngine, f: &[u8], fcs_ok: bool) -> Outcome {
-        let o = self.receive_inner(dma, rx, f, fcs_ok);
+    /// Receives one frame; `from_source`: it is the traffic source's frame, whose analysis
+    /// is kept.
+    fn receive(
+        &self,
+        dma: &DmaView<'_>,
+        rx: &mut RxEngine,
+        f: &[u8],
+        fcs_ok: bool,
+        from_source: bool,
+    ) -> Outcome {
+        let o = self.receive_inner(dma, rx, f, fcs_ok, from_source);
         if matches!(o, Outcome::Placed | Outcome::Dropped) {
             Self::count_total(&mut rx.tally, f.len());
         }
@@ -260,6 +269,7 @@ impl SimRegs {
         rx: &mut RxEngine,
         f: &[u8],
         fcs_ok: bool,
+        from_source: bool,
     ) -> Outcome {
         if !self.rx_ready() {
             return Outcome::NotReady;
@@ -293,7 +303,7 @@ impl SimRegs {
             self.counters.rx_filtered.inc();
             return Outcome::Dropped;
         }
-        let h = frame::headers(f, [vet, outer.unwrap_or(vet)]);
+        let (h, cs) = Self::analyse(rx, f, [vet, outer.unwrap_or(vet)], from_source);
         let rss = self.rss_queue(f, h);
         let q = rss.map_or(0, |(_, _, q)| q);
         let rb = rxq(q);
@@ -313,7 +323,6 @@ impl SimRegs {
         if !r::hlreg0::RXCRCSTRP.is_set(hl) {
             data.extend_from_slice(&frame::fcs(f));
         }
-        let cs = frame::checksums(f, h);
         let mut staterr = DD | cs.status | cs.errors;
         if vv.tagged {
             staterr |= VP;
@@ -343,6 +352,33 @@ impl SimRegs {
         }
         rx.scratch = data;
         o
+    }
+
+    /// The frame's headers and checksum verdict for TPIDs `tpids`. The source's frame is
+    /// analysed once (it repeats; the analysis is kept with the bytes and TPIDs it was made
+    /// for, and made again when either differs); every other frame each time.
+    fn analyse(
+        rx: &mut RxEngine,
+        f: &[u8],
+        tpids: [u16; 2],
+        from_source: bool,
+    ) -> (Option<frame::Headers>, frame::Csum) {
+        if let Some(a) = &rx.source_analysis {
+            if from_source && a.tpids == tpids && a.frame == f {
+                return (a.headers, a.csum);
+            }
+        }
+        let headers = frame::headers(f, tpids);
+        let csum = frame::checksums(f, headers);
+        if from_source {
+            rx.source_analysis = Some(Analysis {
+                frame: f.to_vec(),
+                tpids,
+                headers,
+                csum,
+            });
+        }
+        (headers, csum)
     }
 
     fn vlan_ok(&self, vv: VlanView) -> bool {

@@ -16,7 +16,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::regs::{lock, SimRegs};
 use crate::error::{Error, Result};
@@ -140,7 +140,13 @@ fn run(group: &Arc<Group>, name: &str) {
         let mut gone = false;
         for m in &ports {
             match m.dev.upgrade() {
-                Some(dev) => worked |= dev.poll(),
+                Some(dev) => {
+                    let t = Instant::now();
+                    if dev.poll() {
+                        dev.counters.busy_ns.add(t.elapsed().as_nanos() as u64);
+                        worked = true;
+                    }
+                }
                 None => gone = true,
             }
         }
