@@ -86,7 +86,10 @@ pub enum DeviceSel {
     Null,
     /// The ixgbe driver on the software 82599 (threaded).
     Sim,
-    /// Both.
+    /// The software 82599 in inline mode too (its writes on the forwarding core), for the
+    /// cold-line A/B against the threaded one.
+    SimInline,
+    /// The null device and both software 82599 modes.
     Both,
 }
 
@@ -224,7 +227,6 @@ struct Rig {
     now: Placement,
     /// Packets sent since the rig was made (to check against the model's transmit counter).
     sent: u64,
-    can_hw: bool,
 }
 
 impl Rig {
@@ -242,17 +244,20 @@ impl Rig {
         };
         let a = AnyPort::Null(NullPort::new(0, ncfg.clone())?);
         let b = AnyPort::Null(NullPort::new(1, ncfg)?);
-        Rig::new("null", a, b, None, false)
+        Rig::new("null", a, b, None)
     }
 
-    fn sim(args: &BenchArgs, tagged: bool) -> Result<Rig> {
-        let thread = args
-            .pin
-            .get(1)
-            .map_or_else(DeviceThread::new, |&c| DeviceThread::pinned(c));
+    /// Threaded: one device thread on the other core serves both ports. Inline: the model
+    /// does the device's work inside the driver's register writes, on the forwarding core.
+    fn sim(args: &BenchArgs, tagged: bool, mode: Mode) -> Result<Rig> {
+        let thread = (mode == Mode::Threaded).then(|| {
+            args.pin
+                .get(1)
+                .map_or_else(DeviceThread::new, |&c| DeviceThread::pinned(c))
+        });
         let scfg = SimConfig {
-            mode: Mode::Threaded,
-            thread: Some(thread),
+            mode,
+            thread,
             ..SimConfig::default()
         };
         let mut src = Source::udp(vfio_nic::device::MacAddr([0x02, 0, 0, 0, 0, 2]), FRAME);
@@ -274,7 +279,12 @@ impl Rig {
         };
         let a = AnyPort::IxgbeSim(Box::new(IxgbePort::open(sa.clone(), icfg.clone())?));
         let b = AnyPort::IxgbeSim(Box::new(IxgbePort::open(sb.clone(), icfg)?));
-        Rig::new("sim", a, b, Some((sa, sb)), true)
+        let device = if mode == Mode::Threaded {
+            "sim"
+        } else {
+            "sim-inline"
+        };
+        Rig::new(device, a, b, Some((sa, sb)))
     }
 
     fn new(
@@ -282,7 +292,6 @@ impl Rig {
         mut a: AnyPort,
         mut b: AnyPort,
         sim: Option<(SimPort, SimPort)>,
-        can_hw: bool,
     ) -> Result<Rig> {
         let now = (RxMode::Deferred, TxMode::Software);
         let cfg = |rx, tx| VlanConfig {
@@ -307,7 +316,6 @@ impl Rig {
             sim,
             now,
             sent: 0,
-            can_hw,
         })
     }
 
@@ -347,8 +355,12 @@ impl Rig {
     }
 
     /// The software 82599's device-thread busy time so far (both ports), ns, and the packets
-    /// sent; `None` on the null device.
+    /// sent; `None` on the null device and in inline mode (no device thread: the model's time
+    /// is inside the forwarder's).
     fn model_time(&self) -> Option<(u64, u64)> {
+        if self.device != "sim" {
+            return None;
+        }
         self.sim
             .as_ref()
             .map(|(sa, sb)| (sa.counters().busy_ns + sb.counters().busy_ns, self.sent))
@@ -403,22 +415,59 @@ struct Comparison {
 }
 
 /// The comparisons run on one device: the A/A first (its floor judges the others).
-fn plan(can_hw: bool) -> Vec<(&'static str, Placement, Placement)> {
+///
+/// On both software 82599 modes, Software vs Deferred receive with the tag left to the NIC on
+/// transmit is the cold-line pair: the model does the same in both placements (it strips
+/// nothing), so B - A is what reading the frame's first line in the burst costs, with the line
+/// written on the other core (threaded) or on the forwarding core just before (inline).
+fn plan(device: &str) -> Vec<(&'static str, Placement, Placement)> {
     use RxMode::*;
     use TxMode::{Hardware as TxHw, Software as TxSw};
-    if can_hw {
-        vec![
+    match device {
+        "null" => vec![
+            ("A/A", (Deferred, TxSw), (Deferred, TxSw)),
+            ("receive", (Deferred, TxSw), (Software, TxSw)),
+        ],
+        "sim" => vec![
             ("A/A", (Hardware, TxHw), (Hardware, TxHw)),
             ("receive", (Hardware, TxHw), (Software, TxHw)),
             ("receive", (Hardware, TxHw), (Deferred, TxHw)),
+            ("cold", (Deferred, TxHw), (Software, TxHw)),
             ("transmit", (Hardware, TxHw), (Hardware, TxSw)),
-        ]
-    } else {
-        vec![
-            ("A/A", (Deferred, TxSw), (Deferred, TxSw)),
-            ("receive", (Deferred, TxSw), (Software, TxSw)),
-        ]
+        ],
+        _ => vec![
+            ("A/A", (Deferred, TxHw), (Deferred, TxHw)),
+            ("cold", (Deferred, TxHw), (Software, TxHw)),
+        ],
     }
+}
+
+/// The cold-line A/B: the same Software vs Deferred receive comparison with the device's
+/// writes on the other core (threaded) and on the forwarding core (inline), and the difference
+/// of the two differences (its interval from both half-widths added in quadrature: the two
+/// comparisons are independent).
+fn cold_lines(results: &[Comparison]) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in results
+        .iter()
+        .filter(|c| c.device == "sim" && c.kind == "cold")
+    {
+        let Some(w) = results.iter().find(|w| {
+            w.device == "sim-inline"
+                && w.kind == "cold"
+                && w.traffic == c.traffic
+                && w.work == c.work
+        }) else {
+            continue;
+        };
+        let d = c.diff.mean - w.diff.mean;
+        let h = (c.diff.half_width().powi(2) + w.diff.half_width().powi(2)).sqrt();
+        out.push(format!(
+            "cold lines, {} {}: software strip (sw vs deferred receive) {:+.2} ns [{:+.2}, {:+.2}] with the frame written on the other core, {:+.2} ns [{:+.2}, {:+.2}] on the forwarding core: {:+.2} ns +-{:.2} per packet for the line arriving cold",
+            c.traffic, c.work.name(), c.diff.mean, c.diff.lo, c.diff.hi, w.diff.mean, w.diff.lo, w.diff.hi, d, h
+        ));
+    }
+    out
 }
 
 /// Progress on the terminal (standard error), one line rewritten in place; a line per
@@ -494,11 +543,12 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
     let devices: &[&'static str] = match args.device {
         DeviceSel::Null => &["null"],
         DeviceSel::Sim => &["sim"],
-        DeviceSel::Both => &["null", "sim"],
+        DeviceSel::SimInline => &["sim", "sim-inline"],
+        DeviceSel::Both => &["null", "sim", "sim-inline"],
     };
     let comparisons: usize = devices
         .iter()
-        .map(|d| plan(*d == "sim").len() * traffic.len() * works.len())
+        .map(|d| plan(d).len() * traffic.len() * works.len())
         .sum();
     let mut progress = Progress {
         total_reps: comparisons * args.pairs * 2,
@@ -529,14 +579,14 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
     for &dev in devices {
         for &t in &traffic {
             let tagged = t == "tagged";
-            let mut rig = if dev == "null" {
-                Rig::null(args, tagged)?
-            } else {
-                Rig::sim(args, tagged)?
+            let mut rig = match dev {
+                "null" => Rig::null(args, tagged)?,
+                "sim" => Rig::sim(args, tagged, Mode::Threaded)?,
+                _ => Rig::sim(args, tagged, Mode::Inline)?,
             };
             for &work in &works {
                 let mut floor = 0.0;
-                for (kind, pa, pb) in plan(rig.can_hw) {
+                for (kind, pa, pb) in plan(dev) {
                     let what = format!(
                         "{dev} {t} {} {kind}: {} vs {}",
                         work.name(),
@@ -596,6 +646,12 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
         }
     }
     progress.end();
+    let cold = cold_lines(&results);
+    if !json_out {
+        for line in &cold {
+            outln!("{line}");
+        }
+    }
     if let Some(path) = &args.svg {
         chart(path, &results, args)?;
         if !json_out {
@@ -606,7 +662,7 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
         let v = serde_json::json!({
             "pairs": args.pairs, "seconds": args.seconds, "burst": args.burst, "ring": args.ring,
             "frame_bytes": FRAME, "pin": args.pin, "interval": "95 % paired t",
-            "comparisons": results,
+            "comparisons": results, "cold_lines": cold,
         });
         outln!("{v}");
     }
@@ -645,7 +701,7 @@ fn print_comparison(c: &Comparison) -> Result<()> {
 fn chart(path: &std::path::Path, results: &[Comparison], args: &BenchArgs) -> Result<()> {
     use plotters::prelude::*;
     let fail = |e: String| Error::InvalidConfig(format!("writing {}: {e}", path.display()));
-    let devices: Vec<&str> = ["null", "sim"]
+    let devices: Vec<&str> = ["null", "sim", "sim-inline"]
         .into_iter()
         .filter(|d| results.iter().any(|c| c.device == *d))
         .collect();
@@ -681,10 +737,10 @@ fn chart(path: &std::path::Path, results: &[Comparison], args: &BenchArgs) -> Re
                 )
             })
             .collect();
-        let what = if d == "null" {
-            "null device (copy mode)"
-        } else {
-            "ixgbe on the software 82599, threaded"
+        let what = match d {
+            "null" => "null device (copy mode)",
+            "sim" => "ixgbe on the software 82599, threaded",
+            _ => "ixgbe on the software 82599, inline",
         };
         let mut ch = ChartBuilder::on(&area)
             .caption(

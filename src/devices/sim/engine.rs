@@ -29,10 +29,15 @@ pub(super) struct RxEngine {
     pub(super) blocked: bool,
     /// Counts of this service run, added to the registers once at its end.
     pub(super) tally: RxTally,
-    /// What the traffic source's frame was found to be (headers, checksums), for the TPIDs
-    /// then set: the source repeats one frame, so it is parsed and verified once.
-    pub(super) source_analysis: Option<Analysis>,
+    /// Frames already parsed and checksum-verified, by a hash of their bytes (direct-mapped,
+    /// [`ANALYSES`] entries): a traffic source repeats one frame, and forwarded traffic cycles
+    /// through a few, so each is analysed once. An entry is used only for the exact bytes and
+    /// TPIDs it was made for.
+    pub(super) analyses: Vec<Option<Analysis>>,
 }
+
+/// Entries of [`RxEngine::analyses`].
+pub(super) const ANALYSES: usize = 256;
 
 /// A frame's parse and checksum verification, which depend only on its bytes and the TPIDs.
 #[derive(Debug)]

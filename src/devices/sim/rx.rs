@@ -14,7 +14,7 @@
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
-use super::engine::{Analysis, RxEngine, RxTally, WireFrame};
+use super::engine::{Analysis, RxEngine, RxTally, WireFrame, ANALYSES};
 use super::frame::{self, VlanView};
 use super::layout::{bucket_index, RX_BUCKETS};
 use super::layout::{rxq, RQSMR, W_GORC, W_QBRC, W_TOR};
@@ -121,7 +121,7 @@ impl SimRegs {
                 break;
             };
             self.inbound_bytes.fetch_sub(f.data.len(), Relaxed);
-            match self.receive(&dma, rx, &f.data, f.fcs_ok, false) {
+            match self.receive(&dma, rx, &f.data, f.fcs_ok) {
                 Outcome::NoRoom(q) => {
                     let drop_en = r::srrctl::DROP_EN.is_set(self.get_off(rxq(q) + 0x14));
                     if inline || drop_en {
@@ -167,7 +167,7 @@ impl SimRegs {
             if src.remaining == Some(0) || !self.rx_ready() {
                 break;
             }
-            let o = self.receive(dma, rx, &src.frame, true, true);
+            let o = self.receive(dma, rx, &src.frame, true);
             if matches!(o, Outcome::NoRoom(_) | Outcome::NotReady) {
                 break; // The source waits until the port can take its frame.
             }
@@ -241,17 +241,8 @@ impl SimRegs {
 
     /// Runs one frame through the receive path. TPR/TORL count every frame whose fate is
     /// final (placed or dropped); a frame that waits or is not taken is not counted yet.
-    /// Receives one frame; `from_source`: it is the traffic source's frame, whose analysis
-    /// is kept.
-    fn receive(
-        &self,
-        dma: &DmaView<'_>,
-        rx: &mut RxEngine,
-        f: &[u8],
-        fcs_ok: bool,
-        from_source: bool,
-    ) -> Outcome {
-        let o = self.receive_inner(dma, rx, f, fcs_ok, from_source);
+    fn receive(&self, dma: &DmaView<'_>, rx: &mut RxEngine, f: &[u8], fcs_ok: bool) -> Outcome {
+        let o = self.receive_inner(dma, rx, f, fcs_ok);
         if matches!(o, Outcome::Placed | Outcome::Dropped) {
             Self::count_total(&mut rx.tally, f.len());
         }
@@ -269,7 +260,6 @@ impl SimRegs {
         rx: &mut RxEngine,
         f: &[u8],
         fcs_ok: bool,
-        from_source: bool,
     ) -> Outcome {
         if !self.rx_ready() {
             return Outcome::NotReady;
@@ -303,7 +293,7 @@ impl SimRegs {
             self.counters.rx_filtered.inc();
             return Outcome::Dropped;
         }
-        let (h, cs) = Self::analyse(rx, f, [vet, outer.unwrap_or(vet)], from_source);
+        let (h, cs) = Self::analyse(rx, f, [vet, outer.unwrap_or(vet)]);
         let rss = self.rss_queue(f, h);
         let q = rss.map_or(0, |(_, _, q)| q);
         let rb = rxq(q);
@@ -354,29 +344,47 @@ impl SimRegs {
         o
     }
 
-    /// The frame's headers and checksum verdict for TPIDs `tpids`. The source's frame is
-    /// analysed once (it repeats; the analysis is kept with the bytes and TPIDs it was made
-    /// for, and made again when either differs); every other frame each time.
+    /// The frame's headers and checksum verdict for TPIDs `tpids`: a pure function of the
+    /// bytes and the TPIDs, so a frame seen before (exactly the same bytes, the same TPIDs) is
+    /// not parsed and verified again (see `RxEngine::analyses`).
     fn analyse(
         rx: &mut RxEngine,
         f: &[u8],
         tpids: [u16; 2],
-        from_source: bool,
     ) -> (Option<frame::Headers>, frame::Csum) {
-        if let Some(a) = &rx.source_analysis {
-            if from_source && a.tpids == tpids && a.frame == f {
+        let mut h = f.len() as u64 ^ u64::from(tpids[0]) << 32 ^ u64::from(tpids[1]) << 48;
+        let mut words = f.chunks_exact(8);
+        for w in &mut words {
+            h = (h ^ u64::from_ne_bytes(w.try_into().unwrap())).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+        for &b in words.remainder() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+        if rx.analyses.is_empty() {
+            rx.analyses.resize_with(ANALYSES, || None);
+        }
+        let slot = &mut rx.analyses[(h >> 56) as usize % ANALYSES];
+        if let Some(a) = slot {
+            if a.tpids == tpids && a.frame == f {
                 return (a.headers, a.csum);
             }
         }
         let headers = frame::headers(f, tpids);
         let csum = frame::checksums(f, headers);
-        if from_source {
-            rx.source_analysis = Some(Analysis {
-                frame: f.to_vec(),
-                tpids,
-                headers,
-                csum,
-            });
+        match slot {
+            Some(a) => {
+                a.frame.clear();
+                a.frame.extend_from_slice(f);
+                (a.tpids, a.headers, a.csum) = (tpids, headers, csum);
+            }
+            None => {
+                *slot = Some(Analysis {
+                    frame: f.to_vec(),
+                    tpids,
+                    headers,
+                    csum,
+                })
+            }
         }
         (headers, csum)
     }
