@@ -491,3 +491,44 @@ fn a_failure_is_reported_even_when_the_reader_went_away() {
     assert!(!status.success(), "a failed probe exited {status}");
     assert!(err.contains("probe"), "{err}");
 }
+
+#[test]
+fn bench_reports_paired_comparisons_with_their_intervals() {
+    // A smoke test of the report's shape; no figure is asserted (benchmarks report, they do
+    // not pass or fail on speed).
+    let v = json(&[
+        "bench",
+        "--device",
+        "null",
+        "--pairs",
+        "3",
+        "--seconds",
+        "0.01",
+        "--work",
+        "fwd",
+        "--traffic",
+        "tagged",
+    ]);
+    assert_eq!(v["interval"], "95 % paired t");
+    let c = v["comparisons"].as_array().unwrap();
+    assert_eq!(c.len(), 2, "{v}");
+    assert_eq!(c[0]["kind"], "A/A");
+    assert_eq!(c[0]["verdict"]["verdict"], "no_difference");
+    assert_eq!(
+        (c[1]["a"].as_str(), c[1]["b"].as_str()),
+        (Some("rx deferred tx sw"), Some("rx sw tx sw"))
+    );
+    for side in ["a_ns", "b_ns"] {
+        assert_eq!(c[1][side].as_array().unwrap().len(), 3, "{side}");
+    }
+    let (lo, mean, hi) = (
+        c[1]["diff"]["lo"].as_f64().unwrap(),
+        c[1]["diff"]["mean"].as_f64().unwrap(),
+        c[1]["diff"]["hi"].as_f64().unwrap(),
+    );
+    assert!(lo <= mean && mean <= hi, "{lo} {mean} {hi}");
+    assert_eq!(
+        c[1]["floor"], c[0]["floor"],
+        "judged with its group's A/A floor"
+    );
+}
