@@ -34,6 +34,8 @@ pub(super) struct RxEngine {
     /// through a few, so each is analysed once. An entry is used only for the exact bytes and
     /// TPIDs it was made for.
     pub(super) analyses: Vec<Option<Analysis>>,
+    /// Buffers of the frames this run received, given back to the sender at its end.
+    pub(super) used: Vec<Vec<u8>>,
 }
 
 /// Entries of [`RxEngine::analyses`].

@@ -69,6 +69,9 @@ pub struct SimRegs {
     pub(super) tx: Mutex<TxEngine>,
     pub(super) rx: Mutex<RxEngine>,
     pub(super) inbound: Mutex<VecDeque<WireFrame>>,
+    /// Frame buffers the peer's receive engine is done with, for this port's transmit engine
+    /// to reuse (a leaf lock): forwarded traffic then allocates no buffer per frame.
+    pub(super) returns: Mutex<Vec<Vec<u8>>>,
     pub(super) inbound_bytes: AtomicUsize,
     pub(super) peer: Mutex<Weak<SimRegs>>,
     pub(super) counters: Counters,
@@ -135,6 +138,7 @@ impl SimRegs {
             tx: Mutex::new(TxEngine::default()),
             rx: Mutex::new(rx),
             inbound: Mutex::new(VecDeque::new()),
+            returns: Mutex::new(Vec::new()),
             inbound_bytes: AtomicUsize::new(0),
             peer: Mutex::new(Weak::new()),
             counters: Counters::default(),

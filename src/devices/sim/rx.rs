@@ -14,7 +14,7 @@
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
-use super::engine::{Analysis, RxEngine, RxTally, WireFrame, ANALYSES};
+use super::engine::{Analysis, RxEngine, RxTally, WireFrame, ANALYSES, SPARE};
 use super::frame::{self, VlanView};
 use super::layout::{bucket_index, RX_BUCKETS};
 use super::layout::{rxq, RQSMR, W_GORC, W_QBRC, W_TOR};
@@ -47,7 +47,17 @@ impl SimRegs {
     /// Offers a frame to this port's receive side (from the peer, loopback or a test). It waits
     /// in the inbound FIFO (the packet buffer, RXPBSIZE(0) bytes) until the receive engine runs:
     /// at once in inline mode, on the next poll in threaded mode.
+    /// A frame arrives from the wire; inline, the receive engine runs at once.
     pub(super) fn arrive(&self, f: WireFrame) {
+        if self.queue_arrival(f) && self.inline.load(Relaxed) {
+            self.service_rx();
+        }
+    }
+
+    /// Puts a frame from the wire into the inbound FIFO (or drops it, counted, when the packet
+    /// buffer is full); whether it was queued. The caller runs the receive engine (once for a
+    /// whole batch of frames, inline).
+    pub(super) fn queue_arrival(&self, f: WireFrame) -> bool {
         let kb = r::rxpbsize::SIZE.get(self.get(r::RXPBSIZE.at(0))) as usize;
         let cap = (kb * 1024).max(16 * 1024);
         let len = f.data.len();
@@ -57,14 +67,12 @@ impl SimRegs {
                 drop(q);
                 self.bump(r::MPC.at(0), 1);
                 self.counters.rx_fifo_overflow.inc();
-                return;
+                return false;
             }
             q.push_back(f);
             self.inbound_bytes.fetch_add(len, Relaxed);
         }
-        if self.inline.load(Relaxed) {
-            self.service_rx();
-        }
+        true
     }
 
     /// Adds a run's counts to the registers and the model's counters, and clears them.
@@ -107,6 +115,21 @@ impl SimRegs {
         let worked = self.service_rx_locked(&mut rx);
         let mut tally = std::mem::take(&mut rx.tally);
         self.flush_rx(&mut tally);
+        let mut used = std::mem::take(&mut rx.used);
+        drop(rx);
+        if !used.is_empty() {
+            // The buffers of the frames received go back to the port that sent them (the peer;
+            // with MAC loopback this port), for its transmit engine: no lock of this port is
+            // held now, and `returns` is a leaf.
+            let peer = lock(&self.peer).upgrade();
+            let to = peer.as_deref().unwrap_or(self);
+            let mut r = lock(&to.returns);
+            let room = SPARE.saturating_sub(r.len());
+            r.extend(used.drain(..).take(room));
+            drop(r);
+            used.clear();
+            lock(&self.rx).used = used;
+        }
         worked
     }
 
@@ -121,32 +144,32 @@ impl SimRegs {
                 break;
             };
             self.inbound_bytes.fetch_sub(f.data.len(), Relaxed);
-            match self.receive(&dma, rx, &f.data, f.fcs_ok) {
-                Outcome::NoRoom(q) => {
-                    let drop_en = r::srrctl::DROP_EN.is_set(self.get_off(rxq(q) + 0x14));
-                    if inline || drop_en {
-                        self.count_no_room(q, drop_en);
-                        Self::count_total(&mut rx.tally, f.data.len());
-                        worked = true;
-                        continue;
-                    }
-                    // Threaded, DROP_EN clear: the frame waits in the packet buffer.
-                    if !rx.blocked {
-                        rx.blocked = true;
-                        self.bump(r::RNBC.at(0), 1);
-                    }
-                    self.inbound_bytes.fetch_add(f.data.len(), Relaxed);
-                    lock(&self.inbound).push_front(f);
-                    break;
+            let outcome = self.receive(&dma, rx, &f.data, f.fcs_ok);
+            let Outcome::NoRoom(q) = outcome else {
+                if outcome == Outcome::NotReady {
+                    self.counters.rx_not_ready.inc();
                 }
-                o => {
-                    if o == Outcome::NotReady {
-                        self.counters.rx_not_ready.inc();
-                    }
-                    rx.blocked = false;
-                    worked = true;
-                }
+                rx.blocked = false;
+                worked = true;
+                rx.used.push(f.data);
+                continue;
+            };
+            let drop_en = r::srrctl::DROP_EN.is_set(self.get_off(rxq(q) + 0x14));
+            if inline || drop_en {
+                self.count_no_room(q, drop_en);
+                Self::count_total(&mut rx.tally, f.data.len());
+                worked = true;
+                rx.used.push(f.data);
+                continue;
             }
+            // Threaded, DROP_EN clear: the frame waits in the packet buffer.
+            if !rx.blocked {
+                rx.blocked = true;
+                self.bump(r::RNBC.at(0), 1);
+            }
+            self.inbound_bytes.fetch_add(f.data.len(), Relaxed);
+            lock(&self.inbound).push_front(f);
+            break;
         }
         worked | self.run_source(&dma, rx, inline)
     }
@@ -363,21 +386,30 @@ impl SimRegs {
         if rx.analyses.is_empty() {
             rx.analyses.resize_with(ANALYSES, || None);
         }
-        let slot = &mut rx.analyses[(h >> 56) as usize % ANALYSES];
-        if let Some(a) = slot {
-            if a.tpids == tpids && a.frame == f {
-                return (a.headers, a.csum);
+        // Two-way: the entry at the hash and its neighbour, so that two frames whose hashes
+        // collide do not evict each other for ever.
+        let i = (h >> 56) as usize % ANALYSES;
+        for j in [i, i ^ 1] {
+            if let Some(a) = &rx.analyses[j] {
+                if a.tpids == tpids && a.frame == f {
+                    return (a.headers, a.csum);
+                }
             }
         }
         let headers = frame::headers(f, tpids);
         let csum = frame::checksums(f, headers);
-        match slot {
+        let victim = if rx.analyses[i].is_none() || (h >> 55) & 1 == 0 {
+            i
+        } else {
+            i ^ 1
+        };
+        match &mut rx.analyses[victim] {
             Some(a) => {
                 a.frame.clear();
                 a.frame.extend_from_slice(f);
                 (a.tpids, a.headers, a.csum) = (tpids, headers, csum);
             }
-            None => {
+            slot @ None => {
                 *slot = Some(Analysis {
                     frame: f.to_vec(),
                     tpids,

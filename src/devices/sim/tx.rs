@@ -40,6 +40,16 @@ const VLE: u32 = 1 << 30;
 const TSE: u32 = 1 << 31;
 const DD: u32 = 1;
 
+/// Where [`SimRegs::to_wire`] put a frame.
+enum Wire {
+    /// Into the peer's inbound FIFO (or dropped there, counted, when it was full).
+    Peer,
+    /// Into this port's own inbound FIFO (MAC loopback).
+    Looped,
+    /// Nowhere (no peer, or the link is down): the buffer, for reuse.
+    Back(Vec<u8>),
+}
+
 impl SimRegs {
     fn tx_ready(&self, q: usize) -> bool {
         self.dma_allowed()
@@ -59,6 +69,10 @@ impl SimRegs {
                 spare,
                 out,
             } = &mut *tx;
+            if spare.is_empty() {
+                // Buffers the peer's receive engine gave back (`returns`, a leaf lock).
+                spare.append(&mut lock(&self.returns));
+            }
             let worked = self.walk(&mut queues[q], q, out, spare);
             if out.is_empty() {
                 return worked;
@@ -67,14 +81,28 @@ impl SimRegs {
         };
         let mut tally = TxTally::default();
         let peer = lock(&self.peer).upgrade();
+        let mut arrived = (false, false);
         for o in out.drain(..) {
-            if let Some(buf) = self.to_wire(o, peer.as_ref(), &mut tally) {
-                if spare.len() < SPARE {
-                    spare.push(buf);
+            match self.to_wire(o, peer.as_ref(), &mut tally) {
+                Wire::Back(buf) => {
+                    if spare.len() < SPARE {
+                        spare.push(buf);
+                    }
                 }
+                Wire::Peer => arrived.0 = true,
+                Wire::Looped => arrived.1 = true,
             }
         }
         self.flush_tx(&tally);
+        // Inline, the receive engines run once for the whole run's frames, not once a frame.
+        if self.inline.load(Relaxed) {
+            if let (true, Some(p)) = (arrived.0, &peer) {
+                p.service_rx();
+            }
+            if arrived.1 {
+                self.service_rx();
+            }
+        }
         let mut tx = lock(&self.tx);
         tx.out = out;
         if tx.spare.is_empty() {
@@ -253,12 +281,14 @@ impl SimRegs {
     /// Puts a transmitted frame on the wire: MAC loopback, the peer, or nowhere (a port with no
     /// peer transmits into the void, counted as sent).
     /// Counts into `t`; returns the frame's buffer when nothing took it (for reuse).
-    fn to_wire(&self, o: Out, peer: Option<&Arc<SimRegs>>, t: &mut TxTally) -> Option<Vec<u8>> {
+    /// Puts one frame on the wire: into the peer's inbound FIFO, or back into this port's own
+    /// with MAC loopback, or nowhere (its buffer comes back for reuse).
+    fn to_wire(&self, o: Out, peer: Option<&Arc<SimRegs>>, t: &mut TxTally) -> Wire {
         let f = o.frame;
         let lpbk = r::hlreg0::LPBK.is_set(self.get(r::HLREG0));
         if !lpbk && !self.link_up() {
             t.dropped += 1;
-            return Some(f.data);
+            return Wire::Back(f.data);
         }
         let len = f.data.len() as u64;
         t.frames += 1;
@@ -280,15 +310,15 @@ impl SimRegs {
             c.push_back(f.data.clone());
         }
         if lpbk {
-            self.arrive(f);
-            return None;
+            self.queue_arrival(f);
+            return Wire::Looped;
         }
         match peer {
             Some(p) => {
-                p.arrive(f);
-                None
+                p.queue_arrival(f);
+                Wire::Peer
             }
-            None => Some(f.data),
+            None => Wire::Back(f.data),
         }
     }
 
