@@ -325,17 +325,24 @@ impl SimRegs {
             return Outcome::NotReady;
         }
         let strip = vv.tagged && r::rxdctl::VME.is_set(dctl);
-        let mut data = std::mem::take(&mut rx.scratch);
-        data.clear();
-        if strip {
-            data.extend_from_slice(&f[..vv.tag_off]);
-            data.extend_from_slice(&f[vv.tag_off + 4..]);
+        let keep_fcs = !r::hlreg0::RXCRCSTRP.is_set(hl);
+        // The bytes written: the frame itself, or a copy without its tag or with its FCS.
+        let mut scratch = std::mem::take(&mut rx.scratch);
+        let data: &[u8] = if strip || keep_fcs {
+            scratch.clear();
+            if strip {
+                scratch.extend_from_slice(&f[..vv.tag_off]);
+                scratch.extend_from_slice(&f[vv.tag_off + 4..]);
+            } else {
+                scratch.extend_from_slice(f);
+            }
+            if keep_fcs {
+                scratch.extend_from_slice(&frame::fcs(f));
+            }
+            &scratch
         } else {
-            data.extend_from_slice(f);
-        }
-        if !r::hlreg0::RXCRCSTRP.is_set(hl) {
-            data.extend_from_slice(&frame::fcs(f));
-        }
+            f
+        };
         let mut staterr = DD | cs.status | cs.errors;
         if vv.tagged {
             staterr |= VP;
@@ -354,7 +361,7 @@ impl SimRegs {
             0
         };
         let lo = u64::from(rss_type | frame::packet_type(h)) | u64::from(hash) << 32;
-        let o = self.place(dma, q, &data, lo, staterr, if strip { vv.tci } else { 0 });
+        let o = self.place(dma, q, data, lo, staterr, if strip { vv.tci } else { 0 });
         if o == Outcome::Placed {
             if inject {
                 self.faults.rx_errors.fetch_sub(1, Relaxed);
@@ -363,7 +370,7 @@ impl SimRegs {
             let s = self.stat_index(RQSMR, q);
             Self::count_rx(&mut rx.tally, s, f, data.len());
         }
-        rx.scratch = data;
+        rx.scratch = scratch;
         o
     }
 
