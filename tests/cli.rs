@@ -151,7 +151,15 @@ fn respond_answers_the_probe_on_its_vlan_only() {
     assert_eq!(v["responder"]["echo_replies"], 2);
     // The probe is sent on VLAN 100; a filter without 100 drops it before the responder sees
     // it: no reply, so the probe fails with a non-zero exit and one line.
-    let out = vfio_nic(&[
+    let out = vfio_nic(&probe_without_reply(&["--duration", "0.3"]));
+    assert!(!out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+}
+
+/// `respond` with a probe sent on VLAN 100 through a filter that holds only VLAN 200: the
+/// responder never sees it, so the probe gets no reply and the run fails. `extra` follows.
+fn probe_without_reply<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
         "respond",
         "sim:1",
         "--ip",
@@ -162,11 +170,9 @@ fn respond_answers_the_probe_on_its_vlan_only() {
         "200",
         "--probe-from",
         "sim:0",
-        "--duration",
-        "0.3",
-    ]);
-    assert!(!out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+    ];
+    args.extend_from_slice(extra);
+    args
 }
 
 /// One pcap file parsed by hand from the format (libpcap's savefile.c layout): 24-byte global
@@ -472,22 +478,12 @@ fn a_reader_that_goes_away_ends_the_command_quietly() {
 fn a_failure_is_reported_even_when_the_reader_went_away() {
     // The probe gets no reply (VLAN 100 is not in the filter): the run fails. Its reader goes
     // after the first status line, so printing fails too; the failure must win, not the pipe.
-    let (status, err) = with_reader_gone(&[
-        "respond",
-        "sim:63",
-        "--ip",
-        "192.0.2.1/24",
-        "--vlan",
-        "100",
-        "--vlan-filter",
-        "200",
-        "--probe-from",
-        "sim:62",
+    let (status, err) = with_reader_gone(&probe_without_reply(&[
         "--duration",
         "2",
         "--stats-period",
         "0.05",
-    ]);
+    ]));
     assert!(!status.success(), "a failed probe exited {status}");
     assert!(err.contains("probe"), "{err}");
 }

@@ -64,8 +64,9 @@ pub fn t_975(df: usize) -> f64 {
     }
 }
 
-/// The mean of `b[i] - a[i]` with its paired-t 95 % interval. With fewer than two pairs the
-/// interval is unbounded (nothing can be concluded).
+/// The mean of `b[i] - a[i]` with its paired-t 95 % interval (the one-sample t interval of
+/// the differences). With fewer than two pairs the interval is unbounded (nothing can be
+/// concluded).
 ///
 /// # Panics
 /// If `a` and `b` differ in length.
@@ -76,15 +77,18 @@ pub fn paired_t_95(a: &[f64], b: &[f64]) -> Interval {
         "a paired comparison needs as many A as B samples"
     );
     let d: Vec<f64> = a.iter().zip(b).map(|(a, b)| b - a).collect();
-    let n = d.len();
-    if n == 0 {
-        return Interval {
-            mean: f64::NAN,
-            lo: f64::NEG_INFINITY,
-            hi: f64::INFINITY,
-        };
-    }
-    let mean = d.iter().sum::<f64>() / n as f64;
+    mean_95(&d)
+}
+
+/// The mean of `x` with its one-sample t 95 % interval (Student's t with n - 1 degrees of
+/// freedom); unbounded with fewer than two samples.
+pub fn mean_95(x: &[f64]) -> Interval {
+    let n = x.len();
+    let mean = if n == 0 {
+        f64::NAN
+    } else {
+        x.iter().sum::<f64>() / n as f64
+    };
     if n < 2 {
         return Interval {
             mean,
@@ -92,18 +96,13 @@ pub fn paired_t_95(a: &[f64], b: &[f64]) -> Interval {
             hi: f64::INFINITY,
         };
     }
-    let var = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
     let half = t_975(n - 1) * (var / n as f64).sqrt();
     Interval {
         mean,
         lo: mean - half,
         hi: mean + half,
     }
-}
-
-/// The mean of `x` with its one-sample t 95 % interval (for one configuration's own figure).
-pub fn mean_95(x: &[f64]) -> Interval {
-    paired_t_95(&vec![0.0; x.len()], x)
 }
 
 /// The largest difference an A/A comparison of this machine could show: the size of its mean

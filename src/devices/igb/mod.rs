@@ -79,7 +79,6 @@ pub type IgbConfig = IntelConfig<Chip82576>;
 pub type IgbPort<B> = IntelPort<Chip82576, B>;
 
 impl IntelChip for Chip82576 {
-    const DRIVER: &'static str = "igb";
     const FAMILY: Family = Family::Igb;
     const STATUS: Reg = r::STATUS;
     const PROMISC: (Reg, u32) = (r::RCTL, r::rctl::UPE.bit() | r::rctl::MPE.bit());

@@ -34,9 +34,8 @@ pub struct ShellOnly(());
 /// What a chip supplies to the shell. Implemented by the chip's marker type
 /// ([`Chip82576`](crate::devices::igb::Chip82576), [`Chip82599`](crate::devices::ixgbe::Chip82599)).
 pub trait IntelChip: Chip {
-    /// The driver's name in [`PortInfo`] ("igb", "ixgbe").
-    const DRIVER: &'static str;
-    /// The family in the PCI id table.
+    /// The family in the PCI id table; its name is the driver's in [`PortInfo`] ("igb",
+    /// "ixgbe").
     const FAMILY: Family;
     /// A register that reads all-ones when the device is gone (surprise removal).
     const STATUS: Reg;
@@ -130,7 +129,7 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
                     supported: format!(
                         "{} (the {} driver)",
                         ids::family_list(C::FAMILY),
-                        C::DRIVER
+                        C::FAMILY.name()
                     ),
                 });
             }
@@ -254,20 +253,19 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
 
     /// Lets frames tagged `vid` through the filter. VID 4095 is refused; VID 0 is always in.
     pub fn add_vlan(&mut self, vid: u16) -> Result<()> {
-        let vid = Vid::new(vid)?;
-        self.vlan.table.add(vid.get())?;
+        self.vlan.table.add(vid)?;
         self.write_vfta_word(vid)
     }
 
     /// Stops letting frames tagged `vid` through the filter (VID 0 stays: priority tags always
     /// pass). VID 4095 is refused.
     pub fn remove_vlan(&mut self, vid: u16) -> Result<()> {
-        let vid = Vid::new(vid)?;
-        self.vlan.table.remove(vid.get())?;
+        self.vlan.table.remove(vid)?;
         self.write_vfta_word(vid)
     }
 
-    fn write_vfta_word(&self, vid: Vid) -> Result<()> {
+    /// Writes the VFTA word holding `vid` (a VID the table accepted).
+    fn write_vfta_word(&self, vid: u16) -> Result<()> {
         let (i, w) = self.vlan.word_of(vid);
         self.regs.write(self.vlan.vfta.at(i), w);
         self.alive()
@@ -343,7 +341,7 @@ impl<C: IntelChip, B: Bus> Port for IntelPort<C, B> {
     fn info(&self) -> PortInfo {
         PortInfo {
             name: self.name.to_string(),
-            driver: C::DRIVER,
+            driver: C::FAMILY.name(),
             model: self.model.to_string(),
             pci_id: Some(self.bus.pci_id()),
             mac: self.mac,

@@ -7,14 +7,14 @@
 //! never changes what the port accepts. The chip-specific register writes are each chip's own
 //! (`igb/vlan.rs`, `ixgbe/vlan.rs`).
 //!
-//! Policy (docs/vlan-rules.md): VID 4095 is reserved and refused ([`Vid::new`], the one VID
-//! check); VID 0 (priority tags) is always in the table, so priority-tagged frames pass the
+//! Policy (docs/vlan-rules.md): VID 4095 is reserved and refused ([`Vid::new`](crate::vlan::Vid::new),
+//! the one VID check, which [`VlanFilter`] applies); VID 0 (priority tags) is always in the table, so priority-tagged frames pass the
 //! filter, as Linux does.
 
 use crate::error::Result;
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::RegArray;
-use crate::vlan::{Vid, VlanFilter};
+use crate::vlan::VlanFilter;
 
 /// The VLAN configuration of an Intel port as software keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,19 +48,9 @@ impl VlanShadow {
         })
     }
 
-    /// Whether `vid` passes the filter.
-    pub fn contains(&self, vid: u16) -> bool {
-        self.table.contains(vid)
-    }
-
-    /// VIDs in the table, ascending.
-    pub fn vids(&self) -> Vec<u16> {
-        self.table.iter().collect()
-    }
-
     /// The VFTA index holding `vid` and that word's value now.
-    pub(crate) fn word_of(&self, vid: Vid) -> (u32, u32) {
-        let i = usize::from(vid.get() / 32);
+    pub(crate) fn word_of(&self, vid: u16) -> (u32, u32) {
+        let i = usize::from(vid / 32);
         (i as u32, self.table.words()[i])
     }
 

@@ -79,7 +79,6 @@ const LIMITS: Limits = Limits {
 };
 
 impl IntelChip for Chip82599 {
-    const DRIVER: &'static str = "ixgbe";
     const FAMILY: Family = Family::Ixgbe;
     const STATUS: Reg = r::STATUS;
     const PROMISC: (Reg, u32) = (r::FCTRL, r::fctrl::UPE.bit() | r::fctrl::MPE.bit());

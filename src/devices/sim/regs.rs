@@ -7,8 +7,9 @@
 //! documentation of [`crate::devices::sim`]: self-clearing reset, read-to-clear counters, a link that comes
 //! up after autonegotiation is restarted, enable bits that read back at once.
 //!
-//! Lock order: `tx` before `rx` (only reset takes both); the inbound queue lock is a leaf; no
-//! lock of one port is ever held while taking a lock of another.
+//! Lock order: `tx` before `rx` (only reset takes both); the inbound queue, `peer` and
+//! `returns` locks are leaves (nothing is locked while one is held); no other lock of one port
+//! is ever held while taking a lock of another.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};

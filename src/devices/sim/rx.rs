@@ -115,20 +115,16 @@ impl SimRegs {
         let worked = self.service_rx_locked(&mut rx);
         let mut tally = std::mem::take(&mut rx.tally);
         self.flush_rx(&mut tally);
-        let mut used = std::mem::take(&mut rx.used);
-        drop(rx);
-        if !used.is_empty() {
+        if !rx.used.is_empty() {
             // The buffers of the frames received go back to the port that sent them (the peer;
-            // with MAC loopback this port), for its transmit engine: no lock of this port is
-            // held now, and `returns` is a leaf.
+            // with MAC loopback this port), for its transmit engine. `returns` is a leaf lock,
+            // so taking it with this port's receive lock held cannot deadlock.
             let peer = lock(&self.peer).upgrade();
             let to = peer.as_deref().unwrap_or(self);
             let mut r = lock(&to.returns);
             let room = SPARE.saturating_sub(r.len());
-            r.extend(used.drain(..).take(room));
-            drop(r);
-            used.clear();
-            lock(&self.rx).used = used;
+            // (Draining removes them all; those beyond the room are freed.)
+            r.extend(rx.used.drain(..).take(room));
         }
         worked
     }
