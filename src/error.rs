@@ -155,6 +155,14 @@ pub enum Error {
     #[error("VLAN ID 4095 cannot be used {what}: IEEE 802.1Q reserves it; use a VID from 1 to 4094 (or 0 for a priority tag only)")]
     ReservedVlanId { what: &'static str },
 
+    /// A stage of a pipeline waited too long for the other (which failed, or is starved).
+    #[error("{stage}: waited {waited_ms} ms for {what}; the other stage failed or stopped (see its error), or the machine is too loaded to run both")]
+    Stalled {
+        stage: &'static str,
+        what: &'static str,
+        waited_ms: u64,
+    },
+
     /// A configuration value out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),

@@ -507,7 +507,17 @@ fn bench_reports_paired_comparisons_with_their_intervals() {
     ]);
     assert_eq!(v["interval"], "95 % paired t");
     let c = v["comparisons"].as_array().unwrap();
-    assert_eq!(c.len(), 2, "{v}");
+    assert_eq!(c.len(), 4, "{v}");
+    let kinds: Vec<&str> = c.iter().map(|c| c["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["A/A", "receive", "pipeline", "return"]);
+    for piped in &c[2..] {
+        let note = piped["pipeline"].as_str().unwrap();
+        assert!(
+            note.contains("A 0.000") && note.contains("B 1.0"),
+            "A recycles on its core, every buffer of B comes home by the slow path: {note}"
+        );
+    }
+    assert_eq!(v["pipeline_lines"].as_array().unwrap().len(), 2, "{v}");
     assert_eq!(c[0]["kind"], "A/A");
     assert_eq!(c[0]["verdict"]["verdict"], "no_difference");
     assert_eq!(

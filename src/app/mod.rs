@@ -6,11 +6,13 @@
 //! - [`capture`]: writing received frames to pcap;
 //! - [`compare`]: paired, interleaved comparisons with confidence intervals and a noise floor;
 //! - [`forward`]: the forwarding loop;
+//! - [`pipeline`]: forwarding as two stages on two threads (buffers freed on another core);
 //! - [`selftest`]: the register and loopback self-test.
 
 pub mod capture;
 pub mod compare;
 pub mod forward;
+pub mod pipeline;
 pub mod respond;
 pub mod selftest;
 pub mod wire;

@@ -22,6 +22,15 @@
 //!   served by ONE device thread on the other core, so frames arrive in cache lines another core
 //!   wrote, as DMA writes do. The model's own transmit counter must match what was sent.
 //!
+//! On the null device, `fwd` also runs as a pipeline: receive on this thread, transmit on a
+//! second one (on the second `--pin` CPU), bursts handed over through a lock-free queue
+//! ([`forward_pipelined`]). Every buffer is then freed on the other core and comes home through
+//! the pool's slow path, against the one-core loop where every buffer takes the fast path.
+//! That difference includes moving packets between cores; the `return` comparison isolates the
+//! pool's part ([`recycle_pipelined`]): the same two threads and hand-off without a device, the
+//! buffers freed on the other core (slow path) or handed back and freed where they were
+//! allocated (fast path).
+//!
 //! Work: `fwd` forwards A.rx -> B.tx without reading the frame ([`forward_burst`]); `l2` reads
 //! the destination MAC and the tag with [`PacketVlan::take_vlan`], folds both into a checksum
 //! the compiler must keep, and asks for the same tag on transmit (a VLAN-transparent
@@ -36,6 +45,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use vfio_nic::app::compare::{self, abba, mean_95, noise_floor, paired_t_95, Interval, Verdict};
 use vfio_nic::app::forward::{forward_burst, forward_burst_with, FwdStats};
+use vfio_nic::app::pipeline::{forward_pipelined, recycle_pipelined, FreeOn};
 use vfio_nic::device::{Port, RxQueue};
 use vfio_nic::devices::ixgbe::{IxgbeConfig, IxgbePort};
 use vfio_nic::devices::null::{NullConfig, NullPort};
@@ -354,6 +364,50 @@ impl Rig {
         Ok(took.as_secs_f64() * 1e9 / st.tx as f64)
     }
 
+    /// One repetition of `fwd` in placement `p` as a pipeline: receive on this thread,
+    /// transmit on another (pinned to the second `--pin` CPU); ns per packet transmitted.
+    fn rep_pipeline(&mut self, p: Placement, args: &BenchArgs, dur: Duration) -> Result<f64> {
+        self.set(p)?;
+        let cpu = args.pin.get(1).copied();
+        let setup = move || cpu.map_or(Ok(()), pin_current_thread);
+        let (warm, _) = forward_pipelined(
+            &mut self.rx,
+            &mut self.tx,
+            args.burst,
+            Duration::from_millis(20),
+            setup,
+        )?;
+        let (st, took) = forward_pipelined(&mut self.rx, &mut self.tx, args.burst, dur, setup)?;
+        self.sent += warm.tx + st.tx;
+        if st.tx == 0 {
+            return Err(Error::InvalidConfig(format!(
+                "{}: the pipeline forwarded nothing",
+                self.device
+            )));
+        }
+        Ok(took.as_secs_f64() * 1e9 / st.tx as f64)
+    }
+
+    /// One repetition of the pool's paths under a pipeline ([`recycle_pipelined`]) on the
+    /// receive queue's pool: buffers freed where they were allocated or on the other thread
+    /// (pinned to the second `--pin` CPU); the two threads' busy ns per packet, added up.
+    fn rep_return(&mut self, free_on: FreeOn, args: &BenchArgs, dur: Duration) -> Result<f64> {
+        let pool = self.rx.pool().clone();
+        let cpu = args.pin.get(1).copied();
+        let setup = move || cpu.map_or(Ok(()), pin_current_thread);
+        let warm = Duration::from_millis(20);
+        let (w, _) = recycle_pipelined(&pool, args.burst, warm, free_on, setup)?;
+        let (n, busy) = recycle_pipelined(&pool, args.burst, dur, free_on, setup)?;
+        // Counted as sent for the slow-path ratio; the null device checks no transmit count.
+        self.sent += w + n;
+        if n == 0 {
+            return Err(Error::InvalidConfig(
+                "the pool pipeline moved nothing: the pool is exhausted".into(),
+            ));
+        }
+        Ok(busy.as_secs_f64() * 1e9 / n as f64)
+    }
+
     /// The software 82599's device-thread busy time so far (both ports), ns, and the packets
     /// sent; `None` on the null device and in inline mode (no device thread: the model's time
     /// is inside the forwarder's).
@@ -389,6 +443,26 @@ impl Rig {
     }
 }
 
+/// The pipeline comparisons against page_pool's seed figure (72.74 ns per packet recycled on
+/// the allocating CPU, 74.42 ns returned from another, called noise by its authors).
+fn pipeline_lines(results: &[Comparison]) -> Vec<String> {
+    results
+        .iter()
+        .filter(|c| c.kind == "pipeline" || c.kind == "return")
+        .map(|c| {
+            let what = if c.kind == "return" {
+                "the pool alone, buffers freed on the other core (slow path) vs handed back and freed where allocated (fast path)"
+            } else {
+                "forwarding, receive and transmit on two cores (every buffer by the slow path) vs one core (fast path)"
+            };
+            format!(
+                "{} {}, {what}: {:.2} vs {:.2} ns per packet: {} (page_pool's seed: 74.42 vs 72.74 ns, +1.68 ns, called noise)",
+                c.kind, c.traffic, c.b_mean.mean, c.a_mean.mean, c.verdict
+            )
+        })
+        .collect()
+}
+
 /// One comparison's result.
 #[derive(Clone, Debug, Serialize)]
 struct Comparison {
@@ -409,6 +483,10 @@ struct Comparison {
     /// The A/A floor of the group this comparison belongs to, ns.
     floor: f64,
     verdict: Verdict,
+    /// On the pipeline comparison: the pool's buffers that went home through its slow path
+    /// (cross-thread returns) per packet in B, as a check that B took it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pipeline: Option<String>,
     /// Software 82599: the model's own time per frame on the device core (its busy time over
     /// the comparison's frames, both placements), next to the forwarder's ns per packet.
     model_ns_per_frame: Option<f64>,
@@ -427,6 +505,10 @@ fn plan(device: &str) -> Vec<(&'static str, Placement, Placement)> {
         "null" => vec![
             ("A/A", (Deferred, TxSw), (Deferred, TxSw)),
             ("receive", (Deferred, TxSw), (Software, TxSw)),
+            // fwd only: A on one core, B as a two-core pipeline (see `Rig::rep_pipeline`).
+            ("pipeline", (Deferred, TxSw), (Deferred, TxSw)),
+            // fwd only: the pool's fast vs slow path alone (see `Rig::rep_return`).
+            ("return", (Deferred, TxSw), (Deferred, TxSw)),
         ],
         "sim" => vec![
             ("A/A", (Hardware, TxHw), (Hardware, TxHw)),
@@ -548,7 +630,19 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
     };
     let comparisons: usize = devices
         .iter()
-        .map(|d| plan(d).len() * traffic.len() * works.len())
+        .map(|d| {
+            plan(d)
+                .iter()
+                .map(|c| {
+                    if c.0 == "pipeline" || c.0 == "return" {
+                        usize::from(works.contains(&Work::Fwd))
+                    } else {
+                        works.len()
+                    }
+                })
+                .sum::<usize>()
+                * traffic.len()
+        })
         .sum();
     let mut progress = Progress {
         total_reps: comparisons * args.pairs * 2,
@@ -587,6 +681,10 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
             for &work in &works {
                 let mut floor = 0.0;
                 for (kind, pa, pb) in plan(dev) {
+                    let piped = kind == "pipeline" || kind == "return";
+                    if piped && work != Work::Fwd {
+                        continue;
+                    }
                     let what = format!(
                         "{dev} {t} {} {kind}: {} vs {}",
                         work.name(),
@@ -595,14 +693,31 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
                     );
                     let (mut a_ns, mut b_ns) = (Vec::new(), Vec::new());
                     let model_before = rig.model_time();
+                    // Buffers home by the pool's slow path, and packets sent: A, B.
+                    let mut slow = [(0u64, 0u64); 2];
                     for (i, a_first) in abba(args.pairs).enumerate() {
                         if stop.load(Relaxed) {
                             progress.end();
                             return Err(Error::InvalidConfig("interrupted".into()));
                         }
-                        let (first, second) = if a_first { (pa, pb) } else { (pb, pa) };
-                        let x = rig.rep(first, work, args, dur)?;
-                        let y = rig.rep(second, work, args, dur)?;
+                        let mut side = |b: bool| {
+                            let (s0, n0) = (rig.rx.pool().stats().slow_returns, rig.sent);
+                            let ns = match b {
+                                _ if kind == "return" => {
+                                    let on = if b { FreeOn::Other } else { FreeOn::Allocating };
+                                    rig.rep_return(on, args, dur)
+                                }
+                                true if piped => rig.rep_pipeline(pb, args, dur),
+                                true => rig.rep(pb, work, args, dur),
+                                false => rig.rep(pa, work, args, dur),
+                            };
+                            let s = &mut slow[usize::from(b)];
+                            s.0 += rig.rx.pool().stats().slow_returns - s0;
+                            s.1 += rig.sent - n0;
+                            ns
+                        };
+                        let x = side(!a_first)?;
+                        let y = side(a_first)?;
                         let (a, b) = if a_first { (x, y) } else { (y, x) };
                         a_ns.push(a);
                         b_ns.push(b);
@@ -619,13 +734,26 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
                         floor = noise_floor(&diff);
                     }
                     let a_mean = mean_95(&a_ns);
+                    let (a, b) = if kind == "return" {
+                        (
+                            "freed on alloc core".to_string(),
+                            "freed on other core".to_string(),
+                        )
+                    } else if piped {
+                        (
+                            format!("{} 1 core", placement_name(pa)),
+                            format!("{} 2 cores", placement_name(pb)),
+                        )
+                    } else {
+                        (placement_name(pa), placement_name(pb))
+                    };
                     let c = Comparison {
                         device: dev,
                         traffic: t,
                         work,
                         kind,
-                        a: placement_name(pa),
-                        b: placement_name(pb),
+                        a,
+                        b,
                         verdict: compare::verdict(&diff, a_mean.mean, floor),
                         a_mean,
                         b_mean: mean_95(&b_ns),
@@ -634,6 +762,14 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
                         diff,
                         floor,
                         model_ns_per_frame,
+                        pipeline: piped.then(|| {
+                            let per = |(s, n): (u64, u64)| s as f64 / n.max(1) as f64;
+                            format!(
+                                "buffers home by the pool's slow path per packet: A {:.3}, B {:.3}",
+                                per(slow[0]),
+                                per(slow[1])
+                            )
+                        }),
                     };
                     if !json_out {
                         progress.end();
@@ -647,8 +783,9 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
     }
     progress.end();
     let cold = cold_lines(&results);
+    let piped = pipeline_lines(&results);
     if !json_out {
-        for line in &cold {
+        for line in cold.iter().chain(&piped) {
             outln!("{line}");
         }
     }
@@ -662,7 +799,7 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
         let v = serde_json::json!({
             "pairs": args.pairs, "seconds": args.seconds, "burst": args.burst, "ring": args.ring,
             "frame_bytes": FRAME, "pin": args.pin, "interval": "95 % paired t",
-            "comparisons": results, "cold_lines": cold,
+            "comparisons": results, "cold_lines": cold, "pipeline_lines": piped,
         });
         outln!("{v}");
     }
@@ -681,6 +818,7 @@ fn print_comparison(c: &Comparison) -> Result<()> {
     let model = c
         .model_ns_per_frame
         .map(|m| format!("  (model: {m:.0} ns per frame on the device core)"))
+        .or_else(|| c.pipeline.as_ref().map(|p| format!("  ({p})")))
         .unwrap_or_default();
     outln!(
         "{:<4} {:<8} {:<3} {:<8} {:<17} {:<17} {:>14} {:>14}  {verdict}{model}",

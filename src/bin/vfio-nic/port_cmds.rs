@@ -200,7 +200,7 @@ pub fn stats(args: &StatsArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<
         .iter()
         .map(|q| {
             let s = q.pool().stats();
-            json!({"capacity": s.capacity, "free": s.free, "in_use": s.in_use, "alloc_failures": s.alloc_failures})
+            json!({"capacity": s.capacity, "free": s.free, "in_use": s.in_use, "alloc_failures": s.alloc_failures, "slow_returns": s.slow_returns})
         })
         .collect();
     if json_out {
@@ -238,11 +238,12 @@ pub fn stats(args: &StatsArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<
     }
     for (i, p) in pools.iter().enumerate() {
         outln!(
-            "  pool {i}: {} buffers, {} free, {} in use, {} allocation failures",
+            "  pool {i}: {} buffers, {} free, {} in use, {} allocation failures, {} buffers home by the slow path",
             p["capacity"],
             p["free"],
             p["in_use"],
-            p["alloc_failures"]
+            p["alloc_failures"],
+            p["slow_returns"]
         );
     }
     Ok(())

@@ -7,6 +7,7 @@ mod desc;
 pub mod iova;
 mod memory;
 pub mod pool;
+mod recycle;
 pub mod slots;
 mod soft_iommu;
 

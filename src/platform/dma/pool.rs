@@ -5,24 +5,28 @@
 //!   offset in the block: its address is `base + offset`, its bus address `iova + offset`, and
 //!   no per-buffer bookkeeping lives in DMA memory. Offsets rather than indices because the
 //!   per-packet paths then add instead of multiplying (a pool is at most 4 GiB).
-//! - Free buffers are a LIFO stack of offsets: the buffer freed last (still warm in cache) is
-//!   the one handed out next.
+//! - Free buffers wait in the freeing thread's cache, a LIFO stack of offsets per pool (the
+//!   buffer freed last, still warm in cache, is the one handed out next), and go home to the
+//!   pool in lock-free batches when that thread frees more than it allocates
+//!   (`platform::dma::recycle`, private: page_pool's and DPDK mempool's fast and slow paths).
 //! - Descriptor rings keep offsets, not packets, in their slots ([`super::slots`]): a
 //!   [`Packet`] is built only when a frame is handed to the application.
 //! - Every buffer has `headroom` bytes in front of the frame; software VLAN insertion prepends the
 //!   4-byte tag there and moves only the 12 MAC bytes.
-//! - Bursts allocate and free in bulk: one lock round trip per burst, not per packet. The lock is
-//!   uncontended when each queue has its own pool (the default); it is what makes it sound to
-//!   send a packet from one pool through another port's queue on another thread.
+//! - Bursts allocate and free in bulk: one cache operation per burst, not per packet, with no
+//!   atomic read-modify-write and no lock when the buffers are freed on the allocating thread.
+//!   Freeing on any other thread is just as sound (a pipeline's transmit stage does it all the
+//!   time): the buffers come home through the lock-free path.
 //! - The pool's memory is freed only when the last handle *and* the last buffer are gone: a
 //!   packet can outlive every [`Pool`] handle (it keeps the memory alive), so no buffer can ever
 //!   point into unmapped memory.
 
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::memory::{DmaMapper, DmaMemory};
+use super::recycle::{self, Home, PoolRef};
 use crate::error::{Error, Result};
 
 /// How a pool is laid out.
@@ -48,24 +52,23 @@ impl Default for PoolConfig {
     }
 }
 
-/// Counters of a pool.
+/// Counters of a pool, as the calling thread sees them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PoolStats {
     /// Buffers in the pool.
     pub capacity: usize,
-    /// Buffers ready to be allocated.
+    /// Buffers this thread could allocate now: at the pool's home and in this thread's cache.
     pub free: usize,
-    /// Buffers owned by packets (in the application or in a device ring).
+    /// The others: owned by packets (in the application or in a device ring), or waiting in
+    /// another thread's cache (see [`Pool::flush_thread_cache`]).
     pub in_use: usize,
     /// Allocation requests that could not be met in full (pool exhausted).
     pub alloc_failures: u64,
-}
-
-pub(super) struct State {
-    /// Offsets of the free buffers.
-    pub(super) free: Vec<u32>,
-    handles: usize,
-    pub(super) alloc_failures: u64,
+    /// Buffers that went home from a thread's cache so far: the slow path, taken by buffers
+    /// freed on a thread that frees more than it allocates (a pipeline's transmit stage), and
+    /// when a thread exits or flushes. A one-core forwarding loop in its steady state adds
+    /// nothing here.
+    pub slow_returns: u64,
 }
 
 /// The shared part of a pool; freed by whoever drops the last handle or the last buffer.
@@ -76,35 +79,61 @@ pub(super) struct Shared {
     pub(super) buf_size: usize,
     pub(super) headroom: u16,
     capacity: usize,
-    pub(super) state: Mutex<State>,
+    /// Free buffers not in any thread's cache, and the count of handles and buffers away.
+    pub(super) home: Home,
     /// Which DMA domain (IOMMU container, software IOMMU, identity) the buffers are mapped in
     /// ([`DmaMapper::domain`]), compared by [`crate::platform::dma::slots::TxSlots`].
     pub(super) domain: usize,
 }
 
 impl Shared {
-    /// Returns buffer offsets (`a`, then `b`) to the stack; frees everything if nothing
-    /// references the pool.
+    /// The pool `ptr` points to, as [`super::recycle`] sees it.
+    ///
+    /// # Safety
+    /// `ptr` points to a live `Shared` created by `Pool::new`.
+    #[inline(always)]
+    pub(super) unsafe fn pool_ref(ptr: NonNull<Shared>) -> PoolRef {
+        // SAFETY: live, as the caller guarantees.
+        let home = NonNull::from(unsafe { &ptr.as_ref().home });
+        PoolRef {
+            key: ptr.cast(),
+            home,
+            free: Shared::free,
+        }
+    }
+
+    /// Frees the pool (its memory is unmapped).
+    ///
+    /// # Safety
+    /// `key` is a `Shared` made by `Pool::new` that nothing refers to any more: no handle, no
+    /// buffer away from home ([`super::recycle`] calls this once, when the count reaches 0).
+    unsafe fn free(key: NonNull<()>) {
+        // SAFETY: as the caller guarantees, we own the box.
+        drop(unsafe { Box::from_raw(key.cast::<Shared>().as_ptr()) });
+    }
+
+    /// Returns buffer offsets (`a`, then `b`) to the pool, through this thread's cache; frees
+    /// the pool if nothing references it any more.
     ///
     /// # Safety
     /// `ptr` must point to a live `Shared` created by `Pool::new`, and each offset must come from
     /// a buffer this pool handed out that is not referenced any more.
+    #[inline(always)]
     pub(super) unsafe fn release(ptr: NonNull<Shared>, a: &[u32], b: &[u32]) {
-        // SAFETY: the caller guarantees `ptr` is live; we only take a shared reference.
-        let shared = unsafe { ptr.as_ref() };
-        let last = {
-            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-            st.free.extend_from_slice(a);
-            if !b.is_empty() {
-                st.free.extend_from_slice(b);
-            }
-            st.handles == 0 && st.free.len() == shared.capacity
-        };
-        if last {
-            // SAFETY: no handle and no buffer refer to the pool any more (checked under the lock,
-            // and nothing can create a new reference without one of them), so we own the box.
-            drop(unsafe { Box::from_raw(ptr.as_ptr()) });
-        }
+        // SAFETY: as the caller guarantees (the buffers keep the pool alive during the call).
+        unsafe { recycle::give(Shared::pool_ref(ptr), a, b) };
+    }
+
+    /// Takes up to `n` free buffers, passing them to `f` in runs (each run's next buffer to
+    /// use last); returns how many. The caller counts a shortfall.
+    ///
+    /// # Safety
+    /// `ptr` points to a live `Shared` whose handle the caller holds; the buffers passed to `f`
+    /// are the caller's from then on.
+    #[inline(always)]
+    pub(super) unsafe fn take(ptr: NonNull<Shared>, n: usize, f: impl FnMut(&[u32])) -> usize {
+        // SAFETY: as the caller guarantees.
+        unsafe { recycle::take(Shared::pool_ref(ptr), n, f) }
     }
 }
 
@@ -113,8 +142,8 @@ pub struct Pool {
     shared: NonNull<Shared>,
 }
 
-// SAFETY: all mutable state of `Shared` is behind its mutex; buffers are owned exclusively by
-// packets; the DMA memory itself is Send + Sync.
+// SAFETY: all mutable state of `Shared` is atomic or a lock-free queue (its home); the caches
+// are thread-local; buffers are owned exclusively by packets; the DMA memory is Send + Sync.
 unsafe impl Send for Pool {}
 // SAFETY: see `Send`.
 unsafe impl Sync for Pool {}
@@ -177,6 +206,7 @@ impl Pool {
             .rev()
             .map(|i| (i * config.buf_size) as u32)
             .collect();
+        let home = Home::new(&free);
         let shared = Box::new(Shared {
             domain: domain_of(mem.mapper()),
             mem,
@@ -186,11 +216,7 @@ impl Pool {
             // fits: headroom + 64 <= buf_size <= u16::MAX, checked above
             headroom: u16::try_from(config.headroom).expect("headroom checked above"),
             capacity: config.buffers,
-            state: Mutex::new(State {
-                free,
-                handles: 1,
-                alloc_failures: 0,
-            }),
+            home,
         });
         Ok(Pool {
             shared: NonNull::from(Box::leak(shared)),
@@ -253,16 +279,28 @@ impl Pool {
         self.shared == other.shared
     }
 
-    /// Current counters.
+    /// Current counters, as this thread sees them (buffers in other threads' caches are not
+    /// free here).
     pub fn stats(&self) -> PoolStats {
         let s = self.shared();
-        let st = s.state.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: this handle keeps the pool alive.
+        let here = recycle::cached_here(unsafe { Shared::pool_ref(self.shared) });
+        let free = (s.home.at_home() + here).min(s.capacity);
         PoolStats {
             capacity: s.capacity,
-            free: st.free.len(),
-            in_use: s.capacity - st.free.len(),
-            alloc_failures: st.alloc_failures,
+            free,
+            in_use: s.capacity - free,
+            alloc_failures: s.home.failures(),
+            slow_returns: s.home.homecomings(),
         }
+    }
+
+    /// Sends the free buffers of this pool that this thread's cache holds home, where any
+    /// thread can allocate them. A pipeline stage that frees buffers and then stops for a
+    /// while (or for good, without exiting) calls it; a thread that exits does it anyway.
+    pub fn flush_thread_cache(&self) {
+        // SAFETY: this handle keeps the pool alive.
+        unsafe { recycle::flush_here(Shared::pool_ref(self.shared)) };
     }
 
     /// Allocates one packet of length 0, or `None` when the pool is exhausted.
@@ -277,27 +315,22 @@ impl Pool {
     pub fn alloc_bulk(&self, n: usize, out: &mut Vec<Packet>) -> usize {
         let s = self.shared();
         out.reserve(n);
-        let mut st = s.state.lock().unwrap_or_else(|e| e.into_inner());
-        let got = n.min(st.free.len());
+        let (shared, headroom) = (self.shared, s.headroom);
+        let data_iova = s.iova + u64::from(headroom);
+        let to_packets = |run: &[u32]| {
+            for &off in run.iter().rev() {
+                // SAFETY: `off` is the offset of a free buffer of this pool, handed over to
+                // the new packet alone.
+                out.push(unsafe {
+                    Packet::from_parts(shared, data_iova, off, headroom, 0, Meta::default())
+                });
+            }
+        };
+        // SAFETY: this handle keeps the pool alive; the buffers taken are ours.
+        let got = unsafe { Shared::take(shared, n, to_packets) };
         if got < n {
-            st.alloc_failures += 1;
+            s.home.count_failure();
         }
-        let keep = st.free.len() - got;
-        for &off in st.free[keep..].iter().rev() {
-            // SAFETY: `off` is the offset of a free buffer of this pool, which the stack hands
-            // over to the new packet alone.
-            out.push(unsafe {
-                Packet::from_parts(
-                    self.shared,
-                    s.iova + u64::from(s.headroom),
-                    off,
-                    s.headroom,
-                    0,
-                    Meta::default(),
-                )
-            });
-        }
-        st.free.truncate(keep);
         got
     }
 
@@ -316,42 +349,30 @@ impl Pool {
         got
     }
 
-    /// Returns packets to their pools with one lock round trip per run of packets from the same
-    /// pool. Packets of other pools are fine; they go home.
+    /// Returns packets to their pools, one cache operation per run of up to 64 packets from
+    /// the same pool. Packets of other pools are fine; they go home.
     #[inline]
     pub fn free_bulk(packets: impl IntoIterator<Item = Packet>) {
-        let mut iter = packets.into_iter();
-        let Some(first) = iter.next() else {
-            return;
-        };
-        let first = std::mem::ManuallyDrop::new(first);
-        let mut current = first.pool;
-        // SAFETY: a packet keeps its pool's `Shared` alive; the reference is only used while
-        // buffers of that pool are still out (they are returned under the lock below).
-        let mut shared: &Shared = unsafe { current.as_ref() };
-        let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.free.push(first.off());
-        for p in iter {
+        let mut run = [0u32; 64];
+        let mut k = 0;
+        let mut cur: Option<NonNull<Shared>> = None;
+        for p in packets {
             let p = std::mem::ManuallyDrop::new(p);
-            if p.pool != current {
-                let last = st.handles == 0 && st.free.len() == shared.capacity;
-                drop(st);
-                if last {
-                    // SAFETY: no handle and no buffer reference that pool any more.
-                    drop(unsafe { Box::from_raw(current.as_ptr()) });
+            if cur != Some(p.pool) || k == run.len() {
+                if let Some(c) = cur {
+                    // SAFETY: the run's buffers are of `c` (kept alive by them) and were
+                    // owned by packets that are gone (forgotten, not dropped).
+                    unsafe { Shared::release(c, &run[..k], &[]) };
                 }
-                current = p.pool;
-                // SAFETY: as above, for the packet's own pool.
-                shared = unsafe { current.as_ref() };
-                st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                cur = Some(p.pool);
+                k = 0;
             }
-            st.free.push(p.off());
+            run[k] = p.off();
+            k += 1;
         }
-        let last = st.handles == 0 && st.free.len() == shared.capacity;
-        drop(st);
-        if last {
-            // SAFETY: no handle and no buffer reference the pool any more.
-            drop(unsafe { Box::from_raw(current.as_ptr()) });
+        if let Some(c) = cur {
+            // SAFETY: as above.
+            unsafe { Shared::release(c, &run[..k], &[]) };
         }
     }
 }
@@ -371,11 +392,7 @@ impl Pool {
 
 impl Clone for Pool {
     fn clone(&self) -> Self {
-        self.shared()
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .handles += 1;
+        self.shared().home.add_handle();
         Pool {
             shared: self.shared,
         }
@@ -383,23 +400,11 @@ impl Clone for Pool {
 }
 
 impl Drop for Pool {
+    /// Drops the handle. The pool's memory goes with the last handle or the last buffer,
+    /// whichever is later.
     fn drop(&mut self) {
-        let s = self.shared();
-        let last = {
-            let mut st = s.state.lock().unwrap_or_else(|e| e.into_inner());
-            st.handles -= 1;
-            if st.handles == 0 && st.free.len() != s.capacity {
-                tracing::debug!(
-                    out = s.capacity - st.free.len(),
-                    "last pool handle dropped while buffers are out; the memory goes with the last buffer"
-                );
-            }
-            st.handles == 0 && st.free.len() == s.capacity
-        };
-        if last {
-            // SAFETY: no handle and no buffer reference the pool any more.
-            drop(unsafe { Box::from_raw(self.shared.as_ptr()) });
-        }
+        // SAFETY: this handle is given up here and not used again.
+        unsafe { recycle::drop_handle(Shared::pool_ref(self.shared)) };
     }
 }
 
@@ -812,6 +817,88 @@ pub(super) mod tests {
         p.alloc_bulk(16, &mut v);
         std::thread::spawn(move || drop(v)).join().unwrap();
         assert_eq!(p.stats().free, 16);
+    }
+
+    /// Identity addresses, and a count of unmaps (the pool's memory freed).
+    #[derive(Debug, Default)]
+    struct CountUnmaps(std::sync::atomic::AtomicUsize);
+
+    impl DmaMapper for CountUnmaps {
+        /// # Safety
+        /// Maps nothing: the address is the bus address, as for `IdentityMapper`.
+        unsafe fn map(&self, vaddr: *mut u8, _len: usize) -> Result<u64> {
+            Ok(vaddr as u64)
+        }
+        fn unmap(&self, _iova: u64, _len: usize) -> Result<()> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }
+        fn describe(&self) -> String {
+            "count-unmaps".into()
+        }
+    }
+
+    #[test]
+    fn the_memory_goes_with_the_last_buffer_when_it_comes_home_from_another_thread() {
+        use std::sync::atomic::Ordering::SeqCst;
+        use std::sync::mpsc::channel;
+        use std::time::Duration;
+        let m = Arc::new(CountUnmaps::default());
+        let p = Pool::new(
+            PoolConfig {
+                buffers: 64,
+                ..PoolConfig::default()
+            },
+            m.clone(),
+        )
+        .unwrap();
+        let mut v = Vec::new();
+        assert_eq!(p.alloc_bulk(8, &mut v), 8);
+        let (go, wait_go) = channel::<()>();
+        let (done, wait_done) = channel::<()>();
+        let t = std::thread::spawn(move || {
+            let last = v.pop().unwrap();
+            drop(v);
+            done.send(()).unwrap();
+            wait_go.recv_timeout(Duration::from_secs(30)).unwrap();
+            drop(last);
+        });
+        drop(p);
+        wait_done
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the other thread dropped seven packets");
+        assert_eq!(m.0.load(SeqCst), 0, "one buffer is out: the memory stays");
+        go.send(()).unwrap();
+        t.join().unwrap();
+        assert_eq!(m.0.load(SeqCst), 1, "the last buffer came home: unmapped");
+    }
+
+    #[test]
+    fn buffers_cached_by_another_thread_come_home_when_it_flushes() {
+        use std::sync::mpsc::channel;
+        use std::time::Duration;
+        let p = pool(64);
+        let mut v = Vec::new();
+        assert_eq!(p.alloc_bulk(64, &mut v), 64);
+        let (p2, (go, wait_go), (done, wait_done)) = (p.clone(), channel::<()>(), channel::<()>());
+        let t = std::thread::spawn(move || {
+            drop(v.split_off(60)); // four: within the cache's limit (16), kept there
+            done.send(()).unwrap();
+            wait_go.recv_timeout(Duration::from_secs(30)).unwrap();
+            p2.flush_thread_cache();
+            done.send(()).unwrap();
+            wait_go.recv_timeout(Duration::from_secs(30)).unwrap();
+            drop(v);
+        });
+        let wait = || wait_done.recv_timeout(Duration::from_secs(30)).unwrap();
+        wait();
+        assert_eq!(p.stats().free, 0, "four are in the other thread's cache");
+        go.send(()).unwrap();
+        wait();
+        assert_eq!(p.stats().free, 4, "flushed home");
+        go.send(()).unwrap();
+        t.join().unwrap();
+        assert_eq!(p.stats().free, 64, "the exiting thread's cache went home");
     }
 
     #[test]

@@ -7,11 +7,11 @@
 //! - [`RxSlots`]: one buffer per receive slot, all from the queue's pool, kept as the bus
 //!   address of its frame (what the descriptor points at and what the packet carries, so that
 //!   neither re-arming nor building a packet computes an address), plus a reserve of 4-byte
-//!   pool offsets taken from the pool in one lock every few bursts. Harvesting a slot swaps
+//!   pool offsets taken from the pool in one operation every few bursts. Harvesting a slot swaps
 //!   its buffer for a reserved one and builds the packet directly in the caller's batch.
 //! - [`TxSlots`]: a FIFO of the offsets of buffers queued for transmit, in send order, with the
 //!   pool each run of them came from; finished buffers go back to their pools a whole run at a
-//!   time (one lock, one copy), not packet by packet.
+//!   time (one copy), not packet by packet.
 //!
 //! Ownership: a buffer held here is owned here exactly as a packet owns its buffer, and these
 //! types never hand one out, so safe code cannot make two owners of one buffer. The
@@ -31,7 +31,7 @@ use super::pool::{domain_of, Meta, Packet, Pool, Shared};
 use crate::error::{Error, Result};
 
 /// Most buffers a receive ring keeps in reserve beyond its slots: three bursts of 32, so that
-/// a busy queue takes the pool's lock once every three bursts.
+/// a busy queue goes to the pool once every three bursts.
 pub const RX_RESERVE: usize = 96;
 
 /// The buffers of a receive ring: one per slot, all from one pool.
@@ -90,22 +90,19 @@ impl RxSlots {
         let s = pool.shared();
         let data_iova = s.iova + u64::from(s.headroom);
         let mut bufs = Vec::with_capacity(n);
-        {
-            let mut st = s.state.lock().unwrap_or_else(|e| e.into_inner());
-            if st.free.len() < n {
-                return Err(Error::InvalidConfig(format!(
-                    "the receive pool has {} free buffers, fewer than the ring's {n} slots; give it more buffers",
-                    st.free.len()
-                )));
-            }
-            let keep = st.free.len() - n;
-            bufs.extend(
-                st.free[keep..]
-                    .iter()
-                    .rev()
-                    .map(|&o| data_iova + u64::from(o)),
-            );
-            st.free.truncate(keep);
+        // SAFETY: the handle `pool` keeps the pool alive; the buffers taken are the ring's.
+        let got = unsafe {
+            Shared::take(pool.shared_ptr(), n, |run| {
+                bufs.extend(run.iter().rev().map(|&o| data_iova + u64::from(o)))
+            })
+        };
+        if got < n {
+            let offs: Vec<u32> = bufs.iter().map(|&a| (a - data_iova) as u32).collect();
+            // SAFETY: the buffers just taken, owned by nothing else.
+            unsafe { Shared::release(pool.shared_ptr(), &offs, &[]) };
+            return Err(Error::InvalidConfig(format!(
+                "the receive pool has {got} free buffers, fewer than the ring's {n} slots; give it more buffers"
+            )));
         }
         let max_len = (s.buf_size - usize::from(s.headroom)).min(usize::from(u16::MAX)) as u16;
         let fast_len = ((1u32 << (31 - (u32::from(max_len) + 1).leading_zeros())) - 1) as u16;
@@ -158,24 +155,23 @@ impl RxSlots {
         !self.fresh.is_empty() || self.pool.stats().free > 0
     }
 
-    /// Tops the reserve up towards `target` buffers (at most [`RX_RESERVE`]) with one pool
-    /// lock, when it holds fewer than `need`; returns the reserve's size. A pool that cannot
-    /// give `need` counts an allocation failure. (Topping up beyond what a burst needs halves
+    /// Tops the reserve up towards `target` buffers (at most [`RX_RESERVE`]) in one pool
+    /// operation, when it holds fewer than `need`; returns the reserve's size. A pool that
+    /// cannot give `need` counts an allocation failure. (Topping up beyond what a burst needs halves
     /// the pool round trips of a busy queue.)
     pub fn reserve(&mut self, need: usize, target: usize) -> usize {
         let need = need.min(RX_RESERVE);
         let want = target.clamp(need, RX_RESERVE);
         let have = self.fresh.len();
         if have < need {
-            let s = self.pool.shared();
-            let mut st = s.state.lock().unwrap_or_else(|e| e.into_inner());
-            let take = (want - have).min(st.free.len());
-            if have + take < need {
-                st.alloc_failures += 1;
+            let fresh = &mut self.fresh;
+            // SAFETY: the ring's handle keeps the pool alive; the buffers taken are the ring's.
+            let got = unsafe {
+                Shared::take(self.shared, want - have, |run| fresh.extend_from_slice(run))
+            };
+            if have + got < need {
+                self.pool.shared().home.count_failure();
             }
-            let keep = st.free.len() - take;
-            self.fresh.extend_from_slice(&st.free[keep..]);
-            st.free.truncate(keep);
         }
         self.fresh.len()
     }
@@ -535,7 +531,7 @@ impl TxSlots {
     }
 
     /// Returns the buffers queued before position `upto` (a [`tail`](Self::tail) seen earlier)
-    /// to their pools, one lock per run. The caller knows the device is done with them, which
+    /// to their pools, one pool operation per run. The caller knows the device is done with them, which
     /// is why this is crate-private: only the ring that read the device's write-back can know.
     ///
     /// # Panics

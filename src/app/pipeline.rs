@@ -1,0 +1,375 @@
+//! Forwarding as a two-stage pipeline: receive on the calling thread, transmit on another, with
+//! the packets handed over in whole bursts.
+//!
+//! Appliances split work this way (one core receives, another classifies or transmits), and it
+//! is what makes buffers come home from another core: the transmit stage frees what the receive
+//! stage allocated, so every buffer takes the pool's slow path (the freeing thread's cache,
+//! then home in batches; see `platform::dma::recycle`). `vfio-nic bench` runs it against the
+//! same traffic forwarded on one core ([`crate::app::forward`]), where every buffer takes the
+//! fast path.
+//!
+//! [`recycle_pipelined`] isolates the pool's part: the same two stages and hand-off without a
+//! device, the buffers freed on the other core or handed back and freed where they were
+//! allocated. Its difference is the slow path's cost, not the cost of moving packets between
+//! cores, which both sides pay.
+//!
+//! The hand-off is a bounded lock-free queue of bursts (crossbeam's `ArrayQueue`, one producer
+//! and one consumer), with a second queue sending the emptied vectors back, so that nothing is
+//! allocated per burst. It holds at most [`IN_FLIGHT`] bursts: size the receive pool for them
+//! (README, "Sizing pools"). Every wait has a deadline and fails with what it waited for.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+
+use crate::app::forward::FwdStats;
+use crate::device::{RxQueue, TxQueue};
+use crate::error::{Error, Result};
+use crate::platform::dma::{Packet, Pool};
+
+/// Bursts in flight between the stages at most.
+pub const IN_FLIGHT: usize = 8;
+/// How long a stage waits for the other before it gives up.
+pub const PATIENCE: Duration = Duration::from_secs(5);
+
+/// The queues between the stages.
+struct Handoff {
+    full: ArrayQueue<Vec<Packet>>,
+    empty: ArrayQueue<Vec<Packet>>,
+    /// The receive stage is done: the transmit stage drains `full` and stops.
+    done: AtomicBool,
+    /// The transmit stage stopped (failed or panicked): the receive stage stops too.
+    gone: AtomicBool,
+}
+
+/// Sets `gone` when the transmit stage ends, however it ends.
+struct Gone<'a>(&'a AtomicBool);
+
+impl Drop for Gone<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// Forwards `rx` -> `tx` for `dur`: bursts of up to `burst` received here and transmitted on
+/// a new thread, which runs `setup` first (to pin itself, say). Returns the counters (`rx` and
+/// `empty_polls` of the receive stage, `tx` and `tx_dropped` of the transmit stage) and the
+/// time from the start until the transmit stage sent its last packet.
+pub fn forward_pipelined<R, T>(
+    rx: &mut R,
+    tx: &mut T,
+    burst: usize,
+    dur: Duration,
+    setup: impl FnOnce() -> Result<()> + Send,
+) -> Result<(FwdStats, Duration)>
+where
+    R: RxQueue + ?Sized,
+    T: TxQueue + ?Sized,
+{
+    let h = Handoff {
+        full: ArrayQueue::new(IN_FLIGHT),
+        empty: ArrayQueue::new(IN_FLIGHT + 1),
+        done: AtomicBool::new(false),
+        gone: AtomicBool::new(false),
+    };
+    for _ in 0..IN_FLIGHT + 1 {
+        let _ = h.empty.push(Vec::with_capacity(burst));
+    }
+    let start = Instant::now();
+    let (rx_st, tx_res) = std::thread::scope(|s| {
+        let t = s.spawn(|| {
+            let _gone = Gone(&h.gone);
+            setup()?;
+            transmit_stage(tx, &h)
+        });
+        let r = receive_stage(rx, burst, start + dur, &h);
+        h.done.store(true, Ordering::Release);
+        let t = t.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (r, t)
+    });
+    let (tx_st, end) = tx_res?;
+    let mut st = rx_st?;
+    st.tx = tx_st.tx;
+    st.tx_dropped = tx_st.tx_dropped;
+    Ok((st, end.duration_since(start)))
+}
+
+/// Receives until `deadline` and hands each burst over.
+fn receive_stage<R: RxQueue + ?Sized>(
+    rx: &mut R,
+    burst: usize,
+    deadline: Instant,
+    h: &Handoff,
+) -> Result<FwdStats> {
+    let mut st = FwdStats::default();
+    let mut batch = take_empty(h)?;
+    let mut polls = 0u32;
+    loop {
+        // The clock is read every 256 polls, as the one-core loop does.
+        polls = polls.wrapping_add(1);
+        if polls % 256 == 0 && Instant::now() >= deadline {
+            break;
+        }
+        let n = rx.rx_burst(&mut batch, burst)?;
+        if n == 0 {
+            st.empty_polls += 1;
+            continue;
+        }
+        st.rx += n as u64;
+        let mut b = std::mem::replace(&mut batch, take_empty(h)?);
+        let since = Instant::now();
+        while let Err(back) = h.full.push(b) {
+            b = back;
+            stalled(h, since, "the transmit stage to take a burst")?;
+            std::hint::spin_loop();
+        }
+    }
+    // (`batch` is empty: a burst that received nothing leaves it so.)
+    Ok(st)
+}
+
+/// An emptied vector from the transmit stage.
+fn take_empty(h: &Handoff) -> Result<Vec<Packet>> {
+    let since = Instant::now();
+    loop {
+        if let Some(v) = h.empty.pop() {
+            return Ok(v);
+        }
+        stalled(h, since, "the transmit stage to return an emptied burst")?;
+        std::hint::spin_loop();
+    }
+}
+
+/// The receive stage's check while it waits: the transmit stage is gone, or took too long.
+fn stalled(h: &Handoff, since: Instant, what: &'static str) -> Result<()> {
+    if h.gone.load(Ordering::Acquire) || since.elapsed() > PATIENCE {
+        return Err(Error::Stalled {
+            stage: "pipeline receive stage",
+            what,
+            waited_ms: since.elapsed().as_millis() as u64,
+        });
+    }
+    Ok(())
+}
+
+/// Transmits the bursts handed over until the receive stage is done and nothing is left; frees
+/// what the transmitter could not take. Returns its counters and when it finished.
+fn transmit_stage<T: TxQueue + ?Sized>(tx: &mut T, h: &Handoff) -> Result<(FwdStats, Instant)> {
+    let mut st = FwdStats::default();
+    let mut since = Instant::now();
+    loop {
+        let Some(mut batch) = h.full.pop() else {
+            if h.done.load(Ordering::Acquire) && h.full.is_empty() {
+                return Ok((st, Instant::now()));
+            }
+            if since.elapsed() > PATIENCE {
+                return Err(Error::Stalled {
+                    stage: "pipeline transmit stage",
+                    what: "a burst from the receive stage",
+                    waited_ms: since.elapsed().as_millis() as u64,
+                });
+            }
+            std::hint::spin_loop();
+            continue;
+        };
+        since = Instant::now();
+        let sent = tx.tx_burst(&mut batch)?;
+        st.tx += sent as u64;
+        if !batch.is_empty() {
+            st.tx_dropped += batch.len() as u64;
+            Pool::free_bulk(batch.drain(..));
+        }
+        // Room for it: the receive stage takes one empty vector per burst it pushes.
+        let _ = h.empty.push(batch);
+    }
+}
+
+/// Where [`recycle_pipelined`] frees the buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeOn {
+    /// The second stage hands each burst back and the first frees it: the pool's fast path.
+    Allocating,
+    /// The second stage frees each burst: the pool's slow path (cross-thread returns).
+    Other,
+}
+
+/// The pool's fast and slow paths under a pipeline's traffic, without a device: this thread
+/// allocates bursts of `burst` from `pool` and hands them over; a second thread (after
+/// `setup`) reads each packet's length, as a transmitter would, and frees the burst or hands
+/// it back ([`FreeOn`]). Every burst vector travels both ways in both cases. Returns the
+/// packets that went through and the two stages' busy time added up: the clock is read around
+/// each burst's work (pool calls and reads), so waits for the other stage are not counted.
+/// (Elapsed time would measure the slower stage only, and the two cases split the work
+/// differently: handing back makes the first stage do both pool calls.)
+pub fn recycle_pipelined(
+    pool: &Pool,
+    burst: usize,
+    dur: Duration,
+    free_on: FreeOn,
+    setup: impl FnOnce() -> Result<()> + Send,
+) -> Result<(u64, Duration)> {
+    let h = Handoff {
+        full: ArrayQueue::new(IN_FLIGHT),
+        empty: ArrayQueue::new(IN_FLIGHT + 1),
+        done: AtomicBool::new(false),
+        gone: AtomicBool::new(false),
+    };
+    for _ in 0..IN_FLIGHT + 1 {
+        let _ = h.empty.push(Vec::with_capacity(burst));
+    }
+    let start = Instant::now();
+    let (first, second) = std::thread::scope(|s| {
+        let t = s.spawn(|| {
+            let _gone = Gone(&h.gone);
+            setup()?;
+            second_stage(&h, free_on)
+        });
+        let r = first_stage(pool, burst, start + dur, &h);
+        h.done.store(true, Ordering::Release);
+        let t = t.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (r, t)
+    });
+    let busy2 = second?;
+    let (packets, busy1) = first?;
+    // What was handed back last is freed here.
+    while let Some(mut v) = h.empty.pop() {
+        Pool::free_bulk(v.drain(..));
+    }
+    Ok((packets, busy1 + busy2))
+}
+
+/// Allocates bursts until `deadline`, freeing what comes back; returns the packets and the
+/// time spent in the pool.
+fn first_stage(
+    pool: &Pool,
+    burst: usize,
+    deadline: Instant,
+    h: &Handoff,
+) -> Result<(u64, Duration)> {
+    let mut packets = 0u64;
+    let mut busy = Duration::ZERO;
+    loop {
+        let mut v = take_empty(h)?;
+        let t0 = Instant::now();
+        if t0 >= deadline {
+            Pool::free_bulk(v.drain(..));
+            let _ = h.empty.push(v);
+            return Ok((packets, busy));
+        }
+        Pool::free_bulk(v.drain(..));
+        packets += pool.alloc_bulk(burst, &mut v) as u64;
+        busy += t0.elapsed();
+        let since = Instant::now();
+        while let Err(back) = h.full.push(v) {
+            v = back;
+            stalled(h, since, "the second stage to take a burst")?;
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Reads every packet handed over and frees it or hands it back; returns the time spent.
+fn second_stage(h: &Handoff, free_on: FreeOn) -> Result<Duration> {
+    let mut since = Instant::now();
+    let mut bytes = 0usize;
+    let mut busy = Duration::ZERO;
+    loop {
+        let Some(mut v) = h.full.pop() else {
+            if h.done.load(Ordering::Acquire) && h.full.is_empty() {
+                std::hint::black_box(bytes);
+                return Ok(busy);
+            }
+            if since.elapsed() > PATIENCE {
+                return Err(Error::Stalled {
+                    stage: "pool pipeline second stage",
+                    what: "a burst from the first stage",
+                    waited_ms: since.elapsed().as_millis() as u64,
+                });
+            }
+            std::hint::spin_loop();
+            continue;
+        };
+        since = Instant::now();
+        bytes += v.iter().map(Packet::len).sum::<usize>();
+        if free_on == FreeOn::Other {
+            Pool::free_bulk(v.drain(..));
+        }
+        busy += since.elapsed();
+        let _ = h.empty.push(v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Port;
+    use crate::devices::null::{NullConfig, NullPort};
+
+    #[test]
+    fn every_packet_received_is_sent_and_every_buffer_comes_home() {
+        let mut a = NullPort::new(0, NullConfig::default()).unwrap();
+        let mut b = NullPort::new(1, NullConfig::default()).unwrap();
+        let (mut arx, _) = a.take_queues().unwrap();
+        let (_, mut btx) = b.take_queues().unwrap();
+        let (st, took) = forward_pipelined(
+            &mut arx[0],
+            &mut btx[0],
+            32,
+            Duration::from_millis(50),
+            || Ok(()),
+        )
+        .unwrap();
+        assert!(st.rx > 0 && took >= Duration::from_millis(50));
+        assert_eq!(st.tx + st.tx_dropped, st.rx, "{st:?}");
+        let pool = arx[0].pool().clone();
+        assert_eq!(
+            pool.stats().in_use,
+            0,
+            "the transmit thread's cache went home when it exited"
+        );
+    }
+
+    #[test]
+    fn the_slow_path_is_taken_only_when_the_other_stage_frees() {
+        use crate::platform::dma::{IdentityMapper, PoolConfig};
+        let pool = Pool::new(
+            PoolConfig {
+                buffers: 1024,
+                ..PoolConfig::default()
+            },
+            std::sync::Arc::new(IdentityMapper),
+        )
+        .unwrap();
+        for (free_on, slow) in [(FreeOn::Allocating, false), (FreeOn::Other, true)] {
+            let before = pool.stats().slow_returns;
+            let (n, _) =
+                recycle_pipelined(&pool, 32, Duration::from_millis(30), free_on, || Ok(()))
+                    .unwrap();
+            let went_home = pool.stats().slow_returns - before;
+            assert!(n > 1000, "{n}");
+            assert_eq!(went_home >= n / 2, slow, "{free_on:?}: {went_home} of {n}");
+            assert_eq!(pool.stats().in_use, 0, "{free_on:?}: every buffer is back");
+        }
+    }
+
+    #[test]
+    fn a_failing_transmit_stage_stops_the_receive_stage() {
+        let mut a = NullPort::new(0, NullConfig::default()).unwrap();
+        let mut b = NullPort::new(1, NullConfig::default()).unwrap();
+        let (mut arx, _) = a.take_queues().unwrap();
+        let (_, mut btx) = b.take_queues().unwrap();
+        let e = forward_pipelined(
+            &mut arx[0],
+            &mut btx[0],
+            32,
+            Duration::from_secs(60),
+            || Err(Error::InvalidConfig("no such CPU".into())),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidConfig(_)),
+            "the transmit stage's own error is the one reported: {e}"
+        );
+    }
+}
