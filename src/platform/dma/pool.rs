@@ -124,6 +124,21 @@ impl Shared {
         unsafe { recycle::give(Shared::pool_ref(ptr), a, b) };
     }
 
+    /// [`Shared::take`] without this thread's cache, for setting up a ring (see
+    /// `recycle::take_uncached`).
+    ///
+    /// # Safety
+    /// As for [`Shared::take`].
+    #[inline(always)]
+    pub(super) unsafe fn take_uncached(
+        ptr: NonNull<Shared>,
+        n: usize,
+        f: impl FnMut(&[u32]),
+    ) -> usize {
+        // SAFETY: as the caller guarantees.
+        unsafe { recycle::take_uncached(Shared::pool_ref(ptr), n, f) }
+    }
+
     /// Takes up to `n` free buffers, passing them to `f` in runs (each run's next buffer to
     /// use last); returns how many. The caller counts a shortfall.
     ///

@@ -21,8 +21,14 @@
 //!   last; that thread frees the pool.
 //! - **What it costs.** Buffers in another thread's cache cannot be allocated until they come
 //!   home: when that thread's cache overflows, when the thread exits (its cache's destructor
-//!   sends everything home), when it frees a buffer of a pool with no handle left, or when it
-//!   calls `Pool::flush_thread_cache`. Size pools for it (README, "Sizing pools").
+//!   sends everything home), when it frees a buffer of a pool with no handle left, when it
+//!   first touches a pool it has no way for (it then sends home the buffers of every pool
+//!   whose last handle is gone), or when it calls `Pool::flush_thread_cache`. Size pools for
+//!   it (README, "Sizing pools"). A pool whose last handle is gone is freed when its last
+//!   buffer is home, so a thread that cached some of its buffers and then idles keeps its
+//!   memory until then. Setting up a ring takes its buffers without leaving any in the
+//!   setting-up thread's cache ([`take_uncached`]), since rings are often made on one thread
+//!   and used on another.
 //!
 //! Ordering: a batch is pushed before the count of its buffers is taken off (`AcqRel`), and
 //! the thread that brings the count to zero has seen every such push (the decrements form one
@@ -169,20 +175,18 @@ pub(super) struct PoolRef {
 }
 
 /// Pools whose count an operation brought to zero, freed once the cache is let go (freeing
-/// unmaps memory, which may run code that frees buffers and so needs the cache again).
+/// unmaps memory, which may run code that frees buffers and so needs the cache again). A `Vec`,
+/// which allocates only when a pool is freed: the fast path pays for an empty one only.
 #[derive(Default)]
-struct Frees([Option<PoolRef>; 2]);
+struct Frees(Vec<PoolRef>);
 
 impl Frees {
     fn add(&mut self, p: Option<PoolRef>) {
-        if let Some(p) = p {
-            let slot = self.0.iter_mut().find(|s| s.is_none());
-            *slot.expect("at most two pools freed per operation") = Some(p);
-        }
+        self.0.extend(p);
     }
 
     fn run(self) {
-        for p in self.0.into_iter().flatten() {
+        for p in self.0 {
             // SAFETY: `arrive` or `drop_handle` returned true for this pool, which happens
             // once in its life: nothing refers to it any more, and we are the one to free it.
             unsafe { (p.free)(p.key) };
@@ -246,8 +250,16 @@ impl Cache {
         &mut self.ways[i]
     }
 
+    /// The slow part of [`way`](Self::way). It also sends home the buffers of every pool whose
+    /// last handle is gone, so that their memory can go.
     #[cold]
     fn find(&mut self, p: PoolRef, frees: &mut Frees) -> usize {
+        for w in &mut self.ways {
+            // SAFETY: a way with buffers keeps its pool allocated.
+            if !w.stack.is_empty() && unsafe { w.pool.home.as_ref() }.handles() == 0 {
+                frees.add(flush(w, 0));
+            }
+        }
         let i = match self.ways.iter().position(|w| w.pool.key == p.key) {
             Some(i) => i,
             None => {
@@ -347,14 +359,25 @@ pub(super) unsafe fn take(p: PoolRef, n: usize, mut f: impl FnMut(&[u32])) -> us
     let home = unsafe { p.home.as_ref() };
     let mut frees = Frees::default();
     let got = with_cache(|c| take_from(&mut c.way(p, &mut frees).stack, home, n, &mut f));
-    let got = got.unwrap_or_else(|| {
-        let mut stack = Vec::new();
-        let got = take_from(&mut stack, home, n, &mut f);
-        // The rest of the last batch goes back (the caller's handle keeps the count above 0).
-        home.arrive(&stack, &[]);
-        got
-    });
+    // SAFETY: as the caller guarantees.
+    let got = got.unwrap_or_else(|| unsafe { take_uncached(p, n, &mut f) });
     frees.run();
+    got
+}
+
+/// [`take`] for setting up a ring: up to `n` buffers straight from home, the rest of the last
+/// batch sent back, so that none is left in this thread's cache (a ring is often made on one
+/// thread and used on another, and the maker may never touch the pool again).
+///
+/// # Safety
+/// As for [`take`].
+pub(super) unsafe fn take_uncached(p: PoolRef, n: usize, mut f: impl FnMut(&[u32])) -> usize {
+    // SAFETY: the caller's handle keeps the pool allocated.
+    let home = unsafe { p.home.as_ref() };
+    let mut stack = Vec::new();
+    let got = take_from(&mut stack, home, n, &mut f);
+    // The rest of the last batch goes back (the caller's handle keeps the count above 0).
+    home.arrive(&stack, &[]);
     got
 }
 
@@ -615,6 +638,50 @@ mod tests {
             unsafe { drop_handle(p) };
             assert!(freed.load(Ordering::SeqCst));
         }
+    }
+
+    #[test]
+    fn a_ring_set_up_here_leaves_nothing_in_this_threads_cache() {
+        let (p, freed) = fake(1024);
+        let mut v = Vec::new();
+        // SAFETY: the test's handle.
+        let got = unsafe { take_uncached(p, 100, |run| v.extend_from_slice(run)) };
+        assert_eq!((got, cached_here(p)), (100, 0));
+        assert_eq!(
+            home(&p).at_home(),
+            924,
+            "the rest of the second batch went back"
+        );
+        give_all(p, &v);
+        // SAFETY: the test's handle.
+        unsafe { drop_handle(p) };
+        assert!(freed.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn touching_a_new_pool_sends_home_the_buffers_of_pools_without_handles() {
+        let (a, a_freed) = fake(64);
+        give_all(a, &take_n(a, 10));
+        assert!(cached_here(a) > 0, "some are cached here");
+        let s = Sendable(a);
+        // SAFETY: the test's one handle of `a`, given up on another thread, whose cache holds
+        // none of its buffers (so they stay in this one's).
+        std::thread::spawn(move || unsafe { drop_handle(s.get()) })
+            .join()
+            .unwrap();
+        assert!(
+            !a_freed.load(Ordering::SeqCst),
+            "its buffers are cached here"
+        );
+        let (b, b_freed) = fake(64);
+        give_all(b, &take_n(b, 1));
+        assert!(
+            a_freed.load(Ordering::SeqCst),
+            "a new way swept the pool without handles"
+        );
+        // SAFETY: the test's handle of `b`.
+        unsafe { drop_handle(b) };
+        assert!(b_freed.load(Ordering::SeqCst));
     }
 
     #[test]

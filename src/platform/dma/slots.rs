@@ -90,9 +90,10 @@ impl RxSlots {
         let s = pool.shared();
         let data_iova = s.iova + u64::from(s.headroom);
         let mut bufs = Vec::with_capacity(n);
+        // Taken past this thread's cache: the ring may be used on another thread.
         // SAFETY: the handle `pool` keeps the pool alive; the buffers taken are the ring's.
         let got = unsafe {
-            Shared::take(pool.shared_ptr(), n, |run| {
+            Shared::take_uncached(pool.shared_ptr(), n, |run| {
                 bufs.extend(run.iter().rev().map(|&o| data_iova + u64::from(o)))
             })
         };
@@ -101,7 +102,7 @@ impl RxSlots {
             // SAFETY: the buffers just taken, owned by nothing else.
             unsafe { Shared::release(pool.shared_ptr(), &offs, &[]) };
             return Err(Error::InvalidConfig(format!(
-                "the receive pool has {got} free buffers, fewer than the ring's {n} slots; give it more buffers"
+                "the receive pool has {got} free buffers at home, fewer than the ring's {n} slots; give it more buffers (or, if other threads hold freed ones in their caches, have them call Pool::flush_thread_cache)"
             )));
         }
         let max_len = (s.buf_size - usize::from(s.headroom)).min(usize::from(u16::MAX)) as u16;
@@ -157,8 +158,8 @@ impl RxSlots {
 
     /// Tops the reserve up towards `target` buffers (at most [`RX_RESERVE`]) in one pool
     /// operation, when it holds fewer than `need`; returns the reserve's size. A pool that
-    /// cannot give `need` counts an allocation failure. (Topping up beyond what a burst needs halves
-    /// the pool round trips of a busy queue.)
+    /// cannot give `need` counts an allocation failure. (Topping up beyond what a burst needs
+    /// halves the pool round trips of a busy queue.)
     pub fn reserve(&mut self, need: usize, target: usize) -> usize {
         let need = need.min(RX_RESERVE);
         let want = target.clamp(need, RX_RESERVE);
