@@ -107,6 +107,9 @@ pub struct PortInfo {
     pub rx_ring: u16,
     /// Transmit ring size.
     pub tx_ring: u16,
+    /// The most payload bytes behind the Ethernet header, when the device reports it (an
+    /// af_packet port: its interface's MTU).
+    pub mtu: Option<u32>,
 }
 
 /// Software counters of one queue, kept by the queue itself (no device access needed).

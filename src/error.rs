@@ -18,7 +18,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// A port name that is neither a PCI address nor an in-memory device name.
     #[error(
-        "'{input}' is not a port name: {reason}; use a PCI address such as 0000:01:00.0 (or 01:00.0 for domain 0), or an in-memory port such as null:0 or sim:0"
+        "'{input}' is not a port name: {reason}; use a PCI address such as 0000:01:00.0 (or 01:00.0 for domain 0), an in-memory port such as null:0 or sim:0, or a Linux interface as afp:IFNAME"
     )]
     BadPortName { input: String, reason: String },
 
@@ -154,6 +154,24 @@ pub enum Error {
     /// A VLAN ID of 4095 where a usable VID is needed (filter entry, transmit tag).
     #[error("VLAN ID 4095 cannot be used {what}: IEEE 802.1Q reserves it; use a VID from 1 to 4094 (or 0 for a priority tag only)")]
     ReservedVlanId { what: &'static str },
+
+    /// No network interface of that name in this network namespace.
+    #[error(
+        "no network interface '{name}' here (this network namespace): list them with `ip link`"
+    )]
+    NoSuchInterface { name: String },
+
+    /// The interface exists but is down.
+    #[error("interface {name} is down: bring it up with `ip link set {name} up`")]
+    InterfaceDown { name: String },
+
+    /// The kernel refused an operation for want of privilege.
+    #[error("{what}: not permitted; packet sockets need CAP_NET_RAW: run as root, or give the program the capability with `setcap cap_net_raw+ep PROGRAM`")]
+    NotPermitted { what: String },
+
+    /// The kernel refused the memory of a packet socket's rings.
+    #[error("the kernel refused {bytes} bytes of packet ring memory ({reason}): use fewer ring frames (`afp:IFNAME,frames=N`) or raise the locked-memory limit (`ulimit -l`)")]
+    RingRefused { bytes: usize, reason: String },
 
     /// A stage of a pipeline waited too long for the other (which failed, or is starved).
     #[error("{stage}: waited {waited_ms} ms for {what}; the other stage failed or stopped (see its error), or the machine is too loaded to run both")]

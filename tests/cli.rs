@@ -348,7 +348,7 @@ fn fails_in_one_line(args: &[&str], needle: &str) {
 fn bad_arguments_fail_with_one_line() {
     fails_in_one_line(&["info", "0000:zz:00.0"], "is not a port name");
     fails_in_one_line(&["info", "01:00"], "is not a port name");
-    fails_in_one_line(&["info", "foo:1"], "unknown in-memory device");
+    fails_in_one_line(&["info", "foo:1"], "unknown port kind");
     fails_in_one_line(&["reg", "sim:0", "FOO"], "no register 'FOO'");
     fails_in_one_line(&["gen", "null:0", "--vlan", "4096", "--count", "1"], "4096");
     fails_in_one_line(

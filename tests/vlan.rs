@@ -174,6 +174,7 @@ fn full_caps(name: &str) -> VlanCaps {
         any_tpid: true,
         rx_queues: 1,
         per_queue_strip: false,
+        rx_pre_stripped: false,
     }
 }
 

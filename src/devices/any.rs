@@ -1,7 +1,8 @@
 //! Port names, and opening a port by name.
 //!
 //! Every tool and example takes ports the same way: a PCI address for a real NIC
-//! (`0000:01:00.0`, or `01:00.0` for domain 0) or an in-memory device (`null:0`, `null:1`, ...).
+//! (`0000:01:00.0`, or `01:00.0` for domain 0), an in-memory device (`null:0`, `sim:1`, ...)
+//! or a Linux interface through packet sockets (`afp:eth0`, `afp:veth1,queues=2,frames=1024`).
 //! [`AnyPort`] lets a program that chooses its ports at run time use one code path for all of
 //! them; a program that knows its driver can use the concrete port type and avoid the `match`.
 
@@ -11,6 +12,7 @@ use std::str::FromStr;
 use crate::device::{
     LinkStatus, Port, PortInfo, PortStats, QueueError, QueueSet, QueueStats, RxQueue, TxQueue,
 };
+use crate::devices::afpacket::{self, AfPacketConfig, AfPacketPort, AfpRx, AfpTx};
 use crate::devices::ids::{self, Family};
 use crate::devices::igb::{IgbConfig, IgbPort, IgbRx, IgbTx};
 use crate::devices::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx, IxgbeTx};
@@ -23,7 +25,7 @@ use crate::platform::pci::PciAddress;
 use crate::vlan::{SwVlanCounts, SwVlanTx, Tpid, Vid, VlanCaps, VlanHardware};
 
 /// A parsed port name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PortName {
     /// A PCI device driven through VFIO.
     Pci(PciAddress),
@@ -31,12 +33,19 @@ pub enum PortName {
     Null(u32),
     /// `sim:N`, the software 82599 (ports 2k and 2k+1 are wired to each other).
     Sim(u32),
+    /// `afp:IFNAME[,queues=N][,frames=N]`, a Linux interface through packet sockets (what
+    /// follows `afp:`).
+    AfPacket(String),
 }
 
 impl FromStr for PortName {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
         if let Some((kind, index)) = s.split_once(':') {
+            if kind == "afp" {
+                afpacket::parse_name(index, &AfPacketConfig::default())?;
+                return Ok(PortName::AfPacket(index.to_string()));
+            }
             if kind.chars().all(|c| c.is_ascii_alphabetic()) && !kind.is_empty() {
                 let index: u32 = index.parse().map_err(|_| Error::BadPortName {
                     input: s.into(),
@@ -47,7 +56,7 @@ impl FromStr for PortName {
                     "sim" => Ok(PortName::Sim(index)),
                     _ => Err(Error::BadPortName {
                         input: s.into(),
-                        reason: format!("unknown in-memory device '{kind}' (known: null, sim)"),
+                        reason: format!("unknown port kind '{kind}' (known: null, sim, afp)"),
                     }),
                 };
             }
@@ -62,6 +71,7 @@ impl fmt::Display for PortName {
             PortName::Pci(a) => write!(f, "{a}"),
             PortName::Null(i) => write!(f, "null:{i}"),
             PortName::Sim(i) => write!(f, "sim:{i}"),
+            PortName::AfPacket(spec) => write!(f, "afp:{spec}"),
         }
     }
 }
@@ -77,6 +87,8 @@ pub struct PortConfig {
     pub ixgbe: IxgbeConfig,
     /// Settings of the software 82599 behind `sim:N` ports.
     pub sim: SimConfig,
+    /// Settings of `afp:` ports (the options in a port name override them).
+    pub afpacket: AfPacketConfig,
 }
 
 /// A port of any kind.
@@ -89,6 +101,8 @@ pub enum AnyPort {
     Ixgbe(Box<IxgbePort<PciBus>>),
     /// The ixgbe driver on a software 82599 (`sim:N`).
     IxgbeSim(Box<IxgbePort<SimPort>>),
+    /// A Linux interface through packet sockets (`afp:IFNAME`).
+    AfPacket(AfPacketPort),
 }
 
 /// Opens a port by name.
@@ -100,6 +114,10 @@ pub fn open(name: &str, config: &PortConfig) -> Result<AnyPort> {
             config.ixgbe.clone(),
         )?))),
         PortName::Pci(addr) => open_pci(addr, config),
+        PortName::AfPacket(spec) => {
+            let (ifname, c) = afpacket::parse_name(&spec, &config.afpacket)?;
+            Ok(AnyPort::AfPacket(AfPacketPort::open(&ifname, c)?))
+        }
     }
 }
 
@@ -138,6 +156,8 @@ pub enum AnyRx {
     Ixgbe(IxgbeRx<PciBus>),
     /// Of a software 82599 port.
     IxgbeSim(IxgbeRx<SimPort>),
+    /// Of an af_packet port.
+    AfPacket(AfpRx),
 }
 
 /// A transmit queue of any kind of port.
@@ -151,6 +171,8 @@ pub enum AnyTx {
     Ixgbe(IxgbeTx<PciBus>),
     /// Of a software 82599 port.
     IxgbeSim(IxgbeTx<SimPort>),
+    /// Of an af_packet port.
+    AfPacket(AfpTx),
 }
 
 impl Port for AnyPort {
@@ -163,6 +185,7 @@ impl Port for AnyPort {
             AnyPort::Igb(p) => p.info(),
             AnyPort::Ixgbe(p) => p.info(),
             AnyPort::IxgbeSim(p) => p.info(),
+            AnyPort::AfPacket(p) => p.info(),
         }
     }
 
@@ -172,6 +195,7 @@ impl Port for AnyPort {
             AnyPort::Igb(p) => p.link(),
             AnyPort::Ixgbe(p) => p.link(),
             AnyPort::IxgbeSim(p) => p.link(),
+            AnyPort::AfPacket(p) => p.link(),
         }
     }
 
@@ -181,6 +205,7 @@ impl Port for AnyPort {
             AnyPort::Igb(p) => p.stats(),
             AnyPort::Ixgbe(p) => p.stats(),
             AnyPort::IxgbeSim(p) => p.stats(),
+            AnyPort::AfPacket(p) => p.stats(),
         }
     }
 
@@ -214,6 +239,13 @@ impl Port for AnyPort {
                     tx.into_iter().map(AnyTx::IxgbeSim).collect(),
                 ))
             }
+            AnyPort::AfPacket(p) => {
+                let (rx, tx) = p.take_queues()?;
+                Ok((
+                    rx.into_iter().map(AnyRx::AfPacket).collect(),
+                    tx.into_iter().map(AnyTx::AfPacket).collect(),
+                ))
+            }
         }
     }
 }
@@ -226,6 +258,7 @@ impl RxQueue for AnyRx {
             AnyRx::Igb(q) => q.rx_burst(batch, max),
             AnyRx::Ixgbe(q) => q.rx_burst(batch, max),
             AnyRx::IxgbeSim(q) => q.rx_burst(batch, max),
+            AnyRx::AfPacket(q) => q.rx_burst(batch, max),
         }
     }
     fn stats(&self) -> QueueStats {
@@ -234,6 +267,7 @@ impl RxQueue for AnyRx {
             AnyRx::Igb(q) => q.stats(),
             AnyRx::Ixgbe(q) => q.stats(),
             AnyRx::IxgbeSim(q) => q.stats(),
+            AnyRx::AfPacket(q) => q.stats(),
         }
     }
     fn pool(&self) -> &Pool {
@@ -242,6 +276,7 @@ impl RxQueue for AnyRx {
             AnyRx::Igb(q) => q.pool(),
             AnyRx::Ixgbe(q) => q.pool(),
             AnyRx::IxgbeSim(q) => q.pool(),
+            AnyRx::AfPacket(q) => q.pool(),
         }
     }
 }
@@ -254,6 +289,7 @@ impl TxQueue for AnyTx {
             AnyTx::Igb(q) => q.tx_burst(batch),
             AnyTx::Ixgbe(q) => q.tx_burst(batch),
             AnyTx::IxgbeSim(q) => q.tx_burst(batch),
+            AnyTx::AfPacket(q) => q.tx_burst(batch),
         }
     }
     fn stats(&self) -> QueueStats {
@@ -262,6 +298,7 @@ impl TxQueue for AnyTx {
             AnyTx::Igb(q) => q.stats(),
             AnyTx::Ixgbe(q) => q.stats(),
             AnyTx::IxgbeSim(q) => q.stats(),
+            AnyTx::AfPacket(q) => q.stats(),
         }
     }
 }
@@ -279,6 +316,7 @@ impl SwVlanTx for AnyTx {
             AnyTx::Igb(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
             AnyTx::Ixgbe(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
             AnyTx::IxgbeSim(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
+            AnyTx::AfPacket(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
         }
     }
 }
@@ -291,6 +329,7 @@ impl AnyPort {
             AnyPort::Igb(p) => &mut **p,
             AnyPort::Ixgbe(p) => &mut **p,
             AnyPort::IxgbeSim(p) => &mut **p,
+            AnyPort::AfPacket(p) => p,
         }
     }
 }
@@ -303,6 +342,7 @@ impl VlanHardware for AnyPort {
             AnyPort::Igb(p) => p.vlan_caps(),
             AnyPort::Ixgbe(p) => p.vlan_caps(),
             AnyPort::IxgbeSim(p) => p.vlan_caps(),
+            AnyPort::AfPacket(p) => p.vlan_caps(),
         }
     }
     fn set_rx_strip(&mut self, queue: u16, on: bool) -> Result<()> {
@@ -335,6 +375,11 @@ mod tests {
         assert_eq!("null:3".parse::<PortName>().unwrap().to_string(), "null:3");
         assert_eq!("sim:5".parse::<PortName>().unwrap(), PortName::Sim(5));
         assert_eq!("sim:5".parse::<PortName>().unwrap().to_string(), "sim:5");
+        let a = "afp:veth0,queues=2".parse::<PortName>().unwrap();
+        assert_eq!(a, PortName::AfPacket("veth0,queues=2".into()));
+        assert_eq!(a.to_string(), "afp:veth0,queues=2");
+        assert!("afp:".parse::<PortName>().is_err());
+        assert!("afp:x,color=red".parse::<PortName>().is_err());
         let p: PortName = "01:00.0".parse().unwrap();
         assert_eq!(p.to_string(), "0000:01:00.0");
         for bad in ["null:x", "foo:1", "01:00", "0000:01:00.8", ""] {

@@ -9,6 +9,7 @@
 //! - [`sim`]: the software 82599, a register-level model the unchanged ixgbe driver runs on;
 //! - [`ids`]: the PCI ids each driver takes; [`any`]: opening a port by name ([`AnyPort`]).
 
+pub mod afpacket;
 pub mod any;
 pub mod ids;
 pub mod igb;

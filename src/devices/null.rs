@@ -96,6 +96,7 @@ impl Port for NullPort {
             tx_queues: self.config.queues,
             rx_ring: 0,
             tx_ring: 0,
+            mtu: None,
         }
     }
 

@@ -6,10 +6,12 @@
 //!   [`PciBus`](bus::PciBus) for VFIO and the in-memory devices' own implementations;
 //! - [`mmio`]: register access as volatile words, and the doorbell with its release fence;
 //! - [`dma`]: device-visible memory, IOVAs, the software IOMMU and the packet buffer pool;
+//! - [`packet`]: Linux packet sockets with TPACKET_V2 rings (the af_packet backend's kernel
+//!   interface);
 //! - [`regs`]: register maps generated from `regs/*.toml`;
 //! - [`checksum`]: the Internet checksum, for device models and frame builders alike.
 //!
-//! `unsafe` is allowed in exactly three modules, here, and refused by the compiler everywhere
+//! `unsafe` is allowed in exactly four modules, here, and refused by the compiler everywhere
 //! else in the crate (`#![deny(unsafe_code)]` at the crate root; `tests/unsafe_surface.rs`
 //! checks the list).
 
@@ -19,6 +21,8 @@ pub mod checksum;
 pub mod dma;
 #[allow(unsafe_code)]
 pub mod mmio;
+#[allow(unsafe_code)]
+pub mod packet;
 pub mod pci;
 pub mod regs;
 #[allow(unsafe_code)]

@@ -367,7 +367,13 @@ fn apply(
         hw.set_vlan_filter(true)?;
     }
     // 3. Strip on, queue by queue, before publishing Hardware mode for it.
-    let hw_rx = |c: &VlanConfig, q: u16| c.rx_mode_of(q) == RxMode::Hardware;
+    // Where the device strips: Hardware mode, and Software mode on a device whose frames
+    // arrive stripped anyway (VlanCaps::rx_pre_stripped), outside extended mode.
+    let hw_rx = |c: &VlanConfig, q: u16| match c.rx_mode_of(q) {
+        RxMode::Hardware => true,
+        RxMode::Software => caps.rx_pre_stripped && !c.extended,
+        RxMode::Deferred => false,
+    };
     let turns = |q: u16, on: bool| hw_rx(new, q) == on && old.is_none_or(|o| hw_rx(o, q) != on);
     if caps.rx_strip {
         if let Err(e) = strip_where(hw, caps, true, |q| turns(q, true)) {

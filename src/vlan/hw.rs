@@ -34,6 +34,12 @@ pub struct VlanCaps {
     /// Each receive queue has its own strip bit (82599 RXDCTL.VME), so queues can be in
     /// different receive modes; without it (82576 CTRL.VME) stripping is port-wide.
     pub per_queue_strip: bool,
+    /// Tags are out of every frame before the driver sees them (af_packet: the kernel takes
+    /// the outer tag into metadata), and the strip bit says whether the driver delivers the
+    /// tag as metadata (on) or puts it back into the frame (off). Stripping costs nothing
+    /// then, so the control turns the bit on in Software mode too (outside extended mode,
+    /// where software strips the inner tag): the burst finds every tag already stripped.
+    pub rx_pre_stripped: bool,
 }
 
 impl VlanCaps {

@@ -146,6 +146,10 @@ pub fn register_test(name: &str) -> Result<TestReport> {
             let bus = SimPort::open_named(i, &Default::default())?;
             Ok(report("register", start, run_table(&bus)))
         }
+        PortName::AfPacket(_) => Ok(not_applicable(
+            "register",
+            "an af_packet port is a kernel interface, with no registers of ours",
+        )),
         PortName::Pci(addr) => {
             let bus = PciBus::open(addr)?;
             let reset = bus.device().reset()?;
@@ -158,11 +162,20 @@ pub fn register_test(name: &str) -> Result<TestReport> {
 /// The MAC loopback test: opens the port with MAC loopback on, sends `cfg.frames` distinct
 /// IPv4/UDP frames and expects each back, in order and byte-identical.
 pub fn loopback_test(name: &str, cfg: &SelftestConfig) -> Result<TestReport> {
-    if let PortName::Null(_) = name.parse::<PortName>()? {
-        return Ok(not_applicable(
-            "loopback",
-            "the null device discards what it sends and invents what it receives",
-        ));
+    match name.parse::<PortName>()? {
+        PortName::Null(_) => {
+            return Ok(not_applicable(
+                "loopback",
+                "the null device discards what it sends and invents what it receives",
+            ))
+        }
+        PortName::AfPacket(_) => {
+            return Ok(not_applicable(
+                "loopback",
+                "an af_packet port cannot put the interface's MAC into loopback",
+            ))
+        }
+        _ => {}
     }
     let mut pc = cfg.port.clone();
     pc.ixgbe.loopback = true;

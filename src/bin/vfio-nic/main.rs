@@ -37,8 +37,10 @@ use clap::{Parser, Subcommand};
     version,
     about = "User-space NIC drivers over VFIO: bring-up tool",
     after_help = "Ports: a PCI address (0000:01:00.0, or 01:00.0 for domain 0) bound to vfio-pci, \
-or an in-memory port: null:N (DPDK net_null semantics) or sim:N (the software 82599; sim:2k and \
-sim:2k+1 are wired to each other inside one process)."
+an in-memory port: null:N (DPDK net_null semantics) or sim:N (the software 82599; sim:2k and \
+sim:2k+1 are wired to each other inside one process), or a Linux interface through packet sockets: \
+afp:IFNAME[,queues=N][,frames=N] (queues: sockets in one fanout group, default 1; frames: per \
+receive and transmit ring, default 512; needs CAP_NET_RAW)."
 )]
 struct Cli {
     /// Print JSON instead of text.

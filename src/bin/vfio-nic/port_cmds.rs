@@ -36,7 +36,7 @@ fn size_text(n: u64) -> String {
 /// driver opens it), the modelled BAR0 for sim ports, none for null ports.
 fn bars(name: &str) -> Result<Vec<Value>> {
     match name.parse::<PortName>()? {
-        PortName::Null(_) => Ok(Vec::new()),
+        PortName::Null(_) | PortName::AfPacket(_) => Ok(Vec::new()),
         PortName::Sim(_) => Ok(vec![json!({
             "name": "BAR0", "size": sim::BAR_LEN, "mmap": false, "note": "modelled registers",
         })]),
@@ -73,6 +73,7 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
         "bars": bars,
         "queues": {"rx": info.rx_queues, "tx": info.tx_queues,
                     "rx_ring": info.rx_ring, "tx_ring": info.tx_ring},
+        "mtu": info.mtu,
         "vlan_caps": {"rx_strip": caps.rx_strip, "tx_insert": caps.tx_insert, "filter": caps.filter,
                        "extended": caps.extended, "tx_insert_extended": caps.tx_insert_extended,
                        "any_tpid": caps.any_tpid,
@@ -148,6 +149,9 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
         info.tx_queues,
         info.tx_ring
     );
+    if let Some(mtu) = info.mtu {
+        outln!("mtu         {mtu}");
+    }
     outln!(
         "vlan caps   {}",
         if caps_list.is_empty() {

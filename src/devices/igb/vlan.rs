@@ -70,6 +70,7 @@ pub(super) fn caps<B: Bus>(port: &IgbPort<B>) -> VlanCaps {
         any_tpid: true,
         rx_queues: 1,
         per_queue_strip: false,
+        rx_pre_stripped: false,
     }
 }
 

@@ -349,6 +349,7 @@ impl<C: IntelChip, B: Bus> Port for IntelPort<C, B> {
             tx_queues: self.cfg.tx_queues,
             rx_ring: self.cfg.rx_ring as u16,
             tx_ring: self.cfg.tx_ring as u16,
+            mtu: None,
         }
     }
 

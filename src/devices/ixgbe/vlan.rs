@@ -127,5 +127,6 @@ pub(super) fn caps<B: Bus>(port: &IxgbePort<B>) -> VlanCaps {
         any_tpid: true,
         rx_queues: port.cfg.rx_queues,
         per_queue_strip: true,
+        rx_pre_stripped: false,
     }
 }

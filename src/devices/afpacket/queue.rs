@@ -1,0 +1,248 @@
+//! The queues of an af_packet port: copies between the socket's rings and pool buffers, with
+//! the tag put back or taken as metadata on receive, and inserted while copying on transmit.
+
+use std::sync::atomic::Ordering;
+
+use super::{VlanWord, STRIP};
+use crate::device::{QueueError, QueueStats, RxQueue, TxQueue};
+use crate::error::Result;
+use crate::platform::dma::{Meta, Packet, Pool};
+use crate::platform::packet::{PacketRx, PacketSocket, PacketTx, RxFrame};
+use crate::vlan::{SwVlanCounts, SwVlanTx, Tpid};
+
+/// The receive and transmit queue of one socket.
+pub(super) fn pair(
+    socket: PacketSocket,
+    pool: Pool,
+    vlan: VlanWord,
+    mtu: usize,
+) -> Result<(AfpRx, AfpTx)> {
+    let (rx, tx) = socket.split();
+    let room = pool.buf_size() - pool.headroom();
+    Ok((
+        AfpRx {
+            ring: rx,
+            spare: Vec::new(),
+            pool,
+            vlan,
+            room,
+            stats: QueueStats::default(),
+        },
+        AfpTx {
+            ring: tx,
+            mtu,
+            stats: QueueStats::default(),
+            refused_logged: false,
+        },
+    ))
+}
+
+/// Receive queue of an af_packet port.
+pub struct AfpRx {
+    ring: PacketRx,
+    pool: Pool,
+    /// Buffers taken from the pool for the next frames (at most a burst's worth, kept across
+    /// bursts so that an idle poll allocates nothing).
+    spare: Vec<Packet>,
+    vlan: VlanWord,
+    /// The longest frame a buffer takes.
+    room: usize,
+    stats: QueueStats,
+}
+
+/// The tag to put back into a frame, or the metadata of one delivered stripped.
+fn tag_plan(f: &RxFrame<'_>, word: u32) -> (Option<[u8; 4]>, Meta) {
+    match f.vlan() {
+        Some((tpid, tci)) if word & STRIP != 0 && u32::from(tpid) == word >> 16 => (
+            None,
+            Meta {
+                vlan_tci: tci,
+                flags: Meta::VLAN_STRIPPED,
+                rss_hash: 0,
+            },
+        ),
+        Some((tpid, tci)) if f.len() >= 12 => {
+            let (a, b) = (tpid.to_be_bytes(), tci.to_be_bytes());
+            (Some([a[0], a[1], b[0], b[1]]), Meta::default())
+        }
+        _ => (None, Meta::default()),
+    }
+}
+
+impl RxQueue for AfpRx {
+    fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
+        // One load per burst: the strip bit and the TPID that counts.
+        let word = self.vlan.load(Ordering::Relaxed);
+        if self.spare.len() < max {
+            let want = max - self.spare.len();
+            if self.pool.alloc_bulk(want, &mut self.spare) < want {
+                self.stats.no_room += 1;
+            }
+        }
+        let mut n = 0;
+        while n < max && !self.spare.is_empty() {
+            let Some(f) = self.ring.rx_next() else {
+                break;
+            };
+            let (tag, meta) = tag_plan(&f, word);
+            let len = f.len() + if tag.is_some() { 4 } else { 0 };
+            // A frame cut short by the ring, or longer than a buffer: dropped and counted.
+            if f.len() < f.wire_len() || len > self.room {
+                self.stats.dropped += 1;
+                continue;
+            }
+            // A fresh buffer (length 0, default headroom): it takes `len <= room`.
+            let mut p = self.spare.pop().expect("checked not empty");
+            p.set_len(len);
+            let d = p.data_mut();
+            match tag {
+                Some(t) => {
+                    f.read(0, &mut d[..12]);
+                    d[12..16].copy_from_slice(&t);
+                    f.read(12, &mut d[16..]);
+                }
+                None => f.read(0, d),
+            }
+            drop(f);
+            p.meta = meta;
+            self.stats.bytes += len as u64;
+            batch.push(p);
+            n += 1;
+        }
+        self.stats.packets += n as u64;
+        Ok(n)
+    }
+
+    fn stats(&self) -> QueueStats {
+        self.stats
+    }
+
+    fn pool(&self) -> &Pool {
+        &self.pool
+    }
+}
+
+/// Transmit queue of an af_packet port.
+pub struct AfpTx {
+    ring: PacketTx,
+    mtu: usize,
+    stats: QueueStats,
+    /// A refused frame has been logged (once per queue; the counter keeps counting).
+    refused_logged: bool,
+}
+
+/// Frames shorter than this leave padded with zeros (the TxQueue contract).
+const MIN_FRAME: usize = 60;
+const ZEROS: [u8; MIN_FRAME] = [0; MIN_FRAME];
+
+impl AfpTx {
+    /// Whether the kernel takes a frame of `len` bytes with ethertype `ethertype`: MTU + 14,
+    /// or MTU + 18 with 0x8100 (`packet_extra_vlan_len_allowed`).
+    fn fits(&self, len: usize, ethertype: u16) -> bool {
+        len <= self.mtu + 14 || (len <= self.mtu + 18 && ethertype == 0x8100)
+    }
+
+    fn refuse(&mut self, len: usize) {
+        self.stats.dropped += 1;
+        if !self.refused_logged {
+            self.refused_logged = true;
+            tracing::warn!(len, mtu = self.mtu,
+                "af_packet transmit: frame longer than the interface takes (MTU + 14, or + 18 with an 802.1Q tag) dropped; counted in the queue's `dropped`");
+        }
+    }
+
+    /// Copies packets from the front of `batch` into the ring, each with its tag pushed
+    /// while copying when `tpid` is given and it is marked [`Meta::TX_VLAN`]; one kick for
+    /// the burst. Frames the interface cannot take are dropped (and counted); the rest stay
+    /// in the batch when the ring is full.
+    fn send(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        mut vlan: Option<(Tpid, &mut SwVlanCounts)>,
+    ) -> Result<usize, QueueError> {
+        let mut done = 0;
+        let mut sent = 0;
+        let mut bytes = 0u64;
+        for p in batch.iter_mut() {
+            let d = p.data();
+            let tag = match &mut vlan {
+                Some((tpid, counts)) if p.meta.flags & Meta::TX_VLAN != 0 => {
+                    if d.len() < 12 {
+                        counts.malformed += 1;
+                        self.stats.dropped += 1;
+                        done += 1;
+                        continue;
+                    }
+                    let (a, b) = (tpid.get().to_be_bytes(), p.meta.vlan_tci.to_be_bytes());
+                    Some([a[0], a[1], b[0], b[1]])
+                }
+                _ => None,
+            };
+            let len = d.len() + if tag.is_some() { 4 } else { 0 };
+            let ethertype = match tag {
+                Some(t) => u16::from_be_bytes([t[0], t[1]]),
+                None => d
+                    .get(12..14)
+                    .map_or(0, |e| u16::from_be_bytes([e[0], e[1]])),
+            };
+            if !self.fits(len, ethertype) {
+                self.refuse(len);
+                done += 1;
+                continue;
+            }
+            let pad = &ZEROS[..MIN_FRAME.saturating_sub(len)];
+            let Some(frame) = self.ring.tx_next() else {
+                self.stats.no_room += 1;
+                break;
+            };
+            let ok = match &tag {
+                Some(t) => frame.send(&[&d[..12], t, &d[12..], pad]),
+                None => frame.send(&[d, pad]),
+            };
+            if !ok {
+                // Longer than a ring frame (cannot happen for what `fits` lets through, as the
+                // ring frames are sized for the MTU): dropped and counted like a refusal.
+                self.refuse(len);
+            } else {
+                if let Some((_, counts)) = &mut vlan {
+                    if tag.is_some() {
+                        counts.inserted += 1;
+                    }
+                }
+                sent += 1;
+                bytes += (len + pad.len()) as u64;
+            }
+            done += 1;
+        }
+        if sent > 0 && self.ring.kick().is_err() {
+            tracing::warn!("af_packet transmit: the kernel refused the ring kick; frames stay queued for the next");
+        }
+        Pool::free_bulk(batch.drain(..done));
+        self.stats.packets += sent;
+        self.stats.bytes += bytes;
+        Ok(sent as usize)
+    }
+}
+
+impl TxQueue for AfpTx {
+    /// Copies the frames as they are (a [`Meta::TX_VLAN`] mark is the VLAN layer's to act on).
+    fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
+        self.send(batch, None)
+    }
+
+    fn stats(&self) -> QueueStats {
+        self.stats
+    }
+}
+
+/// Software insertion while copying: no move of the frame in its buffer.
+impl SwVlanTx for AfpTx {
+    fn tx_burst_sw_vlan(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        tpid: Tpid,
+        counts: &mut SwVlanCounts,
+    ) -> Result<usize, QueueError> {
+        self.send(batch, Some((tpid, counts)))
+    }
+}

@@ -1,0 +1,624 @@
+//! Linux packet sockets (AF_PACKET) with TPACKET_V2 rings: the kernel interface of the
+//! af_packet backend (`devices::afpacket`), with the `unsafe` it needs (socket options, ioctls,
+//! the ring memory the kernel writes) kept here.
+//!
+//! One socket per queue, bound to one interface, with a receive ring and a transmit ring in one
+//! mapping: receive first, transmit right after (Linux `Documentation/networking/
+//! packet_mmap.rst`). Each ring frame starts with a `tpacket2_hdr` whose first word,
+//! `tp_status`, says who owns the frame:
+//! - receive: the kernel fills a frame and sets `TP_STATUS_USER`; we copy it out and give it
+//!   back by writing `TP_STATUS_KERNEL` (0);
+//! - transmit: a frame is ours while its status is `TP_STATUS_AVAILABLE` (0, with timestamp
+//!   bits possibly OR-ed in); we write the bytes and `tp_len`, then `TP_STATUS_SEND_REQUEST`,
+//!   and `send()` kicks the kernel, which sets the frame back to available once sent (with
+//!   `PACKET_LOSS`, a malformed frame is skipped instead of stopping the ring).
+//!
+//! The status word is read with an acquire load and written with a release store (the kernel's
+//! side pairs them with its barriers, packet_mmap.rst); the rest of a frame is read and written
+//! only through raw pointers while we own it. No Rust reference to ring memory is ever made.
+//! Why TPACKET_V2 and not V3: a V3 receive block reaches user space only when full or when its
+//! timeout expires, which adds up to that timeout of latency to a polled burst (DPDK's
+//! af_packet driver uses V2 for the same reason).
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::error::{Error, Result};
+
+/// The ring geometry of one socket (each of its two rings has it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingConfig {
+    /// Frames per ring (a multiple of the frames per 4 KiB block).
+    pub frames: u32,
+    /// Bytes per frame, header included: a power of two of at least 2,048.
+    pub frame_size: u32,
+}
+
+/// What the kernel says of an interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interface {
+    /// Its index in this network namespace.
+    pub index: i32,
+    /// Its MAC address.
+    pub mac: [u8; 6],
+    /// Its MTU (bytes of payload behind the 14-byte Ethernet header).
+    pub mtu: u32,
+    /// Administratively up (`IFF_UP`).
+    pub up: bool,
+    /// Up with a carrier (`IFF_RUNNING`).
+    pub running: bool,
+}
+
+/// Bytes before a transmit frame's data: `TPACKET2_HDRLEN - sizeof(sockaddr_ll)`, where the
+/// kernel looks for it when `PACKET_TX_HAS_OFF` is not set (packet_mmap.rst).
+const TX_DATA: usize = libc::TPACKET2_HDRLEN - std::mem::size_of::<libc::sockaddr_ll>();
+/// Where the `sockaddr_ll` of a receive frame starts (behind the aligned header).
+const RX_SLL: usize = 32;
+/// `sll_pkttype` of a frame this host sent (`PACKET_OUTGOING`).
+const OUTGOING: u8 = 4;
+
+fn errno() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+fn permission(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES))
+}
+
+/// An `ifreq` naming `name` (at most 15 bytes).
+fn ifreq(name: &str) -> Result<libc::ifreq> {
+    let c = CString::new(name).map_err(|_| Error::NoSuchInterface { name: name.into() })?;
+    let bytes = c.as_bytes_with_nul();
+    if bytes.len() > libc::IFNAMSIZ {
+        return Err(Error::NoSuchInterface { name: name.into() });
+    }
+    // SAFETY: `ifreq` is plain old data (a name and a union of integers and addresses), for
+    // which all zeroes is a valid value.
+    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, &s) in r.ifr_name.iter_mut().zip(bytes) {
+        *d = s as libc::c_char;
+    }
+    Ok(r)
+}
+
+/// One `SIOCGIF*` ioctl on `fd` for `name`.
+fn if_ioctl(fd: RawFd, name: &str, req: libc::c_ulong) -> Result<libc::ifreq> {
+    let mut r = ifreq(name)?;
+    // SAFETY: `r` is a valid, writable `ifreq` for the duration of the call; the SIOCGIF*
+    // requests only write into it.
+    if unsafe { libc::ioctl(fd, req as _, &mut r) } < 0 {
+        let e = errno();
+        if e.raw_os_error() == Some(libc::ENODEV) {
+            return Err(Error::NoSuchInterface { name: name.into() });
+        }
+        return Err(Error::io(
+            format!("reading interface {name} (ioctl {req:#x})"),
+            e,
+        ));
+    }
+    Ok(r)
+}
+
+/// The facts of interface `name` in the calling thread's network namespace.
+pub fn interface(name: &str) -> Result<Interface> {
+    // Any socket serves for these ioctls; a datagram socket needs no privilege.
+    // SAFETY: plain syscall; the result is checked.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(Error::io("opening a socket to query interfaces", errno()));
+    }
+    // SAFETY: `raw` is a new descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    interface_via(&fd, name)
+}
+
+/// The facts of interface `name` in the network namespace of socket `fd` (whatever the
+/// calling thread's).
+fn interface_via(fd: &OwnedFd, name: &str) -> Result<Interface> {
+    let index = if_ioctl(fd.as_raw_fd(), name, libc::SIOCGIFINDEX)?;
+    let hw = if_ioctl(fd.as_raw_fd(), name, libc::SIOCGIFHWADDR)?;
+    let mtu = if_ioctl(fd.as_raw_fd(), name, libc::SIOCGIFMTU)?;
+    let flags = if_ioctl(fd.as_raw_fd(), name, libc::SIOCGIFFLAGS)?;
+    // SAFETY: each union member read is the one its request filled in.
+    let (index, sa, mtu, flags) = unsafe {
+        (
+            index.ifr_ifru.ifru_ifindex,
+            hw.ifr_ifru.ifru_hwaddr,
+            mtu.ifr_ifru.ifru_mtu,
+            flags.ifr_ifru.ifru_flags,
+        )
+    };
+    let mut mac = [0u8; 6];
+    for (m, &b) in mac.iter_mut().zip(&sa.sa_data) {
+        *m = b as u8;
+    }
+    let flags = i32::from(flags);
+    Ok(Interface {
+        index,
+        mac,
+        mtu: mtu.max(0) as u32,
+        up: flags & libc::IFF_UP != 0,
+        running: flags & libc::IFF_RUNNING != 0,
+    })
+}
+
+fn set_int(fd: RawFd, opt: libc::c_int, value: libc::c_int, what: &str) -> Result<()> {
+    // SAFETY: `value` is a valid `int` option value for the call's duration.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_PACKET,
+            opt,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(Error::io(
+            format!("setting {what} on a packet socket"),
+            errno(),
+        ));
+    }
+    Ok(())
+}
+
+/// A ring of one socket: where it starts in the mapping, its geometry, and the next frame.
+#[derive(Debug)]
+struct Ring {
+    start: usize,
+    frames: u32,
+    frame_size: u32,
+    head: u32,
+}
+
+impl Ring {
+    fn frame(&self, map: NonNull<u8>, i: u32) -> *mut u8 {
+        // In bounds: `start + frames * frame_size` is within the mapping (made so in `open`).
+        map.as_ptr()
+            .wrapping_add(self.start + i as usize * self.frame_size as usize)
+    }
+}
+
+/// A handle on a packet socket for its port: the kernel's counters of the socket, and the
+/// interface's state in the socket's network namespace, readable from any thread (the port
+/// reads them while the queue runs elsewhere, maybe in another namespace).
+#[derive(Clone, Debug)]
+pub struct SocketCounters(Arc<OwnedFd>);
+
+impl SocketCounters {
+    /// The facts of interface `name` now, as the socket's network namespace has them.
+    pub fn interface(&self, name: &str) -> Result<Interface> {
+        interface_via(&self.0, name)
+    }
+
+    /// Frames the socket received and frames it dropped (ring full) since the last call: the
+    /// kernel clears both on every read (`PACKET_STATISTICS`).
+    pub fn take(&self) -> Result<(u64, u64)> {
+        let mut st = libc::tpacket_stats {
+            tp_packets: 0,
+            tp_drops: 0,
+        };
+        let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: `st` and `len` are valid and writable, `len` its size.
+        let r = unsafe {
+            libc::getsockopt(
+                self.0.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut st as *mut libc::tpacket_stats).cast(),
+                &mut len,
+            )
+        };
+        if r < 0 {
+            return Err(Error::io("reading a packet socket's counters", errno()));
+        }
+        Ok((u64::from(st.tp_packets), u64::from(st.tp_drops)))
+    }
+}
+
+/// What both halves of a socket share: the descriptor and the mapping of its rings.
+struct Mapped {
+    fd: Arc<OwnedFd>,
+    map: MmapRaw,
+    /// The kernel filters out our own transmissions (`PACKET_IGNORE_OUTGOING`, Linux 4.20);
+    /// without it the receive path drops them itself.
+    ignores_outgoing: bool,
+}
+
+impl Mapped {
+    fn base(&self) -> NonNull<u8> {
+        NonNull::new(self.map.as_mut_ptr()).expect("a mapping is never at address 0")
+    }
+
+    /// The status word of `frame` (a frame of one of this socket's rings), as an atomic: it is
+    /// 4-byte aligned (frames are 2 KiB aligned in a page-aligned mapping).
+    fn status_of(&self, frame: *mut u8) -> &AtomicU32 {
+        // SAFETY: `frame` is the start of a ring frame inside the mapping, which lives as long
+        // as `self`. The kernel and we access the word atomically (the kernel with its
+        // barriers), and an `AtomicU32` may alias memory another party writes.
+        unsafe { AtomicU32::from_ptr(frame.cast()) }
+    }
+}
+
+/// A packet socket bound to one interface, with its two rings mapped; [`split`](Self::split)
+/// gives its receive and transmit halves to the two queues of a pair.
+pub struct PacketSocket {
+    m: Arc<Mapped>,
+    rx: Ring,
+    tx: Ring,
+}
+
+impl std::fmt::Debug for PacketSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PacketSocket")
+            .field("fd", &self.m.fd.as_raw_fd())
+            .field("rx", &self.rx)
+            .field("tx", &self.tx)
+            .finish()
+    }
+}
+
+impl PacketSocket {
+    /// Opens a packet socket on interface `index` with two rings of `ring` each, the kernel's
+    /// queueing discipline bypassed and malformed transmit frames skipped (`PACKET_LOSS`).
+    pub fn open(index: i32, ring: RingConfig) -> Result<PacketSocket> {
+        let fs = ring.frame_size;
+        if fs < 2048 || !fs.is_power_of_two() || ring.frames == 0 {
+            return Err(Error::InvalidConfig(format!(
+                "packet ring: {} frames of {fs} bytes; frames must be a power of two of at least 2048 bytes, and there must be some",
+                ring.frames
+            )));
+        }
+        let block = fs.max(4096);
+        let per_block = block / fs;
+        let frames = ring.frames.next_multiple_of(per_block);
+        // Protocol 0: nothing is received before `bind` names the interface.
+        // SAFETY: plain syscall; the result is checked.
+        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            let e = errno();
+            if permission(&e) {
+                return Err(Error::NotPermitted {
+                    what: "opening a packet socket".into(),
+                });
+            }
+            return Err(Error::io("opening a packet socket", e));
+        }
+        // SAFETY: `raw` is a new descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let s = fd.as_raw_fd();
+        set_int(
+            s,
+            libc::PACKET_VERSION,
+            libc::tpacket_versions::TPACKET_V2 as _,
+            "PACKET_VERSION",
+        )?;
+        set_int(s, libc::PACKET_LOSS, 1, "PACKET_LOSS")?;
+        set_int(s, libc::PACKET_QDISC_BYPASS, 1, "PACKET_QDISC_BYPASS")?;
+        let ignores_outgoing = set_int(s, libc::PACKET_IGNORE_OUTGOING, 1, "PACKET_IGNORE_OUTGOING")
+            .map_err(|e| tracing::debug!(error = %e, "kernel without PACKET_IGNORE_OUTGOING; own frames dropped by the receive path"))
+            .is_ok();
+        let req = libc::tpacket_req {
+            tp_block_size: block,
+            tp_block_nr: frames / per_block,
+            tp_frame_size: fs,
+            tp_frame_nr: frames,
+        };
+        let ring_bytes = block as usize * (frames / per_block) as usize;
+        for (opt, what) in [
+            (libc::PACKET_RX_RING, "receive"),
+            (libc::PACKET_TX_RING, "transmit"),
+        ] {
+            // SAFETY: `req` is a valid `tpacket_req` for the call's duration.
+            let r = unsafe {
+                libc::setsockopt(
+                    s,
+                    libc::SOL_PACKET,
+                    opt,
+                    (&req as *const libc::tpacket_req).cast(),
+                    std::mem::size_of::<libc::tpacket_req>() as libc::socklen_t,
+                )
+            };
+            if r < 0 {
+                return Err(Error::RingRefused {
+                    bytes: ring_bytes,
+                    reason: format!("{what} ring: {}", errno()),
+                });
+            }
+        }
+        let map = MmapOptions::new()
+            .len(2 * ring_bytes)
+            .populate()
+            .map_raw(s)
+            .map_err(|e| Error::RingRefused {
+                bytes: 2 * ring_bytes,
+                reason: format!("mapping the rings: {e}"),
+            })?;
+        // SAFETY: `sockaddr_ll` is plain old data; all zeroes is valid.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        sll.sll_ifindex = index;
+        // SAFETY: `sll` is a valid address of the stated size for the call's duration.
+        let r = unsafe {
+            libc::bind(
+                s,
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if r < 0 {
+            let e = errno();
+            if e.raw_os_error() == Some(libc::ENODEV) {
+                return Err(Error::NoSuchInterface {
+                    name: format!("index {index}"),
+                });
+            }
+            return Err(Error::io(
+                format!("binding a packet socket to interface {index}"),
+                e,
+            ));
+        }
+        let ring = |start| Ring {
+            start,
+            frames,
+            frame_size: fs,
+            head: 0,
+        };
+        Ok(PacketSocket {
+            m: Arc::new(Mapped {
+                fd: Arc::new(fd),
+                map,
+                ignores_outgoing,
+            }),
+            rx: ring(0),
+            tx: ring(ring_bytes),
+        })
+    }
+
+    /// Joins fanout group `group`: the kernel spreads the interface's frames over the group's
+    /// sockets by flow hash (IP fragments reassembled first, a full socket's share rolled over
+    /// to the others).
+    pub fn join_fanout(&self, group: u16) -> Result<()> {
+        let kind = libc::PACKET_FANOUT_HASH
+            | libc::PACKET_FANOUT_FLAG_DEFRAG
+            | libc::PACKET_FANOUT_FLAG_ROLLOVER;
+        set_int(
+            self.m.fd.as_raw_fd(),
+            libc::PACKET_FANOUT,
+            (u32::from(group) | kind << 16) as libc::c_int,
+            "PACKET_FANOUT",
+        )
+    }
+
+    /// The socket's counters, for whoever reports them.
+    pub fn counters(&self) -> SocketCounters {
+        SocketCounters(self.m.fd.clone())
+    }
+
+    /// The receive and the transmit half (they share the socket, which closes with the last).
+    pub fn split(self) -> (PacketRx, PacketTx) {
+        (
+            PacketRx {
+                m: self.m.clone(),
+                ring: self.rx,
+            },
+            PacketTx {
+                m: self.m,
+                ring: self.tx,
+            },
+        )
+    }
+}
+
+/// The receive ring of a packet socket.
+pub struct PacketRx {
+    m: Arc<Mapped>,
+    ring: Ring,
+}
+
+impl PacketRx {
+    /// The next received frame, if the kernel has filled one; frames this host sent are given
+    /// back and skipped. The frame goes back to the kernel when the returned view is dropped.
+    pub fn rx_next(&mut self) -> Option<RxFrame<'_>> {
+        loop {
+            let frame = self.ring.frame(self.m.base(), self.ring.head);
+            let status = self.m.status_of(frame).load(Ordering::Acquire);
+            if status & libc::TP_STATUS_USER == 0 {
+                return None;
+            }
+            let h = frame.cast::<libc::tpacket2_hdr>();
+            // SAFETY: the frame is ours (TP_STATUS_USER, acquired), so the kernel wrote its
+            // header before and does not write it now; fields are read through the raw
+            // pointer, with no reference to ring memory.
+            let (len, snaplen, mac, tci, tpid, pkttype) = unsafe {
+                (
+                    std::ptr::addr_of!((*h).tp_len).read_volatile(),
+                    std::ptr::addr_of!((*h).tp_snaplen).read_volatile(),
+                    std::ptr::addr_of!((*h).tp_mac).read_volatile(),
+                    std::ptr::addr_of!((*h).tp_vlan_tci).read_volatile(),
+                    std::ptr::addr_of!((*h).tp_vlan_tpid).read_volatile(),
+                    frame.add(RX_SLL + 10).read_volatile(),
+                )
+            };
+            if !self.m.ignores_outgoing && pkttype == OUTGOING {
+                self.m
+                    .status_of(frame)
+                    .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+                self.ring.head = (self.ring.head + 1) % self.ring.frames;
+                continue;
+            }
+            let room = self.ring.frame_size as usize;
+            return Some(RxFrame {
+                data: frame.wrapping_add(mac as usize),
+                // Never past the frame, whatever the header says.
+                in_ring: (snaplen as usize).min(room.saturating_sub(mac as usize)),
+                on_wire: len as usize,
+                status,
+                tci,
+                tpid,
+                rx: self,
+                frame,
+            });
+        }
+    }
+}
+
+/// The transmit ring of a packet socket.
+pub struct PacketTx {
+    m: Arc<Mapped>,
+    ring: Ring,
+}
+
+impl PacketTx {
+    /// The next free transmit frame, if the kernel has sent what was in it.
+    pub fn tx_next(&mut self) -> Option<TxFrame<'_>> {
+        let frame = self.ring.frame(self.m.base(), self.ring.head);
+        // Timestamp bits may be OR-ed into an available frame's status.
+        let status = self.m.status_of(frame).load(Ordering::Acquire);
+        let busy = libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING;
+        if status & busy != 0 {
+            return None;
+        }
+        Some(TxFrame { frame, tx: self })
+    }
+
+    /// The longest frame a transmit frame takes.
+    pub fn tx_room(&self) -> usize {
+        self.ring.frame_size as usize - TX_DATA
+    }
+
+    /// Tells the kernel to send the frames marked so far (does not wait).
+    pub fn kick(&self) -> Result<()> {
+        // SAFETY: a zero-length send with a null buffer is the documented kick of a transmit
+        // ring (packet_mmap.rst); nothing is read from the pointer.
+        let r = unsafe {
+            libc::send(
+                self.m.fd.as_raw_fd(),
+                std::ptr::null(),
+                0,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r < 0 {
+            let e = errno();
+            // The device queue is busy: the frames stay marked and go with the next kick.
+            if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS)) {
+                return Ok(());
+            }
+            return Err(Error::io("kicking a packet socket's transmit ring", e));
+        }
+        Ok(())
+    }
+}
+
+/// A received frame, ours until dropped (then the kernel's again).
+pub struct RxFrame<'a> {
+    rx: &'a mut PacketRx,
+    frame: *mut u8,
+    data: *mut u8,
+    in_ring: usize,
+    on_wire: usize,
+    status: u32,
+    tci: u16,
+    tpid: u16,
+}
+
+impl RxFrame<'_> {
+    /// Bytes of the frame in the ring (`tp_snaplen`): fewer than [`wire_len`](Self::wire_len)
+    /// when it did not fit the ring frame.
+    pub fn len(&self) -> usize {
+        self.in_ring
+    }
+
+    /// Whether the frame has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.in_ring == 0
+    }
+
+    /// The frame's length as received (`tp_len`), without the tag the kernel took.
+    pub fn wire_len(&self) -> usize {
+        self.on_wire
+    }
+
+    /// The tag the kernel took out of the frame, with its TPID (`TP_STATUS_VLAN_VALID`; the
+    /// TPID is 0x8100 when the kernel does not report one, as before Linux 3.14).
+    pub fn vlan(&self) -> Option<(u16, u16)> {
+        if self.status & libc::TP_STATUS_VLAN_VALID == 0 {
+            return None;
+        }
+        let tpid = if self.status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+            self.tpid
+        } else {
+            0x8100
+        };
+        Some((tpid, self.tci))
+    }
+
+    /// Copies `dst.len()` bytes of the frame from byte `from` on into `dst`.
+    ///
+    /// # Panics
+    /// If that reaches past [`len`](Self::len).
+    pub fn read(&self, from: usize, dst: &mut [u8]) {
+        assert!(
+            from.checked_add(dst.len())
+                .is_some_and(|end| end <= self.in_ring),
+            "read past a received frame"
+        );
+        // SAFETY: the frame is ours until `self` drops, `from..from + dst.len()` is inside
+        // its data (checked above against a snaplen bounded by the ring frame), and `dst`
+        // is ordinary memory that does not overlap the ring.
+        unsafe { std::ptr::copy_nonoverlapping(self.data.add(from), dst.as_mut_ptr(), dst.len()) };
+    }
+}
+
+impl Drop for RxFrame<'_> {
+    fn drop(&mut self) {
+        self.rx
+            .m
+            .status_of(self.frame)
+            .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        let r = &mut self.rx.ring;
+        r.head = (r.head + 1) % r.frames;
+    }
+}
+
+/// A free transmit frame.
+pub struct TxFrame<'a> {
+    tx: &'a mut PacketTx,
+    frame: *mut u8,
+}
+
+impl TxFrame<'_> {
+    /// Writes the frame made of `parts` (one after the other) and hands it to the kernel for
+    /// the next [`kick`](PacketTx::kick). Returns false, writing nothing, when the parts
+    /// are longer than [`tx_room`](PacketTx::tx_room).
+    pub fn send(self, parts: &[&[u8]]) -> bool {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > self.tx.tx_room() {
+            return false;
+        }
+        let mut at = TX_DATA;
+        for p in parts {
+            // SAFETY: the frame is ours (available, acquired); `TX_DATA + len` is within the
+            // ring frame (checked above); `p` is ordinary memory that does not overlap the ring.
+            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), self.frame.add(at), p.len()) };
+            at += p.len();
+        }
+        let h = self.frame.cast::<libc::tpacket2_hdr>();
+        // SAFETY: as above; the header's length field is written through the raw pointer.
+        unsafe { std::ptr::addr_of_mut!((*h).tp_len).write_volatile(len as u32) };
+        self.tx
+            .m
+            .status_of(self.frame)
+            .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+        let r = &mut self.tx.ring;
+        r.head = (r.head + 1) % r.frames;
+        true
+    }
+}
