@@ -252,6 +252,64 @@ fn frames_cross_byte_identical_both_ways_and_the_counters_agree() {
     );
 }
 
+/// A UDP/IPv4 frame of flow number `flow` (its source port), 60 bytes: flows the kernel's
+/// fanout hash tells apart.
+fn udp_frame(flow: u16) -> Vec<u8> {
+    let mut f = vec![0xff; 6];
+    f.extend([0x02, 0, 0, 0, 0, 1, 0x08, 0x00]);
+    let ip_start = f.len();
+    f.extend([
+        0x45, 0, 0, 46, 0, 0, 0, 0, 64, 17, 0, 0, 198, 18, 0, 1, 198, 18, 0, 2,
+    ]);
+    let sum = vfio_nic::platform::checksum::checksum(&f[ip_start..]);
+    f[ip_start + 10..ip_start + 12].copy_from_slice(&sum.to_be_bytes());
+    f.extend(flow.to_be_bytes());
+    f.extend(9u16.to_be_bytes());
+    f.extend([0, 26, 0, 0]);
+    f.resize(60, 0);
+    f
+}
+
+#[test]
+fn queues_share_the_interface_by_flow_and_lose_nothing() {
+    let Some(net) = Net::new() else { return };
+    let mut a = net.port(0, "");
+    let mut b = net.port(1, ",queues=2");
+    assert_eq!(b.info().rx_queues, 2);
+    let (rx_a, mut tx_a) = a.take_queues().unwrap();
+    let (mut rx_b, _) = b.take_queues().unwrap();
+    let frames: Vec<Vec<u8>> = (0..200).map(|i| udp_frame(1000 + i)).collect();
+    send(&mut tx_a[0], &rx_a[0], &frames);
+    let deadline = Instant::now() + PATIENCE;
+    let mut got: [Vec<Packet>; 2] = [Vec::new(), Vec::new()];
+    while got[0].len() + got[1].len() < frames.len() {
+        let mut n = 0;
+        for (q, g) in rx_b.iter_mut().zip(got.iter_mut()) {
+            n += q.rx_burst(g, 32).unwrap();
+        }
+        if n == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "{} + {} of 200 received",
+                got[0].len(),
+                got[1].len()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    assert!(
+        !got[0].is_empty() && !got[1].is_empty(),
+        "200 flows all hashed to one queue: {} / {}",
+        got[0].len(),
+        got[1].len()
+    );
+    let mut all: Vec<Vec<u8>> = got.iter().flatten().map(|p| p.data().to_vec()).collect();
+    let mut sent = frames.clone();
+    all.sort();
+    sent.sort();
+    assert_eq!(all, sent, "every frame once, unchanged");
+}
+
 /// The frames of the VLAN test: untagged, 802.1Q VID 100 PCP 5, a priority tag (VID 0, PCP 3),
 /// an 802.1ad outer tag alone, and QinQ (802.1ad outer, 802.1Q inner).
 fn tagged_frames() -> Vec<Vec<u8>> {

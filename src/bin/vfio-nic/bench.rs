@@ -31,6 +31,16 @@
 //! buffers freed on the other core (slow path) or handed back and freed where they were
 //! allocated (fast path).
 //!
+//! - `afp`: an af_packet port on a veth pair this command does not make (`--afp-pair SEND,RECV`,
+//!   both ends in this network namespace; `bench/dpdk-compare --ports afp` makes one and runs
+//!   this). A generator thread on the second `--pin` CPU sends tagged or untagged frames into
+//!   SEND as fast as the kernel takes them; the forwarder receives them on RECV and sends them
+//!   into a null port. The generator cannot keep up with the receiver, so a repetition does not
+//!   time the stream: it lets RECV's ring fill while nobody reads it, then times draining it
+//!   ([`Rig::rep_drain`]), which is the receive path's own cost per packet. Compared: Hardware
+//!   vs Deferred receive (the tag the kernel took delivered as metadata, or put back into the
+//!   frame while copying: the seed's 0.6 %) and Hardware vs Software.
+//!
 //! Work: `fwd` forwards A.rx -> B.tx without reading the frame ([`forward_burst`]); `l2` reads
 //! the destination MAC and the tag with [`PacketVlan::take_vlan`], folds both into a checksum
 //! the compiler must keep, and asks for the same tag on transmit (a VLAN-transparent
@@ -46,7 +56,7 @@ use serde::Serialize;
 use vfio_nic::app::compare::{self, abba, mean_95, noise_floor, paired_t_95, Interval, Verdict};
 use vfio_nic::app::forward::{forward_burst, forward_burst_with, FwdStats};
 use vfio_nic::app::pipeline::{forward_pipelined, recycle_pipelined, FreeOn};
-use vfio_nic::device::{Port, RxQueue};
+use vfio_nic::device::{Port, RxQueue, TxQueue};
 use vfio_nic::devices::ixgbe::{IxgbeConfig, IxgbePort};
 use vfio_nic::devices::null::{NullConfig, NullPort};
 use vfio_nic::devices::sim::{pin_current_thread, DeviceThread, Mode, SimConfig, SimPort, Source};
@@ -84,9 +94,14 @@ pub struct BenchArgs {
     /// Write a chart of every comparison (B - A with its interval, and the noise floor) as SVG.
     #[arg(long)]
     pub svg: Option<PathBuf>,
-    /// Pin the forwarding thread to the first CPU and the sim's device thread to the second.
+    /// Pin the forwarding thread to the first CPU and the sim's device thread (or the afp
+    /// generator) to the second.
     #[arg(long, value_delimiter = ',', num_args = 1..=2)]
     pub pin: Vec<usize>,
+    /// The veth pair of `--device afp`: the interface the generator sends into and the one the
+    /// forwarder receives from (both ends in this network namespace, up).
+    #[arg(long, value_delimiter = ',')]
+    pub afp_pair: Vec<String>,
 }
 
 /// The devices `--device` selects.
@@ -101,6 +116,9 @@ pub enum DeviceSel {
     SimInline,
     /// The null device and both software 82599 modes.
     Both,
+    /// An af_packet port on the veth pair `--afp-pair` (not part of `both`: it needs root and
+    /// a pair made beforehand).
+    Afp,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -121,6 +139,8 @@ impl Work {
 
 /// Frame length on the wire without the tag and without FCS.
 const FRAME: usize = 64;
+/// Frames per ring of the afp device's ports.
+const AFP_RING: u32 = 4096;
 /// The tag of tagged traffic: VID 100, PCP 5.
 const TCI: u16 = 0xa064;
 
@@ -237,6 +257,89 @@ struct Rig {
     now: Placement,
     /// Packets sent since the rig was made (to check against the model's transmit counter).
     sent: u64,
+    /// The afp device's generator thread (stopped and joined when the rig goes).
+    generator: Option<Generator>,
+}
+
+/// A thread sending one frame into an af_packet port as fast as the kernel takes it, which
+/// can be paused (so that a drain times the receiver alone).
+struct Generator {
+    stop: Arc<AtomicBool>,
+    /// Asked to pause, and paused (the thread's answer).
+    pause: Arc<(AtomicBool, AtomicBool)>,
+    thread: Option<std::thread::JoinHandle<Result<u64>>>,
+}
+
+impl Generator {
+    /// Starts sending `frame` through `port` (on CPU `cpu`, if given).
+    fn start(mut port: AnyPort, frame: Vec<u8>, cpu: Option<usize>) -> Result<Generator> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let pause = Arc::new((AtomicBool::new(false), AtomicBool::new(false)));
+        let (flag, hold) = (stop.clone(), pause.clone());
+        let thread = std::thread::spawn(move || -> Result<u64> {
+            if let Some(c) = cpu {
+                pin_current_thread(c)?;
+            }
+            let (rx, mut tx) = port.take_queues()?;
+            let pool = rx[0].pool().clone();
+            let mut batch = Vec::with_capacity(32);
+            let mut sent = 0u64;
+            while !flag.load(Relaxed) {
+                if hold.0.load(Relaxed) {
+                    hold.1.store(true, Relaxed);
+                    std::thread::sleep(Duration::from_micros(50));
+                    continue;
+                }
+                hold.1.store(false, Relaxed);
+                while batch.len() < 32 {
+                    let Some(mut p) = pool.alloc() else { break };
+                    p.set_data(&frame);
+                    batch.push(p);
+                }
+                sent += tx[0].tx_burst(&mut batch)? as u64;
+                if !batch.is_empty() {
+                    std::thread::yield_now();
+                }
+            }
+            Ok(sent)
+        });
+        Ok(Generator {
+            stop,
+            pause,
+            thread: Some(thread),
+        })
+    }
+
+    /// Pauses (true) or resumes sending; a pause waits (1 s at most) until the thread has
+    /// stopped, and 1 ms more for the frames it sent to arrive.
+    fn hold(&self, on: bool) -> Result<()> {
+        self.pause.0.store(on, Relaxed);
+        if !on {
+            return Ok(());
+        }
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !self.pause.1.load(Relaxed) {
+            if Instant::now() > deadline || self.thread.as_ref().is_none_or(|t| t.is_finished()) {
+                return Err(Error::Stalled {
+                    stage: "afp bench",
+                    what: "the generator thread to pause (it failed, or is not scheduled)",
+                    waited_ms: 1000,
+                });
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        Ok(())
+    }
+}
+
+impl Drop for Generator {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Rig {
@@ -326,7 +429,104 @@ impl Rig {
             sim,
             now,
             sent: 0,
+            generator: None,
         })
+    }
+
+    /// An af_packet port on RECV of `--afp-pair`, forwarding into a null port, with a
+    /// generator sending into SEND. Rings of 4,096 frames: what one drain times.
+    fn afp(args: &BenchArgs, tagged: bool) -> Result<Rig> {
+        let [send, recv] = args.afp_pair.as_slice() else {
+            return Err(Error::InvalidConfig(
+                "--device afp needs --afp-pair SEND,RECV (a veth pair in this network namespace; bench/dpdk-compare --ports afp makes one)".into(),
+            ));
+        };
+        let cfg = vfio_nic::devices::PortConfig {
+            afpacket: vfio_nic::devices::afpacket::AfPacketConfig {
+                frames: AFP_RING,
+                pool: PoolConfig {
+                    buffers: 2 * AFP_RING as usize,
+                    ..PoolConfig::default()
+                },
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let a = vfio_nic::devices::open(&format!("afp:{recv}"), &cfg)?;
+        let b = AnyPort::Null(NullPort::new(1, NullConfig::default())?);
+        let gen_port = vfio_nic::devices::open(&format!("afp:{send}"), &cfg)?;
+        let mut rig = Rig::new("afp", a, b, None)?;
+        rig.generator = Some(Generator::start(
+            gen_port,
+            frame(tagged),
+            args.pin.get(1).copied(),
+        )?);
+        Ok(rig)
+    }
+
+    /// One repetition on the afp device: five times, let the receive ring fill (nobody reads it
+    /// for 10 ms per 1,000 frames it holds: the generator sends about 0.35 Mpps on this
+    /// machine, so the ring is full three times over), pause the generator, then forward until
+    /// the ring is empty, timing from the first burst to the last that received something;
+    /// ns per packet over the five drains. The frames were written by the kernel on the
+    /// generator's CPU: the lines arrive cold, as from a NIC.
+    fn rep_drain(&mut self, p: Placement, work: Work, args: &BenchArgs) -> Result<f64> {
+        self.set(p)?;
+        let fill = Duration::from_micros(10 * u64::from(AFP_RING));
+        let err =
+            |e: vfio_nic::device::QueueError| Error::InvalidConfig(format!("burst failed: {e}"));
+        let mut batch = Vec::with_capacity(args.burst);
+        let (mut packets, mut busy) = (0u64, Duration::ZERO);
+        let mut acc = 0u64;
+        for _ in 0..5 {
+            std::thread::sleep(fill);
+            if let Some(g) = &self.generator {
+                g.hold(true)?;
+            }
+            let mut st = FwdStats::default();
+            let start = Instant::now();
+            let mut last = start;
+            let mut idle = 0;
+            while idle < 2 {
+                let before = st.rx;
+                match work {
+                    Work::Fwd => {
+                        forward_burst(&mut self.rx, &mut self.tx, &mut batch, args.burst, &mut st)
+                            .map_err(err)?;
+                    }
+                    Work::L2 => {
+                        l2_burst(
+                            &mut self.rx,
+                            &mut self.tx,
+                            &mut batch,
+                            args.burst,
+                            &mut st,
+                            &mut acc,
+                        )
+                        .map_err(err)?;
+                    }
+                }
+                if st.rx > before {
+                    idle = 0;
+                    last = Instant::now();
+                } else {
+                    idle += 1;
+                }
+            }
+            packets += st.tx;
+            busy += last - start;
+            self.sent += st.tx;
+            if let Some(g) = &self.generator {
+                g.hold(false)?;
+            }
+        }
+        std::hint::black_box(acc);
+        if packets == 0 {
+            return Err(Error::InvalidConfig(
+                "afp: nothing arrived on the receive interface: is the pair a veth pair, both ends up?".into(),
+            ));
+        }
+        Ok(busy.as_secs_f64() * 1e9 / packets as f64)
     }
 
     /// Switches to placement `p` (a no-op when it is the current one).
@@ -344,6 +544,9 @@ impl Rig {
     /// One repetition of `work` in placement `p`: a short warm-up (caches, the pool's free
     /// list, a strip switch finishing in the queue's bursts), then `dur`; ns per packet.
     fn rep(&mut self, p: Placement, work: Work, args: &BenchArgs, dur: Duration) -> Result<f64> {
+        if self.device == "afp" {
+            return self.rep_drain(p, work, args);
+        }
         self.set(p)?;
         let (warm, _) = timed(
             &mut self.rx,
@@ -510,6 +713,11 @@ fn plan(device: &str) -> Vec<(&'static str, Placement, Placement)> {
             // fwd only: the pool's fast vs slow path alone (see `Rig::rep_return`).
             ("return", (Deferred, TxSw), (Deferred, TxSw)),
         ],
+        "afp" => vec![
+            ("A/A", (Hardware, TxSw), (Hardware, TxSw)),
+            ("receive", (Hardware, TxSw), (Deferred, TxSw)),
+            ("receive", (Hardware, TxSw), (Software, TxSw)),
+        ],
         "sim" => vec![
             ("A/A", (Hardware, TxHw), (Hardware, TxHw)),
             ("receive", (Hardware, TxHw), (Software, TxHw)),
@@ -627,6 +835,7 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
         DeviceSel::Sim => &["sim"],
         DeviceSel::SimInline => &["sim", "sim-inline"],
         DeviceSel::Both => &["null", "sim", "sim-inline"],
+        DeviceSel::Afp => &["afp"],
     };
     let comparisons: usize = devices
         .iter()
@@ -675,6 +884,7 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
             let tagged = t == "tagged";
             let mut rig = match dev {
                 "null" => Rig::null(args, tagged)?,
+                "afp" => Rig::afp(args, tagged)?,
                 "sim" => Rig::sim(args, tagged, Mode::Threaded)?,
                 _ => Rig::sim(args, tagged, Mode::Inline)?,
             };
@@ -877,6 +1087,7 @@ fn chart(path: &std::path::Path, results: &[Comparison], args: &BenchArgs) -> Re
             .collect();
         let what = match d {
             "null" => "null device (copy mode)",
+            "afp" => "af_packet port on a veth pair (ring drained)",
             "sim" => "ixgbe on the software 82599, threaded",
             _ => "ixgbe on the software 82599, inline",
         };

@@ -59,7 +59,7 @@ enum Command {
     List,
     /// Model, PCI id, MAC, link, BARs, queues and rings, VLAN capabilities and configuration.
     Info {
-        /// The port (PCI address, sim:N or null:N).
+        /// The port (PCI address, sim:N, null:N or afp:IFNAME).
         port: String,
     },
     /// Device counters (by datasheet name) and software counters.

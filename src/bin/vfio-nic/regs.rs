@@ -95,13 +95,12 @@ fn open(port: &str) -> Result<(Target, &'static RegisterMap)> {
             let id = sim.pci_id();
             (Target::Sim(sim), id)
         }
-        other => {
-            return Err(Error::NotSupported {
-                device: other.to_string(),
-                what: "register access".into(),
-                why: "the null device has no registers; give a PCI address or sim:N".into(),
-            })
-        }
+        other => return Err(Error::NotSupported {
+            device: other.to_string(),
+            what: "register access".into(),
+            why: "null and af_packet ports have no registers of ours; give a PCI address or sim:N"
+                .into(),
+        }),
     };
     let (family, _) = ids::lookup(v, d).ok_or_else(|| Error::UnsupportedDevice {
         addr: port.to_string(),

@@ -71,7 +71,7 @@ impl GenOpts {
 /// Options of `gen`.
 #[derive(clap::Args, Debug)]
 pub struct GenArgs {
-    /// The port to send from (PCI address, sim:N or null:N).
+    /// The port to send from (PCI address, sim:N, null:N or afp:IFNAME).
     pub port: String,
     /// Frames to send (default: until --duration or Ctrl-C).
     #[arg(long, value_name = "N")]
