@@ -341,14 +341,24 @@ mod tests {
             std::sync::Arc::new(IdentityMapper),
         )
         .unwrap();
-        for (free_on, slow) in [(FreeOn::Allocating, false), (FreeOn::Other, true)] {
+        // Bounds that hold however many packets the run moved (a loaded machine moves few):
+        // freed by the second stage, every buffer goes home by the slow path (its cache
+        // empties when the thread exits); handed back, only what the first stage frees at
+        // the end can overflow its cache, at most the bursts in flight then.
+        let in_flight = ((IN_FLIGHT + 1) * 32) as u64;
+        for free_on in [FreeOn::Allocating, FreeOn::Other] {
             let before = pool.stats().slow_returns;
             let (n, _) =
                 recycle_pipelined(&pool, 32, Duration::from_millis(30), free_on, || Ok(()))
                     .unwrap();
             let went_home = pool.stats().slow_returns - before;
-            assert!(n > 1000, "{n}");
-            assert_eq!(went_home >= n / 2, slow, "{free_on:?}: {went_home} of {n}");
+            assert!(n > 0, "{free_on:?}: nothing moved");
+            match free_on {
+                FreeOn::Other => assert!(went_home >= n, "{went_home} of {n} came home"),
+                FreeOn::Allocating => {
+                    assert!(went_home <= in_flight, "{went_home} of {n} came home")
+                }
+            }
             assert_eq!(pool.stats().in_use, 0, "{free_on:?}: every buffer is back");
         }
     }
