@@ -449,7 +449,9 @@ impl SimRegs {
         if n == 0 || head >= n || tail >= n {
             return Outcome::NoRoom(q);
         }
-        let free = (tail + n - head) % n;
+        // Ring arithmetic by compares: `% n` is a division, and the model did three per frame.
+        let wrap = |i: usize| if i >= n { i - n } else { i };
+        let free = wrap(tail + n - head);
         let mut chunk = r::srrctl::BSIZEPKT.get(self.get_off(rb + 0x14)) as usize * 1024;
         if chunk == 0 {
             chunk = 2048;
@@ -463,7 +465,20 @@ impl SimRegs {
             return Outcome::NoRoom(q);
         }
         let base = u64::from(self.get_off(rb + 4)) << 32 | u64::from(self.get_off(rb) & !0x7f);
-        let desc = |i: usize| base + ((head + i) % n * 16) as u64;
+        if needed == 1 {
+            return self.place_one(
+                dma,
+                rb,
+                base,
+                (head, n),
+                data,
+                lo,
+                staterr | EOP,
+                vlan,
+                split,
+            );
+        }
+        let desc = |i: usize| base + (wrap(head + i) * 16) as u64;
         for (i, part) in data.chunks(chunk).enumerate() {
             let ok = dma
                 .load_u64(desc(i), Acquire)
@@ -494,7 +509,49 @@ impl SimRegs {
         if split {
             self.faults.split_frames.fetch_sub(1, Relaxed);
         }
-        self.set_off(rb + 0x10, ((head + needed) % n) as u32);
+        self.set_off(rb + 0x10, wrap(head + needed) as u32);
+        Outcome::Placed
+    }
+
+    /// [`place`](Self::place) for a frame that fits one buffer (every frame but jumbo or split
+    /// ones): descriptor `head` of the ring at `base` (of `n`), one write-back with EOP in
+    /// `staterr`, the head moved by one.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn place_one(
+        &self,
+        dma: &DmaView<'_>,
+        rb: usize,
+        base: u64,
+        (head, n): (usize, usize),
+        data: &[u8],
+        lo: u64,
+        staterr: u32,
+        vlan: u16,
+        split: bool,
+    ) -> Outcome {
+        let d = base + (head * 16) as u64;
+        let len_vlan = data.len() as u32 | u32::from(vlan) << 16;
+        // As in `place`: dwords 2 and 3 (status with DD, length and VLAN) in one release store.
+        let ok = dma
+            .load_u64(d, Acquire)
+            .and_then(|addr| dma.write(addr, data))
+            .and_then(|_| dma.store_u64(d, lo, Relaxed))
+            .and_then(|_| {
+                dma.store_u64(
+                    d + 8,
+                    u64::from(staterr) | u64::from(len_vlan) << 32,
+                    Release,
+                )
+            });
+        if ok.is_err() {
+            self.counters.dma_faults.inc();
+            return Outcome::Dropped;
+        }
+        if split {
+            self.faults.split_frames.fetch_sub(1, Relaxed);
+        }
+        self.set_off(rb + 0x10, if head + 1 == n { 0 } else { head + 1 } as u32);
         Outcome::Placed
     }
 
