@@ -464,6 +464,41 @@ fn opening_fails_with_errors_that_say_what_to_do() {
     assert!(e.to_string().contains("MTU 9000"), "{e}");
 }
 
+#[test]
+fn without_cap_net_raw_the_error_says_so() {
+    let Some(net) = Net::new() else { return };
+    if !have("setpriv") && skip("no `setpriv` (util-linux)") {
+        return;
+    }
+    // The tool as user nobody, without capabilities, in the pair's namespace.
+    let port = format!("afp:{}", net.ifs[0]);
+    let out = net
+        .exec(
+            0,
+            &[
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                env!("CARGO_BIN_EXE_vfio-nic"),
+                "info",
+                &port,
+            ],
+        )
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "opened a packet socket without privilege: {err}"
+    );
+    assert!(
+        err.contains("CAP_NET_RAW") && err.contains("not permitted"),
+        "{err}"
+    );
+}
+
 /// Waits for `child` to end, killing it after `limit`; its status and output.
 fn wait(mut child: Child, limit: Duration, what: &str) -> std::process::Output {
     let deadline = Instant::now() + limit;

@@ -115,7 +115,8 @@ impl DmaMemory {
     /// Allocates at least `len` zeroed bytes and maps them through `mapper`.
     ///
     /// Tries 2 MiB huge pages first (the length is rounded up to a whole huge page), then falls
-    /// back to ordinary pages with a `tracing` warning.
+    /// back to ordinary pages with a `tracing` warning (once per process, and only for memory
+    /// a device reaches: not for the identity mapper's).
     pub fn allocate(len: usize, mapper: Arc<dyn DmaMapper>) -> Result<Self> {
         if len == 0 {
             return Err(Error::DmaAlloc {
@@ -134,7 +135,10 @@ impl DmaMemory {
             Err(e) => {
                 static WARNED: std::sync::atomic::AtomicBool =
                     std::sync::atomic::AtomicBool::new(false);
-                if WARNED.swap(true, Ordering::Relaxed) {
+                // Memory no device reaches (the null device's and af_packet's pools, behind
+                // the identity mapper) gains little from huge pages: no warning for it.
+                let for_a_device = mapper.domain() != IDENTITY_DOMAIN;
+                if !for_a_device || WARNED.swap(true, Ordering::Relaxed) {
                     tracing::debug!(bytes = len, "DMA memory from 4 KiB pages");
                 } else {
                     tracing::warn!(
