@@ -432,6 +432,45 @@ fn transmit_inserts_tags_while_copying_and_refuses_what_the_kernel_would_drop() 
 }
 
 #[test]
+fn a_transmit_ring_filled_while_the_link_was_down_sends_once_it_is_up() {
+    let Some(net) = Net::new() else { return };
+    let mut a = net.port(0, ",frames=64");
+    let mut b = net.port(1, "");
+    let (rx_a, mut tx_a) = a.take_queues().unwrap();
+    let (mut rx_b, _) = b.take_queues().unwrap();
+    ip(&["-n", &net.ns[0], "link", "set", &net.ifs[0], "down"]);
+    // The kicks fail (ENETDOWN): the ring fills with frames marked for sending.
+    let mut batch: Vec<Packet> = Vec::new();
+    for i in 0..100u8 {
+        let mut p = rx_a[0].pool().alloc().unwrap();
+        assert!(p.set_data(&frame(60, i, &[])));
+        batch.push(p);
+    }
+    tx_a[0].tx_burst(&mut batch).unwrap();
+    assert!(
+        !batch.is_empty(),
+        "a 64-frame ring took 100 frames while the link was down"
+    );
+    drop(batch);
+    ip(&["-n", &net.ns[0], "link", "set", &net.ifs[0], "up"]);
+    // The next burst finds the ring full and kicks: the waiting frames go, then these.
+    let frames: Vec<Vec<u8>> = (0..10).map(|i| frame(60, 200 + i, &[])).collect();
+    send(&mut tx_a[0], &rx_a[0], &frames);
+    let deadline = Instant::now() + PATIENCE;
+    let mut got = Vec::new();
+    while !got.iter().any(|p: &Packet| p.data() == &frames[9][..]) {
+        if rx_b[0].rx_burst(&mut got, 32).unwrap() == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "nothing after the link came back ({} frames)",
+                got.len()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+#[test]
 fn opening_fails_with_errors_that_say_what_to_do() {
     let Some(net) = Net::new() else { return };
     let e = net

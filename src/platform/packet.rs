@@ -274,7 +274,10 @@ impl PacketSocket {
                 ring.frames
             )));
         }
-        let block = fs.max(4096);
+        // A block is a whole number of pages (the kernel's rule).
+        // SAFETY: plain query; no memory is involved.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
+        let block = fs.max(page).next_multiple_of(page);
         let per_block = block / fs;
         let frames = ring.frames.next_multiple_of(per_block);
         // Protocol 0: nothing is received before `bind` names the interface.
@@ -382,12 +385,12 @@ impl PacketSocket {
     }
 
     /// Joins fanout group `group`: the kernel spreads the interface's frames over the group's
-    /// sockets by flow hash (IP fragments reassembled first, a full socket's share rolled over
-    /// to the others).
+    /// sockets by flow hash (a full socket's share rolled over to the others). Not with
+    /// `PACKET_FANOUT_FLAG_DEFRAG`: it would hand the socket reassembled datagrams, frames that
+    /// were never on the wire (and longer than the MTU); the flow hash keeps a datagram's
+    /// fragments together anyway.
     pub fn join_fanout(&self, group: u16) -> Result<()> {
-        let kind = libc::PACKET_FANOUT_HASH
-            | libc::PACKET_FANOUT_FLAG_DEFRAG
-            | libc::PACKET_FANOUT_FLAG_ROLLOVER;
+        let kind = libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_ROLLOVER;
         set_int(
             self.m.fd.as_raw_fd(),
             libc::PACKET_FANOUT,

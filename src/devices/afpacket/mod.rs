@@ -24,6 +24,12 @@
 //!   (`packet_extra_vlan_len_allowed`); anything larger is refused here, counted and logged,
 //!   never handed to the kernel to drop silently.
 //!
+//! Checksums: frames that the peer's own network stack sends over a veth pair (TCP, UDP with
+//! checksum offload) arrive with the checksum unfinished (`TP_STATUS_CSUMNOTREADY`); they are
+//! delivered as they are, and forwarding them onward carries the unfinished checksum. Turn the
+//! peer's offload off (`ethtool -K IFNAME tx off`) when that matters; raw test traffic and
+//! frames from a real NIC are complete.
+//!
 //! Facts and their sources: docs/dpaa2-afpacket.md. Errors name what to do: no such
 //! interface, interface down, not permitted (CAP_NET_RAW), ring memory refused, MTU too large
 //! for the pool's buffers.
@@ -146,7 +152,7 @@ impl AfPacketPort {
                 name: ifname.into(),
             });
         }
-        let room = config.pool.buf_size - config.pool.headroom;
+        let room = config.pool.buf_size.saturating_sub(config.pool.headroom);
         let need = iface.mtu as usize + 14 + TAG_ROOM;
         if need > room {
             return Err(Error::InvalidConfig(format!(
@@ -158,7 +164,11 @@ impl AfPacketPort {
             frames: config.frames,
             frame_size: (need + RING_OVERHEAD).next_power_of_two().max(2048) as u32,
         };
-        let group = ((std::process::id() ^ iface.index as u32) & 0xffff) as u16;
+        // A group per port: two ports on one interface in one process must not share one.
+        static PORTS: AtomicU32 = AtomicU32::new(0);
+        let seq = PORTS.fetch_add(1, Ordering::Relaxed);
+        let group =
+            ((std::process::id().wrapping_mul(31) ^ seq << 8 ^ iface.index as u32) & 0xffff) as u16;
         let mut sockets = Vec::new();
         for _ in 0..config.queues {
             let s = PacketSocket::open(iface.index, ring)?;

@@ -18,7 +18,7 @@ pub(super) fn pair(
     mtu: usize,
 ) -> Result<(AfpRx, AfpTx)> {
     let (rx, tx) = socket.split();
-    let room = pool.buf_size() - pool.headroom();
+    let room = pool.buf_size().saturating_sub(pool.headroom());
     Ok((
         AfpRx {
             ring: rx,
@@ -33,6 +33,7 @@ pub(super) fn pair(
             mtu,
             stats: QueueStats::default(),
             refused_logged: false,
+            kick_logged: false,
         },
     ))
 }
@@ -134,6 +135,8 @@ pub struct AfpTx {
     stats: QueueStats,
     /// A refused frame has been logged (once per queue; the counter keeps counting).
     refused_logged: bool,
+    /// A failed kick has been logged (once per queue).
+    kick_logged: bool,
 }
 
 /// Frames shorter than this leave padded with zeros (the TxQueue contract).
@@ -158,8 +161,10 @@ impl AfpTx {
 
     /// Copies packets from the front of `batch` into the ring, each with its tag pushed
     /// while copying when `tpid` is given and it is marked [`Meta::TX_VLAN`]; one kick for
-    /// the burst. Frames the interface cannot take are dropped (and counted); the rest stay
-    /// in the batch when the ring is full.
+    /// the burst (and one when the ring is full, so that frames a failed kick left behind
+    /// go). Frames the interface cannot take are dropped and counted (`dropped`); the rest
+    /// stay in the batch when the ring is full. Returns how many left the batch: queued, or
+    /// dropped so.
     fn send(
         &mut self,
         batch: &mut Vec<Packet>,
@@ -167,6 +172,8 @@ impl AfpTx {
     ) -> Result<usize, QueueError> {
         let mut done = 0;
         let mut sent = 0;
+        let mut refused = 0;
+        let mut sent_or_full = false;
         let mut bytes = 0u64;
         for p in batch.iter_mut() {
             let d = p.data();
@@ -192,12 +199,16 @@ impl AfpTx {
             };
             if !self.fits(len, ethertype) {
                 self.refuse(len);
+                refused += 1;
                 done += 1;
                 continue;
             }
             let pad = &ZEROS[..MIN_FRAME.saturating_sub(len)];
             let Some(frame) = self.ring.tx_next() else {
+                // Full: frames marked earlier wait for a kick that failed (link down, device
+                // queue stopped). Kick again, or nothing would ever send them.
                 self.stats.no_room += 1;
+                sent_or_full = true;
                 break;
             };
             let ok = match &tag {
@@ -208,6 +219,7 @@ impl AfpTx {
                 // Longer than a ring frame (cannot happen for what `fits` lets through, as the
                 // ring frames are sized for the MTU): dropped and counted like a refusal.
                 self.refuse(len);
+                refused += 1;
             } else {
                 if let Some((_, counts)) = &mut vlan {
                     if tag.is_some() {
@@ -219,13 +231,16 @@ impl AfpTx {
             }
             done += 1;
         }
-        if sent > 0 && self.ring.kick().is_err() {
-            tracing::warn!("af_packet transmit: the kernel refused the ring kick; frames stay queued for the next");
+        if (sent > 0 || sent_or_full) && self.ring.kick().is_err() && !self.kick_logged {
+            self.kick_logged = true;
+            tracing::warn!("af_packet transmit: the kernel refused the ring kick (interface down?); the frames stay in the ring and go with a later kick (logged once per queue)");
         }
         Pool::free_bulk(batch.drain(..done));
         self.stats.packets += sent;
         self.stats.bytes += bytes;
-        Ok(sent as usize)
+        // Removed from the batch: queued, or refused (dropped and counted), as the VLAN
+        // layer's transmit wrapper counts its own drops; the rest stay.
+        Ok((sent + refused) as usize)
     }
 }
 

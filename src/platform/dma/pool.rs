@@ -118,10 +118,28 @@ impl Shared {
     /// # Safety
     /// `ptr` must point to a live `Shared` created by `Pool::new`, and each offset must come from
     /// a buffer this pool handed out that is not referenced any more.
+    ///
+    /// Nothing to return (`a` and `b` empty) touches nothing: `ptr` may then be a pool that is
+    /// gone (an empty transmit run of a pool freed since).
     #[inline(always)]
     pub(super) unsafe fn release(ptr: NonNull<Shared>, a: &[u32], b: &[u32]) {
+        if a.is_empty() && b.is_empty() {
+            return;
+        }
         // SAFETY: as the caller guarantees (the buffers keep the pool alive during the call).
         unsafe { recycle::give(Shared::pool_ref(ptr), a, b) };
+    }
+
+    /// [`Shared::release`] straight home, past this thread's cache (a ring going away).
+    ///
+    /// # Safety
+    /// As for [`Shared::release`].
+    pub(super) unsafe fn release_home(ptr: NonNull<Shared>, a: &[u32], b: &[u32]) {
+        if a.is_empty() && b.is_empty() {
+            return;
+        }
+        // SAFETY: as the caller guarantees.
+        unsafe { recycle::give_home(Shared::pool_ref(ptr), a, b) };
     }
 
     /// [`Shared::take`] without this thread's cache, for setting up a ring (see

@@ -93,32 +93,7 @@ impl Home {
     /// Pushes `offs` home in batches, the top of the stack (its end) first, so that the
     /// first batch popped holds the buffers that were next in line.
     fn push(&self, offs: &[u32]) {
-        for chunk in offs.rchunks(BATCH) {
-            let mut b = Batch {
-                len: chunk.len(),
-                offs: [0; BATCH],
-            };
-            b.offs[..chunk.len()].copy_from_slice(chunk);
-            self.batches.push(b);
-        }
-    }
-
-    /// Buffers come home (`a`, then `b`). True when that made the count zero (no handle and
-    /// nothing away): the caller must free the pool.
-    fn arrive(&self, a: &[u32], b: &[u32]) -> bool {
-        let n = (a.len() + b.len()) as u64;
-        if n == 0 {
-            return false;
-        }
-        self.push(a);
-        self.push(b);
-        self.homecomings.fetch_add(n, Ordering::Relaxed);
-        let before = self.count.fetch_sub(n, Ordering::AcqRel);
-        debug_assert!(
-            before & (HANDLE - 1) >= n,
-            "more buffers came home than were away"
-        );
-        before == n
+        push(&self.batches, offs);
     }
 
     /// Pops one batch onto `stack`; false when home is empty.
@@ -131,9 +106,14 @@ impl Home {
         true
     }
 
-    /// Counts a new handle (the caller holds one already).
+    /// Counts a new handle (the caller holds one already). Aborts the process, as `Arc` does,
+    /// if the handle count would reach 2^31: only leaked handles (`mem::forget`) get there, and
+    /// a count that wrapped would free a pool still in use.
     pub(super) fn add_handle(&self) {
-        self.count.fetch_add(HANDLE, Ordering::Relaxed);
+        let before = self.count.fetch_add(HANDLE, Ordering::Relaxed);
+        if before >> 32 >= 1 << 31 {
+            std::process::abort();
+        }
     }
 
     /// Handles left.
@@ -161,6 +141,54 @@ impl Home {
     pub(super) fn homecomings(&self) -> u64 {
         self.homecomings.load(Ordering::Relaxed)
     }
+}
+
+fn push(batches: &SegQueue<Batch>, offs: &[u32]) {
+    for chunk in offs.rchunks(BATCH) {
+        let mut b = Batch {
+            len: chunk.len(),
+            offs: [0; BATCH],
+        };
+        b.offs[..chunk.len()].copy_from_slice(chunk);
+        batches.push(b);
+    }
+}
+
+/// Buffers come home (`a`, then `b`), counted in the slow-path statistics when `slow`. True
+/// when that made the count zero (no handle and nothing away): the caller must free the pool.
+///
+/// A free function over a pointer, not a method: once the count is decremented, another
+/// thread may free the pool, so no reference to the whole `Home` (with its plain fields) may
+/// live across that; only its atomic and lock-free parts are referenced, the count last.
+///
+/// # Safety
+/// `home` is live when called (the buffers being returned keep it allocated).
+unsafe fn arrive(home: NonNull<Home>, a: &[u32], b: &[u32], slow: bool) -> bool {
+    let n = (a.len() + b.len()) as u64;
+    if n == 0 {
+        return false;
+    }
+    let h = home.as_ptr();
+    // SAFETY: live, as the caller guarantees; the fields are reached through the raw pointer,
+    // and each is interior-mutable (a lock-free queue, atomics).
+    let (batches, homecomings, count) = unsafe {
+        (
+            &*std::ptr::addr_of!((*h).batches),
+            &*std::ptr::addr_of!((*h).homecomings),
+            &*std::ptr::addr_of!((*h).count),
+        )
+    };
+    push(batches, a);
+    push(batches, b);
+    if slow {
+        homecomings.fetch_add(n, Ordering::Relaxed);
+    }
+    let before = count.fetch_sub(n, Ordering::AcqRel);
+    debug_assert!(
+        before & (HANDLE - 1) >= n,
+        "more buffers came home than were away"
+    );
+    before == n
 }
 
 /// A pool as this module sees it: its identity, its home, and how to free it.
@@ -229,8 +257,7 @@ fn flush(way: &mut Way, keep: usize) -> Option<PoolRef> {
     }
     // SAFETY: the way holds buffers of its pool (more than `keep`), and buffers away from
     // home keep the pool allocated.
-    let home = unsafe { way.pool.home.as_ref() };
-    let last = home.arrive(&way.stack[..len - keep], &[]);
+    let last = unsafe { arrive(way.pool.home, &way.stack[..len - keep], &[], true) };
     way.stack.drain(..len - keep);
     last.then_some(way.pool)
 }
@@ -340,10 +367,25 @@ pub(super) unsafe fn give(p: PoolRef, a: &[u32], b: &[u32]) {
         };
         frees.add(flush(way, keep));
     });
-    if cached.is_none() && home.arrive(a, b) {
+    // SAFETY: as above (`home` is not used after this).
+    if cached.is_none() && unsafe { arrive(p.home, a, b, true) } {
         frees.add(Some(p));
     }
     frees.run();
+}
+
+/// Gives buffers back straight home, past this thread's cache: for a ring that goes away
+/// (its buffers should be where any thread can take them, not in the cache of the thread
+/// that happened to drop it).
+///
+/// # Safety
+/// As for [`give`].
+pub(super) unsafe fn give_home(p: PoolRef, a: &[u32], b: &[u32]) {
+    // SAFETY: as the caller guarantees.
+    if unsafe { arrive(p.home, a, b, false) } {
+        // SAFETY: the count reached zero here, once in the pool's life.
+        unsafe { (p.free)(p.key) };
+    }
 }
 
 /// Takes up to `n` free buffers of `p`, from this thread's cache refilled from home a batch
@@ -372,12 +414,17 @@ pub(super) unsafe fn take(p: PoolRef, n: usize, mut f: impl FnMut(&[u32])) -> us
 /// # Safety
 /// As for [`take`].
 pub(super) unsafe fn take_uncached(p: PoolRef, n: usize, mut f: impl FnMut(&[u32])) -> usize {
-    // SAFETY: the caller's handle keeps the pool allocated.
+    // What this thread caches goes home first, so that a ring as large as the pool can be
+    // made again on the thread that dropped the last one.
+    // SAFETY: the caller's handle keeps the pool allocated (so the flush cannot free it).
+    unsafe { flush_here(p) };
+    // SAFETY: as above.
     let home = unsafe { p.home.as_ref() };
     let mut stack = Vec::new();
     let got = take_from(&mut stack, home, n, &mut f);
-    // The rest of the last batch goes back (the caller's handle keeps the count above 0).
-    home.arrive(&stack, &[]);
+    // The rest of the last batch goes back; it never left, so it is not a slow-path return.
+    // SAFETY: the caller's handle keeps the count above 0.
+    unsafe { arrive(p.home, &stack, &[], false) };
     got
 }
 
@@ -421,7 +468,8 @@ pub(super) fn cached_here(p: PoolRef) -> usize {
 /// Sends the buffers of `p` in this thread's cache home.
 ///
 /// # Safety
-/// `p` names a live pool (a handle or a buffer of it is held by the caller).
+/// `p` names a pool that is live, or that this thread's cache holds no buffers of (then only
+/// its key is compared, never dereferenced).
 pub(super) unsafe fn flush_here(p: PoolRef) {
     let mut frees = Frees::default();
     with_cache(|c| {
@@ -447,9 +495,12 @@ pub(super) unsafe fn drop_handle(p: PoolRef) {
         // thread making the count zero frees it.
         unsafe { (p.free)(p.key) };
     } else if before >> 32 == 1 {
-        // The last handle: buffers are away, maybe some in this thread's cache, which keep
-        // the pool allocated while they are flushed (the flush frees it if they were all).
-        // SAFETY: those buffers keep the pool alive for the call.
+        // The last handle: buffers are away, maybe some in this thread's cache, which are
+        // flushed (the flush frees the pool if they were all that was left).
+        // SAFETY: NOT "the pool is alive": if this thread caches none of its buffers, another
+        // thread may free it as soon as the decrement above is done. `flush_here` is sound
+        // anyway: it only compares `p.key` with its ways' keys, and dereferences the pool
+        // only through a way that holds buffers of it, which keep it allocated.
         unsafe { flush_here(p) };
     }
 }

@@ -100,7 +100,7 @@ impl RxSlots {
         if got < n {
             let offs: Vec<u32> = bufs.iter().map(|&a| (a - data_iova) as u32).collect();
             // SAFETY: the buffers just taken, owned by nothing else.
-            unsafe { Shared::release(pool.shared_ptr(), &offs, &[]) };
+            unsafe { Shared::release_home(pool.shared_ptr(), &offs, &[]) };
             return Err(Error::InvalidConfig(format!(
                 "the receive pool has {got} free buffers at home, fewer than the ring's {n} slots; give it more buffers (or, if other threads hold freed ones in their caches, have them call Pool::flush_thread_cache)"
             )));
@@ -289,9 +289,10 @@ impl Drop for RxSlots {
             .iter()
             .map(|&a| (a - self.data_iova) as u32)
             .collect();
+        // Straight home: the ring may be dropped on a thread that never uses the pool again.
         // SAFETY: the pool handle in `self` keeps `shared` alive, and the offsets are buffers
         // this ring owns and nothing references any more.
-        unsafe { Shared::release(self.shared, &slots, &self.fresh) };
+        unsafe { Shared::release_home(self.shared, &slots, &self.fresh) };
     }
 }
 
@@ -757,6 +758,41 @@ mod tests {
         }
         drop(t);
         assert_eq!((a.stats().free, b.stats().free), (8, 8));
+    }
+
+    #[test]
+    fn an_empty_run_of_a_pool_freed_since_is_not_touched() {
+        // A run of pool A, all released; A's last handle goes when pool B's packet makes B the
+        // current pool (A is freed then). The empty run of A left in front must not be
+        // dereferenced by the next release (ASan: use-after-free).
+        let a = pool(8);
+        let b = pool(8);
+        let mut t = TxSlots::new(8, &a.mapper().clone());
+        let mut batch = Vec::new();
+        a.alloc_bulk_len(2, 60, &mut batch);
+        let d: Vec<usize> = (0..4).collect();
+        assert_eq!(t.send(&mut batch, &d[..2], |_, _| true).0, 2);
+        t.release(t.tail());
+        drop(a);
+        b.alloc_bulk_len(1, 60, &mut batch);
+        assert_eq!(t.send(&mut batch, &d[..1], |_, _| true).0, 1);
+        t.release(t.tail());
+        drop(t);
+        assert_eq!(b.stats().free, 8);
+    }
+
+    #[test]
+    fn a_ring_as_large_as_the_pool_can_be_made_again_on_the_same_thread() {
+        let p = pool(64);
+        for _ in 0..3 {
+            let r = RxSlots::new(p.clone(), 64).expect("every buffer is back home");
+            drop(r);
+        }
+        // Buffers this thread freed into its cache go home for a new ring too.
+        let mut v = Vec::new();
+        assert_eq!(p.alloc_bulk(8, &mut v), 8);
+        drop(v);
+        assert!(RxSlots::new(p.clone(), 64).is_ok());
     }
 
     #[test]
