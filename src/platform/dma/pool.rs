@@ -112,16 +112,15 @@ impl Shared {
         drop(unsafe { Box::from_raw(key.cast::<Shared>().as_ptr()) });
     }
 
+    #[inline(always)]
     /// Returns buffer offsets (`a`, then `b`) to the pool, through this thread's cache; frees
-    /// the pool if nothing references it any more.
+    /// the pool if nothing references it any more. Nothing to return (`a` and `b` empty)
+    /// touches nothing: `ptr` may then be a pool that is gone (an empty transmit run of a pool
+    /// freed since).
     ///
     /// # Safety
     /// `ptr` must point to a live `Shared` created by `Pool::new`, and each offset must come from
     /// a buffer this pool handed out that is not referenced any more.
-    ///
-    /// Nothing to return (`a` and `b` empty) touches nothing: `ptr` may then be a pool that is
-    /// gone (an empty transmit run of a pool freed since).
-    #[inline(always)]
     pub(super) unsafe fn release(ptr: NonNull<Shared>, a: &[u32], b: &[u32]) {
         if a.is_empty() && b.is_empty() {
             return;
@@ -157,13 +156,13 @@ impl Shared {
         unsafe { recycle::take_uncached(Shared::pool_ref(ptr), n, f) }
     }
 
+    #[inline(always)]
     /// Takes up to `n` free buffers, passing them to `f` in runs (each run's next buffer to
     /// use last); returns how many. The caller counts a shortfall.
     ///
     /// # Safety
     /// `ptr` points to a live `Shared` whose handle the caller holds; the buffers passed to `f`
     /// are the caller's from then on.
-    #[inline(always)]
     pub(super) unsafe fn take(ptr: NonNull<Shared>, n: usize, f: impl FnMut(&[u32])) -> usize {
         // SAFETY: as the caller guarantees.
         unsafe { recycle::take(Shared::pool_ref(ptr), n, f) }

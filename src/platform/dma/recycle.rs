@@ -199,6 +199,8 @@ pub(super) struct PoolRef {
     /// Its home, inside the shared state.
     pub(super) home: NonNull<Home>,
     /// Frees the pool `key` names; called once, by whoever brings its count to zero.
+    // SAFETY: a function pointer, not a call: each call site states why it holds (the count
+    // reached zero there, once in the pool's life; see `Frees::run`).
     pub(super) free: unsafe fn(NonNull<()>),
 }
 
@@ -340,6 +342,7 @@ fn with_cache<R>(f: impl FnOnce(&mut Cache) -> R) -> Option<R> {
         .flatten()
 }
 
+#[inline]
 /// Gives buffers back (`a`, then `b`): onto this thread's cache, or home when the cache is
 /// over its limit, when the pool has no handle left (so that its memory is freed as soon as
 /// its last buffer is back), or when the cache cannot be had.
@@ -347,7 +350,6 @@ fn with_cache<R>(f: impl FnOnce(&mut Cache) -> R) -> Option<R> {
 /// # Safety
 /// `p` names a pool whose buffers `a` and `b` are, owned by the caller and referenced by
 /// nothing else; they count as away from home, so the pool is alive during the call.
-#[inline]
 pub(super) unsafe fn give(p: PoolRef, a: &[u32], b: &[u32]) {
     // SAFETY: the buffers being given keep the pool allocated.
     let home = unsafe { p.home.as_ref() };
@@ -388,6 +390,7 @@ pub(super) unsafe fn give_home(p: PoolRef, a: &[u32], b: &[u32]) {
     }
 }
 
+#[inline]
 /// Takes up to `n` free buffers of `p`, from this thread's cache refilled from home a batch
 /// at a time, passing them to `f` in runs (each run's next buffer to use last: iterate it in
 /// reverse for LIFO order). Returns how many were taken; the caller counts a shortfall.
@@ -395,7 +398,6 @@ pub(super) unsafe fn give_home(p: PoolRef, a: &[u32], b: &[u32]) {
 /// # Safety
 /// `p` names a live pool whose handle the caller holds. The buffers passed to `f` are the
 /// caller's from then on (away from home).
-#[inline]
 pub(super) unsafe fn take(p: PoolRef, n: usize, mut f: impl FnMut(&[u32])) -> usize {
     // SAFETY: the caller's handle keeps the pool allocated.
     let home = unsafe { p.home.as_ref() };
