@@ -51,14 +51,26 @@ pub fn forward_burst_with<R: RxQueue + ?Sized, T: TxQueue + ?Sized>(
         return Ok(0);
     }
     work(rx, batch);
-    let sent = tx.tx_burst(batch)?;
+    send_or_drop(tx, batch, stats)?;
     stats.rx += n as u64;
+    Ok(n)
+}
+
+/// Sends `batch` out of `tx` and frees what the transmitter could not take, counting both in
+/// `stats` (`tx`, `tx_dropped`); `batch` is empty on return. Returns how many were sent.
+#[inline]
+pub fn send_or_drop<T: TxQueue + ?Sized>(
+    tx: &mut T,
+    batch: &mut Vec<Packet>,
+    stats: &mut FwdStats,
+) -> Result<usize, QueueError> {
+    let sent = tx.tx_burst(batch)?;
     stats.tx += sent as u64;
     if !batch.is_empty() {
         stats.tx_dropped += batch.len() as u64;
         Pool::free_bulk(batch.drain(..));
     }
-    Ok(n)
+    Ok(sent)
 }
 
 #[cfg(test)]

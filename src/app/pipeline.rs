@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 
-use crate::app::forward::FwdStats;
+use crate::app::forward::{send_or_drop, FwdStats};
 use crate::device::{RxQueue, TxQueue};
 use crate::error::{Error, Result};
 use crate::platform::dma::{Packet, Pool};
@@ -37,18 +37,112 @@ pub const PATIENCE: Duration = Duration::from_secs(5);
 struct Handoff {
     full: ArrayQueue<Vec<Packet>>,
     empty: ArrayQueue<Vec<Packet>>,
-    /// The receive stage is done: the transmit stage drains `full` and stops.
+    /// The first stage is done: the second drains `full` and stops.
     done: AtomicBool,
-    /// The transmit stage stopped (failed or panicked): the receive stage stops too.
+    /// The second stage stopped (failed or panicked): the first stops too.
     gone: AtomicBool,
 }
 
-/// Sets `gone` when the transmit stage ends, however it ends.
+/// Sets `gone` when the second stage ends, however it ends.
 struct Gone<'a>(&'a AtomicBool);
 
 impl Drop for Gone<'_> {
     fn drop(&mut self) {
         self.0.store(true, Ordering::Release);
+    }
+}
+
+impl Handoff {
+    /// Queues for bursts of up to `burst` packets, with every empty vector made now.
+    fn new(burst: usize) -> Handoff {
+        let h = Handoff {
+            full: ArrayQueue::new(IN_FLIGHT),
+            empty: ArrayQueue::new(IN_FLIGHT + 1),
+            done: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
+        };
+        for _ in 0..IN_FLIGHT + 1 {
+            let _ = h.empty.push(Vec::with_capacity(burst));
+        }
+        h
+    }
+
+    /// Runs `first` here and `second` on a new thread (after `setup`), tells the second that
+    /// the first is done, and returns both results (a panic of the second resumes here).
+    fn run<A, B: Send>(
+        &self,
+        first: impl FnOnce(&Handoff) -> A,
+        second: impl FnOnce(&Handoff) -> Result<B> + Send,
+        setup: impl FnOnce() -> Result<()> + Send,
+    ) -> (A, Result<B>) {
+        std::thread::scope(|s| {
+            let t = s.spawn(|| {
+                let _gone = Gone(&self.gone);
+                setup()?;
+                second(self)
+            });
+            let a = first(self);
+            self.done.store(true, Ordering::Release);
+            let b = t.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            (a, b)
+        })
+    }
+
+    /// The first stage's check while it waits: the second stage is gone, or took too long.
+    fn stalled(&self, since: Instant, what: &'static str) -> Result<()> {
+        if self.gone.load(Ordering::Acquire) || since.elapsed() > PATIENCE {
+            return Err(Error::Stalled {
+                stage: "pipeline first stage",
+                what,
+                waited_ms: since.elapsed().as_millis() as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// An emptied vector from the second stage (first stage).
+    fn take_empty(&self) -> Result<Vec<Packet>> {
+        let since = Instant::now();
+        loop {
+            if let Some(v) = self.empty.pop() {
+                return Ok(v);
+            }
+            self.stalled(since, "the second stage to return an emptied burst")?;
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Hands a burst to the second stage (first stage).
+    fn hand_over(&self, mut b: Vec<Packet>) -> Result<()> {
+        let since = Instant::now();
+        while let Err(back) = self.full.push(b) {
+            b = back;
+            self.stalled(since, "the second stage to take a burst")?;
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+
+    /// The next burst for the second stage, `None` once the first is done and nothing is
+    /// left; `since` is when the last one came.
+    fn next_full(&self, since: &mut Instant) -> Result<Option<Vec<Packet>>> {
+        loop {
+            if let Some(b) = self.full.pop() {
+                *since = Instant::now();
+                return Ok(Some(b));
+            }
+            if self.done.load(Ordering::Acquire) && self.full.is_empty() {
+                return Ok(None);
+            }
+            if since.elapsed() > PATIENCE {
+                return Err(Error::Stalled {
+                    stage: "pipeline second stage",
+                    what: "a burst from the first stage",
+                    waited_ms: since.elapsed().as_millis() as u64,
+                });
+            }
+            std::hint::spin_loop();
+        }
     }
 }
 
@@ -67,27 +161,13 @@ where
     R: RxQueue + ?Sized,
     T: TxQueue + ?Sized,
 {
-    let h = Handoff {
-        full: ArrayQueue::new(IN_FLIGHT),
-        empty: ArrayQueue::new(IN_FLIGHT + 1),
-        done: AtomicBool::new(false),
-        gone: AtomicBool::new(false),
-    };
-    for _ in 0..IN_FLIGHT + 1 {
-        let _ = h.empty.push(Vec::with_capacity(burst));
-    }
+    let h = Handoff::new(burst);
     let start = Instant::now();
-    let (rx_st, tx_res) = std::thread::scope(|s| {
-        let t = s.spawn(|| {
-            let _gone = Gone(&h.gone);
-            setup()?;
-            transmit_stage(tx, &h)
-        });
-        let r = receive_stage(rx, burst, start + dur, &h);
-        h.done.store(true, Ordering::Release);
-        let t = t.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-        (r, t)
-    });
+    let (rx_st, tx_res) = h.run(
+        |h| receive_stage(rx, burst, start + dur, h),
+        |h| transmit_stage(tx, h),
+        setup,
+    );
     let (tx_st, end) = tx_res?;
     let mut st = rx_st?;
     st.tx = tx_st.tx;
@@ -103,7 +183,7 @@ fn receive_stage<R: RxQueue + ?Sized>(
     h: &Handoff,
 ) -> Result<FwdStats> {
     let mut st = FwdStats::default();
-    let mut batch = take_empty(h)?;
+    let mut batch = h.take_empty()?;
     let mut polls = 0u32;
     loop {
         // The clock is read every 256 polls, as the one-core loop does.
@@ -117,40 +197,11 @@ fn receive_stage<R: RxQueue + ?Sized>(
             continue;
         }
         st.rx += n as u64;
-        let mut b = std::mem::replace(&mut batch, take_empty(h)?);
-        let since = Instant::now();
-        while let Err(back) = h.full.push(b) {
-            b = back;
-            stalled(h, since, "the transmit stage to take a burst")?;
-            std::hint::spin_loop();
-        }
+        let b = std::mem::replace(&mut batch, h.take_empty()?);
+        h.hand_over(b)?;
     }
     // (`batch` is empty: a burst that received nothing leaves it so.)
     Ok(st)
-}
-
-/// An emptied vector from the transmit stage.
-fn take_empty(h: &Handoff) -> Result<Vec<Packet>> {
-    let since = Instant::now();
-    loop {
-        if let Some(v) = h.empty.pop() {
-            return Ok(v);
-        }
-        stalled(h, since, "the transmit stage to return an emptied burst")?;
-        std::hint::spin_loop();
-    }
-}
-
-/// The receive stage's check while it waits: the transmit stage is gone, or took too long.
-fn stalled(h: &Handoff, since: Instant, what: &'static str) -> Result<()> {
-    if h.gone.load(Ordering::Acquire) || since.elapsed() > PATIENCE {
-        return Err(Error::Stalled {
-            stage: "pipeline receive stage",
-            what,
-            waited_ms: since.elapsed().as_millis() as u64,
-        });
-    }
-    Ok(())
 }
 
 /// Transmits the bursts handed over until the receive stage is done and nothing is left; frees
@@ -158,31 +209,12 @@ fn stalled(h: &Handoff, since: Instant, what: &'static str) -> Result<()> {
 fn transmit_stage<T: TxQueue + ?Sized>(tx: &mut T, h: &Handoff) -> Result<(FwdStats, Instant)> {
     let mut st = FwdStats::default();
     let mut since = Instant::now();
-    loop {
-        let Some(mut batch) = h.full.pop() else {
-            if h.done.load(Ordering::Acquire) && h.full.is_empty() {
-                return Ok((st, Instant::now()));
-            }
-            if since.elapsed() > PATIENCE {
-                return Err(Error::Stalled {
-                    stage: "pipeline transmit stage",
-                    what: "a burst from the receive stage",
-                    waited_ms: since.elapsed().as_millis() as u64,
-                });
-            }
-            std::hint::spin_loop();
-            continue;
-        };
-        since = Instant::now();
-        let sent = tx.tx_burst(&mut batch)?;
-        st.tx += sent as u64;
-        if !batch.is_empty() {
-            st.tx_dropped += batch.len() as u64;
-            Pool::free_bulk(batch.drain(..));
-        }
+    while let Some(mut batch) = h.next_full(&mut since)? {
+        send_or_drop(tx, &mut batch, &mut st)?;
         // Room for it: the receive stage takes one empty vector per burst it pushes.
         let _ = h.empty.push(batch);
     }
+    Ok((st, Instant::now()))
 }
 
 /// Where [`recycle_pipelined`] frees the buffers.
@@ -209,27 +241,13 @@ pub fn recycle_pipelined(
     free_on: FreeOn,
     setup: impl FnOnce() -> Result<()> + Send,
 ) -> Result<(u64, Duration)> {
-    let h = Handoff {
-        full: ArrayQueue::new(IN_FLIGHT),
-        empty: ArrayQueue::new(IN_FLIGHT + 1),
-        done: AtomicBool::new(false),
-        gone: AtomicBool::new(false),
-    };
-    for _ in 0..IN_FLIGHT + 1 {
-        let _ = h.empty.push(Vec::with_capacity(burst));
-    }
+    let h = Handoff::new(burst);
     let start = Instant::now();
-    let (first, second) = std::thread::scope(|s| {
-        let t = s.spawn(|| {
-            let _gone = Gone(&h.gone);
-            setup()?;
-            second_stage(&h, free_on)
-        });
-        let r = first_stage(pool, burst, start + dur, &h);
-        h.done.store(true, Ordering::Release);
-        let t = t.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-        (r, t)
-    });
+    let (first, second) = h.run(
+        |h| first_stage(pool, burst, start + dur, h),
+        |h| second_stage(h, free_on),
+        setup,
+    );
     let busy2 = second?;
     let (packets, busy1) = first?;
     // What was handed back last is freed here.
@@ -250,22 +268,16 @@ fn first_stage(
     let mut packets = 0u64;
     let mut busy = Duration::ZERO;
     loop {
-        let mut v = take_empty(h)?;
+        let mut v = h.take_empty()?;
         let t0 = Instant::now();
+        Pool::free_bulk(v.drain(..));
         if t0 >= deadline {
-            Pool::free_bulk(v.drain(..));
             let _ = h.empty.push(v);
             return Ok((packets, busy));
         }
-        Pool::free_bulk(v.drain(..));
         packets += pool.alloc_bulk(burst, &mut v) as u64;
         busy += t0.elapsed();
-        let since = Instant::now();
-        while let Err(back) = h.full.push(v) {
-            v = back;
-            stalled(h, since, "the second stage to take a burst")?;
-            std::hint::spin_loop();
-        }
+        h.hand_over(v)?;
     }
 }
 
@@ -274,23 +286,7 @@ fn second_stage(h: &Handoff, free_on: FreeOn) -> Result<Duration> {
     let mut since = Instant::now();
     let mut bytes = 0usize;
     let mut busy = Duration::ZERO;
-    loop {
-        let Some(mut v) = h.full.pop() else {
-            if h.done.load(Ordering::Acquire) && h.full.is_empty() {
-                std::hint::black_box(bytes);
-                return Ok(busy);
-            }
-            if since.elapsed() > PATIENCE {
-                return Err(Error::Stalled {
-                    stage: "pool pipeline second stage",
-                    what: "a burst from the first stage",
-                    waited_ms: since.elapsed().as_millis() as u64,
-                });
-            }
-            std::hint::spin_loop();
-            continue;
-        };
-        since = Instant::now();
+    while let Some(mut v) = h.next_full(&mut since)? {
         bytes += v.iter().map(Packet::len).sum::<usize>();
         if free_on == FreeOn::Other {
             Pool::free_bulk(v.drain(..));
@@ -298,6 +294,8 @@ fn second_stage(h: &Handoff, free_on: FreeOn) -> Result<Duration> {
         busy += since.elapsed();
         let _ = h.empty.push(v);
     }
+    std::hint::black_box(bytes);
+    Ok(busy)
 }
 
 #[cfg(test)]
