@@ -538,6 +538,15 @@ fn without_cap_net_raw_the_error_says_so() {
     );
 }
 
+/// Fails with `what`'s error output unless it succeeded.
+fn succeeded(out: &std::process::Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Waits for `child` to end, killing it after `limit`; its status and output.
 fn wait(mut child: Child, limit: Duration, what: &str) -> std::process::Output {
     let deadline = Instant::now() + limit;
@@ -589,17 +598,8 @@ fn captures_are_identical_across_receive_modes() {
             )
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "gen: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let out = wait(cap, PATIENCE, "capture");
-        assert!(
-            out.status.success(),
-            "capture: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out, "gen");
+        succeeded(&wait(cap, PATIENCE, "capture"), "capture");
         files.push(std::fs::read(&file).unwrap());
     }
     assert!(files[0].len() > 24 + 40 * 16, "40 frames written");

@@ -204,11 +204,6 @@ impl AfPacketPort {
         })
     }
 
-    /// The interface's MTU when the port was opened.
-    pub fn mtu(&self) -> u32 {
-        self.iface.mtu
-    }
-
     fn refuse(&self, what: &str) -> Error {
         Error::NotSupported {
             device: self.name.clone(),

@@ -308,13 +308,23 @@ impl Drop for DmaMemory {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::sync::Mutex;
 
     /// Records map and unmap calls; with `fail_unmap`, every unmap fails (as a VFIO unmap can).
+    /// (The pool's tests use it too, to see when a pool's memory goes.)
     #[derive(Debug, Default)]
-    struct Spy(Mutex<Vec<String>>, bool);
+    pub(in crate::platform::dma) struct Spy(Mutex<Vec<String>>, bool);
+
+    impl Spy {
+        /// Unmap calls so far.
+        pub(in crate::platform::dma) fn unmaps(&self) -> usize {
+            let log = self.0.lock().unwrap();
+            log.iter().filter(|l| l.starts_with("unmap")).count()
+        }
+    }
+
     impl DmaMapper for Spy {
         /// # Safety
         /// Records the call only; maps nothing.

@@ -851,31 +851,11 @@ pub(super) mod tests {
         assert_eq!(p.stats().free, 16);
     }
 
-    /// Identity addresses, and a count of unmaps (the pool's memory freed).
-    #[derive(Debug, Default)]
-    struct CountUnmaps(std::sync::atomic::AtomicUsize);
-
-    impl DmaMapper for CountUnmaps {
-        /// # Safety
-        /// Maps nothing: the address is the bus address, as for `IdentityMapper`.
-        unsafe fn map(&self, vaddr: *mut u8, _len: usize) -> Result<u64> {
-            Ok(vaddr as u64)
-        }
-        fn unmap(&self, _iova: u64, _len: usize) -> Result<()> {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            Ok(())
-        }
-        fn describe(&self) -> String {
-            "count-unmaps".into()
-        }
-    }
-
     #[test]
     fn the_memory_goes_with_the_last_buffer_when_it_comes_home_from_another_thread() {
-        use std::sync::atomic::Ordering::SeqCst;
         use std::sync::mpsc::channel;
         use std::time::Duration;
-        let m = Arc::new(CountUnmaps::default());
+        let m = Arc::new(crate::platform::dma::memory::tests::Spy::default());
         let p = Pool::new(
             PoolConfig {
                 buffers: 64,
@@ -899,10 +879,10 @@ pub(super) mod tests {
         wait_done
             .recv_timeout(Duration::from_secs(30))
             .expect("the other thread dropped seven packets");
-        assert_eq!(m.0.load(SeqCst), 0, "one buffer is out: the memory stays");
+        assert_eq!(m.unmaps(), 0, "one buffer is out: the memory stays");
         go.send(()).unwrap();
         t.join().unwrap();
-        assert_eq!(m.0.load(SeqCst), 1, "the last buffer came home: unmapped");
+        assert_eq!(m.unmaps(), 1, "the last buffer came home: unmapped");
     }
 
     #[test]

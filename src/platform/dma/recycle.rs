@@ -86,14 +86,8 @@ impl Home {
             capacity: stack.len(),
             cache_limit: (stack.len() / 4).clamp(1, CACHE_MAX),
         };
-        home.push(stack);
+        push(&home.batches, stack);
         home
-    }
-
-    /// Pushes `offs` home in batches, the top of the stack (its end) first, so that the
-    /// first batch popped holds the buffers that were next in line.
-    fn push(&self, offs: &[u32]) {
-        push(&self.batches, offs);
     }
 
     /// Pops one batch onto `stack`; false when home is empty.
@@ -143,6 +137,8 @@ impl Home {
     }
 }
 
+/// Pushes `offs` home in batches, the top of the stack (its end) first, so that the first
+/// batch popped holds the buffers that were next in line.
 fn push(batches: &SegQueue<Batch>, offs: &[u32]) {
     for chunk in offs.rchunks(BATCH) {
         let mut b = Batch {
