@@ -36,6 +36,18 @@ pub(super) struct RxEngine {
     pub(super) analyses: Vec<Option<Analysis>>,
     /// Buffers of the frames this run received, given back to the sender at its end.
     pub(super) used: Vec<Vec<u8>>,
+    /// Frames taken from the inbound FIFO in one go; empty between runs (kept for its
+    /// capacity).
+    pub(super) pending: std::collections::VecDeque<WireFrame>,
+    /// The registers' snapshot of this batch and the frames it has served (`rx_config.rs`);
+    /// dropped at the end of every run.
+    pub(super) config: Option<(super::rx_config::RxConfig, u32)>,
+    /// The ring being filled (`rx_ring.rs`); dropped with the snapshot.
+    pub(super) cursor: Option<super::rx_ring::RingCursor>,
+    /// The RSS key of the snapshot (with RSS on).
+    pub(super) rss_key: super::rx_config::RssKey,
+    /// The traffic source's frame's verdict under the snapshot; dropped with it.
+    pub(super) source_verdict: Option<super::rx::Verdict>,
 }
 
 /// Entries of [`RxEngine::analyses`].
@@ -85,6 +97,14 @@ impl RxEngine {
     /// keeps its state.
     pub(super) fn reset(&mut self) {
         self.blocked = false;
+        self.forget_config();
+    }
+
+    /// Drops the register snapshot and the ring cursor: the next frame reads them afresh.
+    pub(super) fn forget_config(&mut self) {
+        self.config = None;
+        self.cursor = None;
+        self.source_verdict = None;
     }
 }
 
@@ -114,8 +134,10 @@ pub(super) struct TxEngine {
     pub(super) out: Vec<Out>,
 }
 
-/// Frame buffers kept for reuse at most.
-pub(super) const SPARE: usize = 256;
+/// Frame buffers kept for reuse at most: a walk of a whole ring (up to 4,096 descriptors; the
+/// bench's rings have 512) takes one per frame before any comes back, and each missing one is
+/// an allocation.
+pub(super) const SPARE: usize = 1024;
 
 impl Default for TxEngine {
     fn default() -> Self {

@@ -125,6 +125,8 @@ mod layout;
 mod port;
 mod regs;
 mod rx;
+mod rx_config;
+mod rx_ring;
 mod tx;
 mod worker;
 

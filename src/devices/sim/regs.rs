@@ -60,7 +60,8 @@ pub struct SimRegs {
     pub(super) mac: MacAddr,
     pub(super) inline: AtomicBool,
     pub(super) link_delay: u32,
-    word: Box<[AtomicU32]>,
+    /// Fixed size, so that reads at constant offsets need no bounds check.
+    word: Box<[AtomicU32; BAR_LEN / 4]>,
     wide: Wide,
     pub(super) removed: AtomicBool,
     pub(super) bus_master: AtomicBool,
@@ -126,7 +127,7 @@ impl SimRegs {
             mac,
             inline: AtomicBool::new(inline),
             link_delay,
-            word: (0..BAR_LEN / 4).map(|_| AtomicU32::new(0)).collect(),
+            word: Box::new(std::array::from_fn(|_| AtomicU32::new(0))),
             wide: Wide {
                 value: std::array::from_fn(|_| AtomicU64::new(0)),
                 latch: std::array::from_fn(|_| AtomicU32::new(0)),

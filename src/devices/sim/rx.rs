@@ -7,23 +7,47 @@
 //! MRQC.MRQE = 1, else queue 0) -> that queue's RXDCTL.ENABLE -> strip (RXDCTL.VME) and FCS
 //! (HLREG0.RXCRCSTRP) -> buffers.
 //!
-//! Buffers are written first, descriptors after: qword 0 (pkt_info, RSS hash), then length and
-//! VLAN, then the status/error dword with DD as a release store, one descriptor after the other.
-//! A DMA fault anywhere drops the frame before any descriptor is written back and leaves RDH
-//! where it was.
+//! A frame's fate is decided in two steps: [`judge`](SimRegs::judge) (size, filters, parse and
+//! checksums, queue), which depends only on the frame's bytes and the registers' snapshot
+//! (`rx_config.rs`), so that the traffic source's one frame is judged once per snapshot; and
+//! delivery, which checks the queue and writes the ring (`rx_ring.rs`).
 
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::Relaxed;
 
 use super::engine::{Analysis, RxEngine, RxTally, WireFrame, ANALYSES, SPARE};
 use super::frame::{self, VlanView};
 use super::layout::{bucket_index, RX_BUCKETS};
 use super::layout::{rxq, RQSMR, W_GORC, W_QBRC, W_TOR};
 use super::regs::{lock, SimRegs};
+use super::rx_config::{RxConfig, REFRESH};
+use super::rx_ring::RingCursor;
 use crate::platform::dma::DmaView;
 use crate::platform::regs::ixgbe as r;
 
+/// What the receive path decides for a frame's bytes under one register snapshot.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Verdict {
+    /// Longer than the size limit (ROC).
+    Oversize,
+    /// Refused by the VLAN or the address filter.
+    Filtered,
+    Deliver(Delivery),
+}
+
+/// Where and how a frame is delivered.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Delivery {
+    q: usize,
+    /// Write-back status and errors (DD, checksums, VP, VEXT), without EOP and injected RXE.
+    staterr: u32,
+    /// Write-back qword 0: packet type, RSS type and hash.
+    lo: u64,
+    /// The recognised tag: its offset and TCI (stripped if the queue strips).
+    tag: Option<(usize, u16)>,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Outcome {
+pub(super) enum Outcome {
     Placed,
     Dropped,
     /// Receive is off (RXEN, the queue, link, bus master): counted by the caller.
@@ -36,43 +60,48 @@ const SOURCE_BUDGET: usize = 4096;
 /// The same per poll of a device thread (threaded mode).
 const THREADED_SOURCE_BUDGET: usize = 64;
 
-const DD: u32 = 1;
-const EOP: u32 = 1 << 1;
+pub(super) const DD: u32 = 1;
+pub(super) const EOP: u32 = 1 << 1;
 const VP: u32 = 1 << 3;
 const VEXT: u32 = 1 << 9;
 /// RXE: MAC error (what fault injection sets).
 pub(super) const RXE: u32 = 1 << 29;
 
 impl SimRegs {
-    /// Offers a frame to this port's receive side (from the peer, loopback or a test). It waits
-    /// in the inbound FIFO (the packet buffer, RXPBSIZE(0) bytes) until the receive engine runs:
-    /// at once in inline mode, on the next poll in threaded mode.
-    /// A frame arrives from the wire; inline, the receive engine runs at once.
+    /// Offers a frame to this port's receive side (from a test's wire): it waits in the inbound
+    /// FIFO (the packet buffer, RXPBSIZE(0) bytes) until the receive engine runs, at once in
+    /// inline mode, on the next poll in threaded mode.
     pub(super) fn arrive(&self, f: WireFrame) {
-        if self.queue_arrival(f) && self.inline.load(Relaxed) {
+        if self.queue_arrivals(std::iter::once(f)) && self.inline.load(Relaxed) {
             self.service_rx();
         }
     }
 
-    /// Puts a frame from the wire into the inbound FIFO (or drops it, counted, when the packet
-    /// buffer is full); whether it was queued. The caller runs the receive engine (once for a
-    /// whole batch of frames, inline).
-    pub(super) fn queue_arrival(&self, f: WireFrame) -> bool {
+    /// Puts frames from the wire into the inbound FIFO under one hold of its lock, dropping
+    /// (and counting) each that finds the packet buffer full; whether any was queued. The
+    /// caller runs the receive engine (once for the whole batch, inline).
+    pub(super) fn queue_arrivals(&self, frames: impl Iterator<Item = WireFrame>) -> bool {
         let kb = r::rxpbsize::SIZE.get(self.get(r::RXPBSIZE.at(0))) as usize;
         let cap = (kb * 1024).max(16 * 1024);
-        let len = f.data.len();
+        let (mut queued, mut lost) = (false, 0u32);
         {
             let mut q = lock(&self.inbound);
-            if self.inbound_bytes.load(Relaxed) + len > cap {
-                drop(q);
-                self.bump(r::MPC.at(0), 1);
-                self.counters.rx_fifo_overflow.inc();
-                return false;
+            for f in frames {
+                let len = f.data.len();
+                if self.inbound_bytes.load(Relaxed) + len > cap {
+                    lost += 1;
+                    continue;
+                }
+                q.push_back(f);
+                self.inbound_bytes.fetch_add(len, Relaxed);
+                queued = true;
             }
-            q.push_back(f);
-            self.inbound_bytes.fetch_add(len, Relaxed);
         }
-        true
+        if lost != 0 {
+            self.bump(r::MPC.at(0), lost);
+            self.counters.rx_fifo_overflow.add(u64::from(lost));
+        }
+        queued
     }
 
     /// Adds a run's counts to the registers and the model's counters, and clears them.
@@ -112,7 +141,9 @@ impl SimRegs {
     /// source fill free descriptors. Returns whether anything happened.
     pub(super) fn service_rx(&self) -> bool {
         let mut rx = lock(&self.rx);
+        rx.forget_config();
         let worked = self.service_rx_locked(&mut rx);
+        rx.forget_config();
         let mut tally = std::mem::take(&mut rx.tally);
         self.flush_rx(&mut tally);
         if !rx.used.is_empty() {
@@ -135,38 +166,50 @@ impl SimRegs {
         // One IOMMU view for the whole run (every frame's descriptors and buffers): nothing
         // below takes the IOMMU table again.
         let dma = self.iommu.view();
-        loop {
-            let Some(f) = lock(&self.inbound).pop_front() else {
+        // The FIFO is taken whole under one hold of its lock (swapped with the engine's empty
+        // `pending`), so the sender is not held up frame by frame; frames that must wait go
+        // back to its front.
+        let mut pending = std::mem::take(&mut rx.pending);
+        'run: loop {
+            std::mem::swap(&mut pending, &mut *lock(&self.inbound));
+            if pending.is_empty() {
                 break;
-            };
-            self.inbound_bytes.fetch_sub(f.data.len(), Relaxed);
-            let outcome = self.receive(&dma, rx, &f.data, f.fcs_ok);
-            let Outcome::NoRoom(q) = outcome else {
-                if outcome == Outcome::NotReady {
-                    self.counters.rx_not_ready.inc();
+            }
+            while let Some(f) = pending.pop_front() {
+                self.inbound_bytes.fetch_sub(f.data.len(), Relaxed);
+                let outcome = self.receive(&dma, rx, &f.data, f.fcs_ok, false);
+                let Outcome::NoRoom(q) = outcome else {
+                    if outcome == Outcome::NotReady {
+                        self.counters.rx_not_ready.inc();
+                    }
+                    rx.blocked = false;
+                    worked = true;
+                    rx.used.push(f.data);
+                    continue;
+                };
+                let drop_en = r::srrctl::DROP_EN.is_set(self.get_off(rxq(q) + 0x14));
+                if inline || drop_en {
+                    self.count_no_room(q, drop_en);
+                    Self::count_total(&mut rx.tally, f.data.len());
+                    worked = true;
+                    rx.used.push(f.data);
+                    continue;
                 }
-                rx.blocked = false;
-                worked = true;
-                rx.used.push(f.data);
-                continue;
-            };
-            let drop_en = r::srrctl::DROP_EN.is_set(self.get_off(rxq(q) + 0x14));
-            if inline || drop_en {
-                self.count_no_room(q, drop_en);
-                Self::count_total(&mut rx.tally, f.data.len());
-                worked = true;
-                rx.used.push(f.data);
-                continue;
+                // Threaded, DROP_EN clear: the frame and those behind it wait in the packet
+                // buffer, ahead of any that arrived meanwhile.
+                if !rx.blocked {
+                    rx.blocked = true;
+                    self.bump(r::RNBC.at(0), 1);
+                }
+                self.inbound_bytes.fetch_add(f.data.len(), Relaxed);
+                pending.push_front(f);
+                let mut q = lock(&self.inbound);
+                pending.extend(q.drain(..));
+                std::mem::swap(&mut pending, &mut *q);
+                break 'run;
             }
-            // Threaded, DROP_EN clear: the frame waits in the packet buffer.
-            if !rx.blocked {
-                rx.blocked = true;
-                self.bump(r::RNBC.at(0), 1);
-            }
-            self.inbound_bytes.fetch_add(f.data.len(), Relaxed);
-            lock(&self.inbound).push_front(f);
-            break;
         }
+        rx.pending = pending;
         worked | self.run_source(&dma, rx, inline)
     }
 
@@ -186,7 +229,7 @@ impl SimRegs {
             if src.remaining == Some(0) || !self.rx_ready() {
                 break;
             }
-            let o = self.receive(dma, rx, &src.frame, true);
+            let o = self.receive(dma, rx, &src.frame, true, true);
             if matches!(o, Outcome::NoRoom(_) | Outcome::NotReady) {
                 break; // The source waits until the port can take its frame.
             }
@@ -243,25 +286,61 @@ impl SimRegs {
         })
     }
 
-    fn rss_queue(&self, f: &[u8], h: Option<frame::Headers>) -> Option<(u16, u32, usize)> {
-        let mrqc = self.get(r::MRQC);
-        if r::mrqc::MRQE.get(mrqc) != 1 {
-            return None;
-        }
-        let mut key = [0u8; 40];
-        for (i, k) in key.chunks_exact_mut(4).enumerate() {
-            k.copy_from_slice(&self.get(r::RSSRK.at(i as u32)).to_le_bytes());
-        }
-        let (t, hash) = frame::rss(f, h, mrqc, &key)?;
+    fn rss_queue(
+        &self,
+        mrqc: u32,
+        key: &[u8; 40],
+        f: &[u8],
+        h: Option<frame::Headers>,
+    ) -> Option<(u16, u32, usize)> {
+        let (t, hash) = frame::rss(f, h, mrqc, key)?;
         let idx = hash & 0x7f;
         let q = (self.get(r::RETA.at(idx / 4)) >> (8 * (idx % 4))) & 0xf;
         Some((t, hash, q as usize))
     }
 
+    /// The snapshot of this batch ([`rx_config`](super::rx_config)), read afresh every
+    /// [`REFRESH`] frames.
+    fn config(&self, rx: &mut RxEngine) -> RxConfig {
+        match &mut rx.config {
+            Some((c, served)) if *served < REFRESH => {
+                *served += 1;
+                *c
+            }
+            _ => {
+                let c = self.rx_config(&mut rx.rss_key);
+                rx.forget_config();
+                rx.config = Some((c, 1));
+                c
+            }
+        }
+    }
+
+    /// The cursor on queue `q`'s ring (the one in `slot`, or a new one there), or `None` when
+    /// the queue is off (the cursor is dropped).
+    fn cursor<'c>(&self, slot: &'c mut Option<RingCursor>, q: usize) -> Option<&'c mut RingCursor> {
+        if !self.rx_queue_on(q) {
+            *slot = None;
+            return None;
+        }
+        if slot.is_none_or(|c| c.q != q) {
+            *slot = Some(self.ring_cursor(q));
+        }
+        slot.as_mut()
+    }
+
     /// Runs one frame through the receive path. TPR/TORL count every frame whose fate is
     /// final (placed or dropped); a frame that waits or is not taken is not counted yet.
-    fn receive(&self, dma: &DmaView<'_>, rx: &mut RxEngine, f: &[u8], fcs_ok: bool) -> Outcome {
-        let o = self.receive_inner(dma, rx, f, fcs_ok);
+    /// `from_source`: `f` is the traffic source's frame, whose verdict is kept.
+    fn receive(
+        &self,
+        dma: &DmaView<'_>,
+        rx: &mut RxEngine,
+        f: &[u8],
+        fcs_ok: bool,
+        from_source: bool,
+    ) -> Outcome {
+        let o = self.receive_inner(dma, rx, f, fcs_ok, from_source);
         if matches!(o, Outcome::Placed | Outcome::Dropped) {
             Self::count_total(&mut rx.tally, f.len());
         }
@@ -279,6 +358,7 @@ impl SimRegs {
         rx: &mut RxEngine,
         f: &[u8],
         fcs_ok: bool,
+        from_source: bool,
     ) -> Outcome {
         if !self.rx_ready() {
             return Outcome::NotReady;
@@ -293,78 +373,104 @@ impl SimRegs {
             self.counters.rx_errors.inc();
             return Outcome::Dropped;
         }
-        let vet = r::vlnctrl::VET.get(self.get(r::VLNCTRL)) as u16;
-        let ext = r::ctrl_ext::EXTENDED_VLAN.is_set(self.get(r::CTRL_EXT));
-        let outer = ext.then(|| r::exvet::VET_EXT.get(self.get(r::EXVET)) as u16);
-        let vv = frame::vlan_view(f, vet, outer);
-        let hl = self.get(r::HLREG0);
-        let max = if r::hlreg0::JUMBOEN.is_set(hl) {
-            r::maxfrs::MFS.get(self.get(r::MAXFRS)) as usize
-        } else {
-            1518
-        } + 4 * vv.tags;
-        if f.len() + 4 > max {
-            self.bump(r::ROC, 1);
-            self.counters.rx_errors.inc();
-            return Outcome::Dropped;
+        let c = self.config(rx);
+        // The source repeats one frame: its verdict holds for the whole snapshot.
+        let v = match rx.source_verdict {
+            Some(v) if from_source => v,
+            _ => {
+                let v = self.judge(rx, &c, f);
+                if from_source {
+                    rx.source_verdict = Some(v);
+                }
+                v
+            }
+        };
+        match v {
+            Verdict::Oversize => {
+                self.bump(r::ROC, 1);
+                self.counters.rx_errors.inc();
+                Outcome::Dropped
+            }
+            Verdict::Filtered => {
+                self.counters.rx_filtered.inc();
+                Outcome::Dropped
+            }
+            Verdict::Deliver(d) => self.deliver(dma, rx, &c, f, d),
         }
-        if !self.vlan_ok(vv) || !self.address_ok(f) {
-            self.counters.rx_filtered.inc();
-            return Outcome::Dropped;
+    }
+
+    /// What becomes of frame `f` under the snapshot `c`, from its bytes and the filter
+    /// registers: dropped (size, filters), or delivered with these write-back fields.
+    fn judge(&self, rx: &mut RxEngine, c: &RxConfig, f: &[u8]) -> Verdict {
+        let vv = frame::vlan_view(f, c.vet, c.outer);
+        if f.len() + 4 > c.max + 4 * vv.tags {
+            return Verdict::Oversize;
         }
-        let (h, cs) = Self::analyse(rx, f, [vet, outer.unwrap_or(vet)]);
-        let rss = self.rss_queue(f, h);
-        let q = rss.map_or(0, |(_, _, q)| q);
-        let rb = rxq(q);
-        let dctl = self.get_off(rb + 0x28);
-        if !r::rxdctl::ENABLE.is_set(dctl) || self.get_off(rb + 8) < 16 {
+        if !self.vlan_ok(c, vv) || !self.address_ok(f) {
+            return Verdict::Filtered;
+        }
+        let (h, cs) = Self::analyse(rx, f, [c.vet, c.outer.unwrap_or(c.vet)]);
+        let rss = c
+            .rss
+            .and_then(|mrqc| self.rss_queue(mrqc, &rx.rss_key.0, f, h));
+        let (rss_type, hash, q) = rss.unwrap_or((0, 0, 0));
+        let mut staterr = DD | cs.status | cs.errors;
+        if vv.tagged {
+            staterr |= VP;
+        }
+        if c.outer.is_some() && vv.tags == 2 {
+            staterr |= VEXT;
+        }
+        let hash = if c.pcsd { hash } else { 0 };
+        Verdict::Deliver(Delivery {
+            q,
+            staterr,
+            lo: u64::from(rss_type | frame::packet_type(h)) | u64::from(hash) << 32,
+            tag: vv.tagged.then_some((vv.tag_off, vv.tci)),
+        })
+    }
+
+    /// Writes frame `f` into queue `d.q`'s ring, stripping its tag if the queue does
+    /// (RXDCTL.VME) and appending its FCS if HLREG0 says so.
+    fn deliver(
+        &self,
+        dma: &DmaView<'_>,
+        rx: &mut RxEngine,
+        c: &RxConfig,
+        f: &[u8],
+        d: Delivery,
+    ) -> Outcome {
+        let Some(ring) = self.cursor(&mut rx.cursor, d.q) else {
             return Outcome::NotReady;
-        }
-        let strip = vv.tagged && r::rxdctl::VME.is_set(dctl);
-        let keep_fcs = !r::hlreg0::RXCRCSTRP.is_set(hl);
+        };
+        let strip = d.tag.filter(|_| ring.vme);
         // The bytes written: the frame itself, or a copy without its tag or with its FCS.
         let mut scratch = std::mem::take(&mut rx.scratch);
-        let data: &[u8] = if strip || keep_fcs {
+        let data: &[u8] = if strip.is_some() || c.keep_fcs {
             scratch.clear();
-            if strip {
-                scratch.extend_from_slice(&f[..vv.tag_off]);
-                scratch.extend_from_slice(&f[vv.tag_off + 4..]);
+            if let Some((at, _)) = strip {
+                scratch.extend_from_slice(&f[..at]);
+                scratch.extend_from_slice(&f[at + 4..]);
             } else {
                 scratch.extend_from_slice(f);
             }
-            if keep_fcs {
+            if c.keep_fcs {
                 scratch.extend_from_slice(&frame::fcs(f));
             }
             &scratch
         } else {
             f
         };
-        let mut staterr = DD | cs.status | cs.errors;
-        if vv.tagged {
-            staterr |= VP;
-        }
-        if ext && vv.tags == 2 {
-            staterr |= VEXT;
-        }
         let inject = self.faults.rx_errors.load(Relaxed) > 0;
-        if inject {
-            staterr |= RXE;
-        }
-        let (rss_type, hash) = rss.map_or((0, 0), |(t, hash, _)| (t, hash));
-        let hash = if r::rxcsum::PCSD.is_set(self.get(r::RXCSUM)) {
-            hash
-        } else {
-            0
-        };
-        let lo = u64::from(rss_type | frame::packet_type(h)) | u64::from(hash) << 32;
-        let o = self.place(dma, q, data, lo, staterr, if strip { vv.tci } else { 0 });
+        let staterr = if inject { d.staterr | RXE } else { d.staterr };
+        let vlan = strip.map_or(0, |(_, tci)| tci);
+        let o = self.place(dma, ring, data, d.lo, staterr, vlan);
         if o == Outcome::Placed {
             if inject {
                 self.faults.rx_errors.fetch_sub(1, Relaxed);
                 self.counters.injected_rx_errors.inc();
             }
-            let s = self.stat_index(RQSMR, q);
-            Self::count_rx(&mut rx.tally, s, f, data.len());
+            Self::count_rx(&mut rx.tally, ring.stat, f, data.len());
         }
         rx.scratch = scratch;
         o
@@ -378,13 +484,16 @@ impl SimRegs {
         f: &[u8],
         tpids: [u16; 2],
     ) -> (Option<frame::Headers>, frame::Csum) {
+        // The slot comes from a few words where frames of different flows differ (source MAC
+        // and type, IPv4 addresses, ports and checksum, the last bytes) and the length: an
+        // entry is used only after a full compare, so the hash needs to spread, not to be exact.
+        let word = |at: usize| {
+            f.get(at..at + 8)
+                .map_or(0, |w| u64::from_ne_bytes(w.try_into().unwrap()))
+        };
         let mut h = f.len() as u64 ^ u64::from(tpids[0]) << 32 ^ u64::from(tpids[1]) << 48;
-        let mut words = f.chunks_exact(8);
-        for w in &mut words {
-            h = (h ^ u64::from_ne_bytes(w.try_into().unwrap())).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-        for &b in words.remainder() {
-            h = (h ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        for w in [word(6), word(26), word(34), word(f.len().saturating_sub(8))] {
+            h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         }
         if rx.analyses.is_empty() {
             rx.analyses.resize_with(ANALYSES, || None);
@@ -424,135 +533,12 @@ impl SimRegs {
         (headers, csum)
     }
 
-    fn vlan_ok(&self, vv: VlanView) -> bool {
-        if !vv.tagged || !r::vlnctrl::VFE.is_set(self.get(r::VLNCTRL)) {
+    fn vlan_ok(&self, c: &RxConfig, vv: VlanView) -> bool {
+        if !vv.tagged || !c.vfe {
             return true;
         }
         let vid = u32::from(vv.tci & 0xfff);
         self.get(r::VFTA.at(vid >> 5)) >> (vid & 31) & 1 != 0
-    }
-
-    /// Writes `data` into the buffers of queue `q` and writes the descriptors back.
-    fn place(
-        &self,
-        dma: &DmaView<'_>,
-        q: usize,
-        data: &[u8],
-        lo: u64,
-        staterr: u32,
-        vlan: u16,
-    ) -> Outcome {
-        let rb = rxq(q);
-        let n = (self.get_off(rb + 8) & 0x000F_FF80) as usize / 16;
-        let head = self.get_off(rb + 0x10) as usize;
-        let tail = self.get_off(rb + 0x18) as usize;
-        if n == 0 || head >= n || tail >= n {
-            return Outcome::NoRoom(q);
-        }
-        // Ring arithmetic by compares: `% n` is a division, and the model did three per frame.
-        let wrap = |i: usize| if i >= n { i - n } else { i };
-        let free = wrap(tail + n - head);
-        let mut chunk = r::srrctl::BSIZEPKT.get(self.get_off(rb + 0x14)) as usize * 1024;
-        if chunk == 0 {
-            chunk = 2048;
-        }
-        let split = self.faults.split_frames.load(Relaxed) > 0;
-        if split {
-            chunk = chunk.min(self.faults.split_chunk.load(Relaxed).max(1));
-        }
-        let needed = data.len().div_ceil(chunk).max(1);
-        if needed > free {
-            return Outcome::NoRoom(q);
-        }
-        let base = u64::from(self.get_off(rb + 4)) << 32 | u64::from(self.get_off(rb) & !0x7f);
-        if needed == 1 {
-            return self.place_one(
-                dma,
-                rb,
-                base,
-                (head, n),
-                data,
-                lo,
-                staterr | EOP,
-                vlan,
-                split,
-            );
-        }
-        let desc = |i: usize| base + (wrap(head + i) * 16) as u64;
-        for (i, part) in data.chunks(chunk).enumerate() {
-            let ok = dma
-                .load_u64(desc(i), Acquire)
-                .and_then(|addr| dma.write(addr, part));
-            if ok.is_err() {
-                self.counters.dma_faults.inc();
-                return Outcome::Dropped;
-            }
-        }
-        for (i, part) in data.chunks(chunk).enumerate() {
-            let d = desc(i);
-            let (wb_lo, st) = if i + 1 == needed {
-                (lo, staterr | EOP)
-            } else {
-                (0, DD | (staterr & RXE))
-            };
-            let len_vlan = part.len() as u32 | u32::from(vlan) << 16;
-            // Dwords 2 (status, with DD) and 3 (length, VLAN) in one release store: the driver
-            // sees DD only together with the length (little-endian: dword 2 is the low half).
-            let ok = dma.store_u64(d, wb_lo, Relaxed).and_then(|_| {
-                dma.store_u64(d + 8, u64::from(st) | u64::from(len_vlan) << 32, Release)
-            });
-            if ok.is_err() {
-                self.counters.dma_faults.inc();
-                return Outcome::Dropped;
-            }
-        }
-        if split {
-            self.faults.split_frames.fetch_sub(1, Relaxed);
-        }
-        self.set_off(rb + 0x10, wrap(head + needed) as u32);
-        Outcome::Placed
-    }
-
-    /// [`place`](Self::place) for a frame that fits one buffer (every frame but jumbo or split
-    /// ones): descriptor `head` of the ring at `base` (of `n`), one write-back with EOP in
-    /// `staterr`, the head moved by one.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    fn place_one(
-        &self,
-        dma: &DmaView<'_>,
-        rb: usize,
-        base: u64,
-        (head, n): (usize, usize),
-        data: &[u8],
-        lo: u64,
-        staterr: u32,
-        vlan: u16,
-        split: bool,
-    ) -> Outcome {
-        let d = base + (head * 16) as u64;
-        let len_vlan = data.len() as u32 | u32::from(vlan) << 16;
-        // As in `place`: dwords 2 and 3 (status with DD, length and VLAN) in one release store.
-        let ok = dma
-            .load_u64(d, Acquire)
-            .and_then(|addr| dma.write(addr, data))
-            .and_then(|_| dma.store_u64(d, lo, Relaxed))
-            .and_then(|_| {
-                dma.store_u64(
-                    d + 8,
-                    u64::from(staterr) | u64::from(len_vlan) << 32,
-                    Release,
-                )
-            });
-        if ok.is_err() {
-            self.counters.dma_faults.inc();
-            return Outcome::Dropped;
-        }
-        if split {
-            self.faults.split_frames.fetch_sub(1, Relaxed);
-        }
-        self.set_off(rb + 0x10, if head + 1 == n { 0 } else { head + 1 } as u32);
-        Outcome::Placed
     }
 
     /// Counts a placed frame (statistics counter `s`) in the run's tally.

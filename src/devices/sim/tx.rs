@@ -23,7 +23,6 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::layout::{txq, TQSM, W_GOTC, W_QBTC};
 use super::regs::{lock, SimRegs};
-use std::sync::Arc;
 
 use super::engine::{Out, TxEngine, TxQueue, TxTally, WireFrame, SPARE};
 use super::layout::{bucket_index, TX_BUCKETS};
@@ -39,16 +38,6 @@ const DEXT: u32 = 1 << 29;
 const VLE: u32 = 1 << 30;
 const TSE: u32 = 1 << 31;
 const DD: u32 = 1;
-
-/// Where [`SimRegs::to_wire`] put a frame.
-enum Wire {
-    /// Into the peer's inbound FIFO (or dropped there, counted, when it was full).
-    Peer,
-    /// Into this port's own inbound FIFO (MAC loopback).
-    Looped,
-    /// Nowhere (no peer, or the link is down): the buffer, for reuse.
-    Back(Vec<u8>),
-}
 
 impl SimRegs {
     fn tx_ready(&self, q: usize) -> bool {
@@ -81,26 +70,14 @@ impl SimRegs {
         };
         let mut tally = TxTally::default();
         let peer = lock(&self.peer).upgrade();
-        let mut arrived = (false, false);
-        for o in out.drain(..) {
-            match self.to_wire(o, peer.as_ref(), &mut tally) {
-                Wire::Back(buf) => {
-                    if spare.len() < SPARE {
-                        spare.push(buf);
-                    }
-                }
-                Wire::Peer => arrived.0 = true,
-                Wire::Looped => arrived.1 = true,
-            }
-        }
+        let (arrived, looped) = self.to_wire(&mut out, peer.as_deref(), &mut spare, &mut tally);
         self.flush_tx(&tally);
         // Inline, the receive engines run once for the whole run's frames, not once a frame.
         if self.inline.load(Relaxed) {
-            if let (true, Some(p)) = (arrived.0, &peer) {
-                p.service_rx();
-            }
-            if arrived.1 {
+            if arrived && looped {
                 self.service_rx();
+            } else if let (true, Some(p)) = (arrived, &peer) {
+                p.service_rx();
             }
         }
         let mut tx = lock(&self.tx);
@@ -280,25 +257,52 @@ impl SimRegs {
         }
     }
 
-    /// Puts a transmitted frame on the wire: MAC loopback, the peer, or nowhere (a port with no
-    /// peer transmits into the void, counted as sent).
-    /// Counts into `t`; returns the frame's buffer when nothing took it (for reuse).
-    /// Puts one frame on the wire: into the peer's inbound FIFO, or back into this port's own
-    /// with MAC loopback, or nowhere (its buffer comes back for reuse).
-    fn to_wire(&self, o: Out, peer: Option<&Arc<SimRegs>>, t: &mut TxTally) -> Wire {
-        let f = o.frame;
+    /// Puts the frames of a run on the wire: into the peer's inbound FIFO, or back into this
+    /// port's own with MAC loopback (each under one hold of that FIFO's lock), or nowhere (no
+    /// peer, or the link is down: their buffers go to `spare` for reuse). Counts into `t`;
+    /// returns whether frames went into a FIFO, and whether it was this port's own.
+    fn to_wire(
+        &self,
+        out: &mut Vec<Out>,
+        peer: Option<&SimRegs>,
+        spare: &mut Vec<Vec<u8>>,
+        t: &mut TxTally,
+    ) -> (bool, bool) {
         let lpbk = r::hlreg0::LPBK.is_set(self.get(r::HLREG0));
         if !lpbk && !self.link_up() {
-            t.dropped += 1;
-            return Wire::Back(f.data);
+            t.dropped += out.len() as u64;
+            Self::keep_spare(spare, out.drain(..).map(|o| o.frame.data));
+            return (false, false);
         }
-        let len = f.data.len() as u64;
+        for o in out.iter() {
+            self.count_tx(o, t);
+        }
+        let to = if lpbk { Some(self) } else { peer };
+        match to {
+            Some(p) => (p.queue_arrivals(out.drain(..).map(|o| o.frame)), lpbk),
+            None => {
+                Self::keep_spare(spare, out.drain(..).map(|o| o.frame.data));
+                (false, false)
+            }
+        }
+    }
+
+    /// Keeps frame buffers for reuse, up to [`SPARE`].
+    fn keep_spare(spare: &mut Vec<Vec<u8>>, bufs: impl Iterator<Item = Vec<u8>>) {
+        let room = SPARE.saturating_sub(spare.len());
+        spare.extend(bufs.take(room));
+    }
+
+    /// Counts a frame that goes on the wire, and captures it if the port captures.
+    fn count_tx(&self, o: &Out, t: &mut TxTally) {
+        let f = &o.frame.data;
+        let len = f.len() as u64;
         t.frames += 1;
         t.bytes += len;
         t.bucket[bucket_index(len + 4)] += 1;
-        if f.data.get(..6) == Some(&[0xff; 6]) {
+        if f.get(..6) == Some(&[0xff; 6]) {
             t.bcast += 1;
-        } else if f.data.first().is_some_and(|b| b & 1 != 0) {
+        } else if f.first().is_some_and(|b| b & 1 != 0) {
             t.mcast += 1;
         }
         let s = self.stat_index(TQSM, o.q);
@@ -309,18 +313,7 @@ impl SimRegs {
             if c.len() == self.capture_cap {
                 c.pop_front();
             }
-            c.push_back(f.data.clone());
-        }
-        if lpbk {
-            self.queue_arrival(f);
-            return Wire::Looped;
-        }
-        match peer {
-            Some(p) => {
-                p.queue_arrival(f);
-                Wire::Peer
-            }
-            None => Wire::Back(f.data),
+            c.push_back(f.clone());
         }
     }
 

@@ -142,7 +142,11 @@ pub struct DmaView<'a> {
 
 impl DmaView<'_> {
     /// Runs `f` with the host address of `iova..iova+len`, or counts and logs a fault.
-    #[inline]
+    ///
+    /// The mappings of the last two accesses are tried first, inline (a device alternates
+    /// between a descriptor ring and a buffer pool; a hit costs a subtraction and a compare);
+    /// anything else goes to [`lookup`](Self::lookup).
+    #[inline(always)]
     fn with<T>(
         &self,
         iova: u64,
@@ -151,29 +155,41 @@ impl DmaView<'_> {
         f: impl FnOnce(*mut u8) -> T,
     ) -> Result<T, DmaFault> {
         let maps = &self.inner.maps;
-        let inside = |m: &Mapping| {
-            iova.checked_sub(m.iova).is_some_and(|off| {
-                off.checked_add(len as u64)
-                    .is_some_and(|end| end <= m.len as u64)
-            })
+        let host = |i: usize| {
+            let m = maps.get(i)?;
+            let off = iova.wrapping_sub(m.iova);
+            // `off + len <= m.len` without overflow: `len <= m.len` first.
+            (len <= m.len && off <= (m.len - len) as u64).then(|| m.vaddr + off as usize)
         };
         let [a, b] = self.last.get();
-        let hit = match (maps.get(a), maps.get(b)) {
-            (Some(m), _) if inside(m) => Some(m),
-            (_, Some(m)) if inside(m) => {
-                self.last.set([b, a]);
-                Some(m)
-            }
-            _ => {
-                let i = maps.partition_point(|m| m.iova <= iova);
-                (i > 0 && inside(&maps[i - 1])).then(|| {
-                    self.last.set([i - 1, a]);
-                    &maps[i - 1]
-                })
-            }
-        };
-        if let Some(m) = hit {
-            return Ok(f((m.vaddr + (iova - m.iova) as usize) as *mut u8));
+        if let Some(p) = host(a) {
+            return Ok(f(p as *mut u8));
+        }
+        if let Some(p) = host(b) {
+            self.last.set([b, a]);
+            return Ok(f(p as *mut u8));
+        }
+        match self.lookup(iova, len, write) {
+            Ok(p) => Ok(f(p)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The slow path of [`with`](Self::with): a binary search of the table; a miss is a fault,
+    /// counted and logged.
+    #[inline(never)]
+    fn lookup(&self, iova: u64, len: usize, write: bool) -> Result<*mut u8, DmaFault> {
+        let maps = &self.inner.maps;
+        let i = maps.partition_point(|m| m.iova <= iova);
+        let hit = i.checked_sub(1).and_then(|i| {
+            let m = &maps[i];
+            let end = (iova - m.iova).checked_add(len as u64)?;
+            (end <= m.len as u64).then_some((i, m))
+        });
+        if let Some((i, m)) = hit {
+            let [a, _] = self.last.get();
+            self.last.set([i, a]);
+            return Ok((m.vaddr + (iova - m.iova) as usize) as *mut u8);
         }
         let fault = DmaFault { iova, len, write };
         if self.iommu.faults.fetch_add(1, Ordering::Relaxed) < 16 {
@@ -183,6 +199,7 @@ impl DmaView<'_> {
     }
 
     /// Copies device memory at `iova` into `dst`.
+    #[inline]
     pub fn read(&self, iova: u64, dst: &mut [u8]) -> Result<(), DmaFault> {
         self.with(iova, dst.len(), false, |p| {
             // SAFETY: `p..p+len` lies inside a live mapping (checked by `with`; the view holds
@@ -193,6 +210,7 @@ impl DmaView<'_> {
     }
 
     /// Copies `src` into device memory at `iova`.
+    #[inline]
     pub fn write(&self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
         self.with(iova, src.len(), true, |p| {
             // SAFETY: as in `read`.
@@ -201,6 +219,7 @@ impl DmaView<'_> {
     }
 
     /// Loads an aligned 64-bit word.
+    #[inline]
     pub fn load_u64(&self, iova: u64, order: Ordering) -> Result<u64, DmaFault> {
         if iova % 8 != 0 {
             return Err(self.iommu.misaligned(iova, 8, false));
@@ -213,6 +232,7 @@ impl DmaView<'_> {
     }
 
     /// Stores an aligned 64-bit word.
+    #[inline]
     pub fn store_u64(&self, iova: u64, value: u64, order: Ordering) -> Result<(), DmaFault> {
         if iova % 8 != 0 {
             return Err(self.iommu.misaligned(iova, 8, true));
@@ -224,6 +244,7 @@ impl DmaView<'_> {
     }
 
     /// Stores an aligned 32-bit word.
+    #[inline]
     pub fn store_u32(&self, iova: u64, value: u32, order: Ordering) -> Result<(), DmaFault> {
         if iova % 4 != 0 {
             return Err(self.iommu.misaligned(iova, 4, true));
@@ -235,6 +256,7 @@ impl DmaView<'_> {
     }
 
     /// Loads an aligned 32-bit word.
+    #[inline]
     pub fn load_u32(&self, iova: u64, order: Ordering) -> Result<u32, DmaFault> {
         if iova % 4 != 0 {
             return Err(self.iommu.misaligned(iova, 4, false));

@@ -1,0 +1,80 @@
+//! What the receive engine reads of the registers, read once per batch of frames.
+//!
+//! A frame's way through the receive path consults some thirty registers (VLAN, size, filter,
+//! RSS and ring registers). Read for every frame they were a fifth of the model's work, and in
+//! threaded mode some sit on lines the driver's core writes, so the device core kept fetching
+//! them. The engine therefore takes a snapshot ([`RxConfig`]) and keeps a cursor on the ring it
+//! fills (`rx_ring.rs`) for at most [`REFRESH`] frames and never beyond one run. A register
+//! write takes effect within that many frames, as a change on the part applies to frames its
+//! pipeline has not started.
+//!
+//! Still read for every frame, because a driver relies on them taking effect at once: the
+//! receive enables (bus master, RXCTRL.RXEN, link: the driver stops DMA with them before it
+//! unmaps) and the queue's RXDCTL.ENABLE (a disabled queue gets no frame, and its cursor is
+//! dropped, so a queue set up again is read afresh), and the fault injections. The filter
+//! tables (VFTA, RAL/RAH, MTA) are read for every frame too, except for the traffic source's
+//! frame, whose verdict holds for the snapshot (`rx.rs`).
+
+use super::regs::SimRegs;
+use crate::platform::regs::ixgbe as r;
+
+/// Frames a snapshot serves at most.
+pub(super) const REFRESH: u32 = 32;
+
+/// The receive configuration registers of one batch.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RxConfig {
+    /// VLNCTRL.VET.
+    pub(super) vet: u16,
+    /// EXVET.VET_EXT in extended VLAN mode (CTRL_EXT b26), else `None`.
+    pub(super) outer: Option<u16>,
+    /// Largest untagged frame, FCS included: 1518, or MAXFRS.MFS with HLREG0.JUMBOEN.
+    pub(super) max: usize,
+    /// VLNCTRL.VFE.
+    pub(super) vfe: bool,
+    /// HLREG0.RXCRCSTRP clear: the FCS is delivered.
+    pub(super) keep_fcs: bool,
+    /// RXCSUM.PCSD: the RSS hash is written back.
+    pub(super) pcsd: bool,
+    /// MRQC when MRQC.MRQE = 1 (RSS); the key is read with it (`rx_config`).
+    pub(super) rss: Option<u32>,
+}
+
+/// The RSS key (RSSRK, byte 4i in bits 7:0 of RSSRK(i)).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RssKey(pub(super) [u8; 40]);
+
+impl Default for RssKey {
+    fn default() -> Self {
+        RssKey([0; 40])
+    }
+}
+
+impl SimRegs {
+    /// Reads the receive configuration registers, and with RSS on the key into `key`.
+    pub(super) fn rx_config(&self, key: &mut RssKey) -> RxConfig {
+        let ext = r::ctrl_ext::EXTENDED_VLAN.is_set(self.get(r::CTRL_EXT));
+        let hl = self.get(r::HLREG0);
+        let mrqc = self.get(r::MRQC);
+        let rss = (r::mrqc::MRQE.get(mrqc) == 1).then(|| {
+            for (i, k) in key.0.chunks_exact_mut(4).enumerate() {
+                k.copy_from_slice(&self.get(r::RSSRK.at(i as u32)).to_le_bytes());
+            }
+            mrqc
+        });
+        let vlnctrl = self.get(r::VLNCTRL);
+        RxConfig {
+            vet: r::vlnctrl::VET.get(vlnctrl) as u16,
+            outer: ext.then(|| r::exvet::VET_EXT.get(self.get(r::EXVET)) as u16),
+            max: if r::hlreg0::JUMBOEN.is_set(hl) {
+                r::maxfrs::MFS.get(self.get(r::MAXFRS)) as usize
+            } else {
+                1518
+            },
+            vfe: r::vlnctrl::VFE.is_set(vlnctrl),
+            keep_fcs: !r::hlreg0::RXCRCSTRP.is_set(hl),
+            pcsd: r::rxcsum::PCSD.is_set(self.get(r::RXCSUM)),
+            rss,
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! The receive ring as the engine fills it: a cursor on it, and the placement of a frame into
+//! its buffers with the descriptors written back.
+//!
+//! Buffers are written first, descriptors after: qword 0 (pkt_info, RSS hash), then the
+//! status/error dword with DD and the length and VLAN in one release store, one descriptor
+//! after the other. A DMA fault anywhere drops the frame before any descriptor is written back
+//! and leaves RDH where it was.
+//!
+//! The cursor keeps the ring's geometry for a batch (`rx_config.rs` says how long) and the head
+//! the engine advances, which is written to RDH after every frame. RDT is read when the
+//! descriptors the cursor knows of run out: the driver moves it once a burst, and each read of it
+//! on the device core fetches the line the driver wrote.
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+use super::layout::{rxq, RQSMR};
+use super::regs::SimRegs;
+use super::rx::{Outcome, DD, EOP, RXE};
+use crate::platform::dma::DmaView;
+use crate::platform::regs::ixgbe as r;
+
+/// One receive ring as the engine fills it: the geometry of the snapshot, the head the engine
+/// advances (written to RDH after every frame) and the tail last read.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RingCursor {
+    pub(super) q: usize,
+    /// Descriptors (RDLEN / 16).
+    pub(super) n: usize,
+    /// RDBAH:RDBAL.
+    pub(super) base: u64,
+    pub(super) head: usize,
+    pub(super) tail: usize,
+    /// Buffer size (SRRCTL.BSIZEPKT, 2 KB when 0).
+    pub(super) chunk: usize,
+    /// RXDCTL.VME: strip the tag.
+    pub(super) vme: bool,
+    /// The statistics counter RQSMR maps the queue to.
+    pub(super) stat: usize,
+}
+
+impl RingCursor {
+    /// Free descriptors between head and the tail last read (none if either is out of range).
+    pub(super) fn free(&self) -> usize {
+        if self.head >= self.n || self.tail >= self.n {
+            return 0;
+        }
+        let d = self.tail + self.n - self.head;
+        if d >= self.n {
+            d - self.n
+        } else {
+            d
+        }
+    }
+
+    /// The ring position `i` descriptors after the head.
+    pub(super) fn at(&self, i: usize) -> usize {
+        let p = self.head + i;
+        if p >= self.n {
+            p - self.n
+        } else {
+            p
+        }
+    }
+}
+
+impl SimRegs {
+    /// Whether queue `q` is enabled with a ring of at least one descriptor (read every frame).
+    pub(super) fn rx_queue_on(&self, q: usize) -> bool {
+        let rb = rxq(q);
+        r::rxdctl::ENABLE.is_set(self.get_off(rb + 0x28)) && self.get_off(rb + 8) >= 16
+    }
+
+    /// A cursor on queue `q`'s ring, from its registers.
+    pub(super) fn ring_cursor(&self, q: usize) -> RingCursor {
+        let rb = rxq(q);
+        let srrctl = self.get_off(rb + 0x14);
+        let chunk = r::srrctl::BSIZEPKT.get(srrctl) as usize * 1024;
+        RingCursor {
+            q,
+            n: (self.get_off(rb + 8) & 0x000F_FF80) as usize / 16,
+            base: u64::from(self.get_off(rb + 4)) << 32 | u64::from(self.get_off(rb) & !0x7f),
+            head: self.get_off(rb + 0x10) as usize,
+            tail: self.get_off(rb + 0x18) as usize,
+            chunk: if chunk == 0 { 2048 } else { chunk },
+            vme: r::rxdctl::VME.is_set(self.get_off(rb + 0x28)),
+            stat: self.stat_index(RQSMR, q),
+        }
+    }
+
+    /// Writes `data` into the buffers of `ring` and writes the descriptors back.
+    pub(super) fn place(
+        &self,
+        dma: &DmaView<'_>,
+        ring: &mut RingCursor,
+        data: &[u8],
+        lo: u64,
+        staterr: u32,
+        vlan: u16,
+    ) -> Outcome {
+        let mut chunk = ring.chunk;
+        let split = self.faults.split_frames.load(Relaxed) > 0;
+        if split {
+            chunk = chunk.min(self.faults.split_chunk.load(Relaxed).max(1));
+        }
+        // (Most frames fit one buffer: no division for them.)
+        let needed = if data.len() <= chunk {
+            1
+        } else {
+            data.len().div_ceil(chunk)
+        };
+        if needed > ring.free() {
+            // The descriptors known of are used up: has the driver given more?
+            ring.tail = self.get_off(rxq(ring.q) + 0x18) as usize;
+            if ring.n == 0 || needed > ring.free() {
+                return Outcome::NoRoom(ring.q);
+            }
+        }
+        if needed == 1 {
+            let o = self.place_one(dma, ring, data, lo, staterr | EOP, vlan);
+            if split && o == Outcome::Placed {
+                self.faults.split_frames.fetch_sub(1, Relaxed);
+            }
+            return o;
+        }
+        let desc = |i: usize| ring.base + (ring.at(i) * 16) as u64;
+        for (i, part) in data.chunks(chunk).enumerate() {
+            let ok = dma
+                .load_u64(desc(i), Acquire)
+                .and_then(|addr| dma.write(addr, part));
+            if ok.is_err() {
+                self.counters.dma_faults.inc();
+                return Outcome::Dropped;
+            }
+        }
+        for (i, part) in data.chunks(chunk).enumerate() {
+            let d = desc(i);
+            let (wb_lo, st) = if i + 1 == needed {
+                (lo, staterr | EOP)
+            } else {
+                (0, DD | (staterr & RXE))
+            };
+            let len_vlan = part.len() as u32 | u32::from(vlan) << 16;
+            // Dwords 2 (status, with DD) and 3 (length, VLAN) in one release store: the driver
+            // sees DD only together with the length (little-endian: dword 2 is the low half).
+            let ok = dma.store_u64(d, wb_lo, Relaxed).and_then(|_| {
+                dma.store_u64(d + 8, u64::from(st) | u64::from(len_vlan) << 32, Release)
+            });
+            if ok.is_err() {
+                self.counters.dma_faults.inc();
+                return Outcome::Dropped;
+            }
+        }
+        if split {
+            self.faults.split_frames.fetch_sub(1, Relaxed);
+        }
+        self.advance(ring, needed);
+        Outcome::Placed
+    }
+
+    /// [`place`](Self::place) for a frame that fits one buffer (every frame but jumbo or split
+    /// ones): the descriptor at the head, one write-back with EOP in `staterr`.
+    #[inline]
+    fn place_one(
+        &self,
+        dma: &DmaView<'_>,
+        ring: &mut RingCursor,
+        data: &[u8],
+        lo: u64,
+        staterr: u32,
+        vlan: u16,
+    ) -> Outcome {
+        let d = ring.base + (ring.head * 16) as u64;
+        let len_vlan = data.len() as u32 | u32::from(vlan) << 16;
+        // As in `place`: dwords 2 and 3 (status with DD, length and VLAN) in one release store.
+        let ok = dma
+            .load_u64(d, Acquire)
+            .and_then(|addr| dma.write(addr, data))
+            .and_then(|_| dma.store_u64(d, lo, Relaxed))
+            .and_then(|_| {
+                dma.store_u64(
+                    d + 8,
+                    u64::from(staterr) | u64::from(len_vlan) << 32,
+                    Release,
+                )
+            });
+        if ok.is_err() {
+            self.counters.dma_faults.inc();
+            return Outcome::Dropped;
+        }
+        self.advance(ring, 1);
+        Outcome::Placed
+    }
+
+    /// Moves the ring's head past `k` written-back descriptors (RDH too).
+    fn advance(&self, ring: &mut RingCursor, k: usize) {
+        ring.head = ring.at(k);
+        self.set_off(rxq(ring.q) + 0x10, ring.head as u32);
+    }
+}
