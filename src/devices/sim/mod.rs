@@ -127,6 +127,7 @@ mod regs;
 mod rx;
 mod rx_config;
 mod rx_ring;
+mod source;
 mod tx;
 mod worker;
 

@@ -37,13 +37,13 @@ pub(super) enum Verdict {
 /// Where and how a frame is delivered.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Delivery {
-    q: usize,
+    pub(super) q: usize,
     /// Write-back status and errors (DD, checksums, VP, VEXT), without EOP and injected RXE.
-    staterr: u32,
+    pub(super) staterr: u32,
     /// Write-back qword 0: packet type, RSS type and hash.
-    lo: u64,
+    pub(super) lo: u64,
     /// The recognised tag: its offset and TCI (stripped if the queue strips).
-    tag: Option<(usize, u16)>,
+    pub(super) tag: Option<(usize, u16)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,11 +54,6 @@ pub(super) enum Outcome {
     NotReady,
     NoRoom(usize),
 }
-
-/// Frames the source produces per service call at most.
-const SOURCE_BUDGET: usize = 4096;
-/// The same per poll of a device thread (threaded mode).
-const THREADED_SOURCE_BUDGET: usize = 64;
 
 pub(super) const DD: u32 = 1;
 pub(super) const EOP: u32 = 1 << 1;
@@ -83,20 +78,24 @@ impl SimRegs {
     pub(super) fn queue_arrivals(&self, frames: impl Iterator<Item = WireFrame>) -> bool {
         let kb = r::rxpbsize::SIZE.get(self.get(r::RXPBSIZE.at(0))) as usize;
         let cap = (kb * 1024).max(16 * 1024);
-        let (mut queued, mut lost) = (false, 0u32);
+        let (mut added, mut lost) = (0, 0u32);
         {
             let mut q = lock(&self.inbound);
+            // One atomic add for the batch: the receiver only ever lowers the count meanwhile,
+            // so the level seen here is never below the true one.
+            let level = self.inbound_bytes.load(Relaxed);
             for f in frames {
                 let len = f.data.len();
-                if self.inbound_bytes.load(Relaxed) + len > cap {
+                if level + added + len > cap {
                     lost += 1;
                     continue;
                 }
                 q.push_back(f);
-                self.inbound_bytes.fetch_add(len, Relaxed);
-                queued = true;
+                added += len;
             }
+            self.inbound_bytes.fetch_add(added, Relaxed);
         }
+        let queued = added > 0;
         if lost != 0 {
             self.bump(r::MPC.at(0), lost);
             self.counters.rx_fifo_overflow.add(u64::from(lost));
@@ -175,10 +174,13 @@ impl SimRegs {
             if pending.is_empty() {
                 break;
             }
+            // Bytes of the frames this batch took out of the packet buffer, given back to its
+            // count once per batch.
+            let mut freed = 0;
             while let Some(f) = pending.pop_front() {
-                self.inbound_bytes.fetch_sub(f.data.len(), Relaxed);
                 let outcome = self.receive(&dma, rx, &f.data, f.fcs_ok, false);
                 let Outcome::NoRoom(q) = outcome else {
+                    freed += f.data.len();
                     if outcome == Outcome::NotReady {
                         self.counters.rx_not_ready.inc();
                     }
@@ -189,6 +191,7 @@ impl SimRegs {
                 };
                 let drop_en = r::srrctl::DROP_EN.is_set(self.get_off(rxq(q) + 0x14));
                 if inline || drop_en {
+                    freed += f.data.len();
                     self.count_no_room(q, drop_en);
                     Self::count_total(&mut rx.tally, f.data.len());
                     worked = true;
@@ -201,51 +204,17 @@ impl SimRegs {
                     rx.blocked = true;
                     self.bump(r::RNBC.at(0), 1);
                 }
-                self.inbound_bytes.fetch_add(f.data.len(), Relaxed);
+                self.inbound_bytes.fetch_sub(freed, Relaxed);
                 pending.push_front(f);
                 let mut q = lock(&self.inbound);
                 pending.extend(q.drain(..));
                 std::mem::swap(&mut pending, &mut *q);
                 break 'run;
             }
+            self.inbound_bytes.fetch_sub(freed, Relaxed);
         }
         rx.pending = pending;
         worked | self.run_source(&dma, rx, inline)
-    }
-
-    fn run_source(&self, dma: &DmaView<'_>, rx: &mut RxEngine, inline: bool) -> bool {
-        let Some(mut src) = rx.source.take() else {
-            return false;
-        };
-        let mut worked = false;
-        // A device thread serves transmit queues (its own and other ports') between runs: a
-        // large budget would starve them while the driver keeps freeing descriptors.
-        let budget = if inline {
-            SOURCE_BUDGET
-        } else {
-            THREADED_SOURCE_BUDGET
-        };
-        for _ in 0..budget {
-            if src.remaining == Some(0) || !self.rx_ready() {
-                break;
-            }
-            let o = self.receive(dma, rx, &src.frame, true, true);
-            if matches!(o, Outcome::NoRoom(_) | Outcome::NotReady) {
-                break; // The source waits until the port can take its frame.
-            }
-            self.counters.source_frames.inc();
-            if let Some(n) = src.remaining.as_mut() {
-                *n -= 1;
-            }
-            if o == Outcome::Dropped {
-                // Every source frame is the same: the next one would be dropped too. Not
-                // progress either, so an idle device thread backs off.
-                break;
-            }
-            worked = true;
-        }
-        rx.source = Some(src);
-        worked
     }
 
     fn count_no_room(&self, q: usize, drop_en: bool) {
@@ -258,7 +227,7 @@ impl SimRegs {
         }
     }
 
-    fn rx_ready(&self) -> bool {
+    pub(super) fn rx_ready(&self) -> bool {
         self.dma_allowed()
             && r::rxctrl::RXEN.is_set(self.get(r::RXCTRL))
             && (self.link_up() || r::hlreg0::LPBK.is_set(self.get(r::HLREG0)))
@@ -332,7 +301,7 @@ impl SimRegs {
     /// Runs one frame through the receive path. TPR/TORL count every frame whose fate is
     /// final (placed or dropped); a frame that waits or is not taken is not counted yet.
     /// `from_source`: `f` is the traffic source's frame, whose verdict is kept.
-    fn receive(
+    pub(super) fn receive(
         &self,
         dma: &DmaView<'_>,
         rx: &mut RxEngine,
@@ -347,7 +316,7 @@ impl SimRegs {
         o
     }
 
-    fn count_total(t: &mut RxTally, len: usize) {
+    pub(super) fn count_total(t: &mut RxTally, len: usize) {
         t.total += 1;
         t.total_wire += len as u64 + 4;
     }
@@ -444,23 +413,8 @@ impl SimRegs {
             return Outcome::NotReady;
         };
         let strip = d.tag.filter(|_| ring.vme);
-        // The bytes written: the frame itself, or a copy without its tag or with its FCS.
         let mut scratch = std::mem::take(&mut rx.scratch);
-        let data: &[u8] = if strip.is_some() || c.keep_fcs {
-            scratch.clear();
-            if let Some((at, _)) = strip {
-                scratch.extend_from_slice(&f[..at]);
-                scratch.extend_from_slice(&f[at + 4..]);
-            } else {
-                scratch.extend_from_slice(f);
-            }
-            if c.keep_fcs {
-                scratch.extend_from_slice(&frame::fcs(f));
-            }
-            &scratch
-        } else {
-            f
-        };
+        let data = Self::bytes_written(&mut scratch, f, strip, c.keep_fcs);
         let inject = self.faults.rx_errors.load(Relaxed) > 0;
         let staterr = if inject { d.staterr | RXE } else { d.staterr };
         let vlan = strip.map_or(0, |(_, tci)| tci);
@@ -474,6 +428,31 @@ impl SimRegs {
         }
         rx.scratch = scratch;
         o
+    }
+
+    /// The bytes written for frame `f`: the frame itself, or a copy in `scratch` without its
+    /// tag (`strip`: its offset and TCI) or with its FCS.
+    #[inline]
+    pub(super) fn bytes_written<'b>(
+        scratch: &'b mut Vec<u8>,
+        f: &'b [u8],
+        strip: Option<(usize, u16)>,
+        keep_fcs: bool,
+    ) -> &'b [u8] {
+        if strip.is_none() && !keep_fcs {
+            return f;
+        }
+        scratch.clear();
+        if let Some((at, _)) = strip {
+            scratch.extend_from_slice(&f[..at]);
+            scratch.extend_from_slice(&f[at + 4..]);
+        } else {
+            scratch.extend_from_slice(f);
+        }
+        if keep_fcs {
+            scratch.extend_from_slice(&frame::fcs(f));
+        }
+        scratch
     }
 
     /// The frame's headers and checksum verdict for TPIDs `tpids`: a pure function of the
@@ -543,17 +522,24 @@ impl SimRegs {
 
     /// Counts a placed frame (statistics counter `s`) in the run's tally.
     fn count_rx(t: &mut RxTally, s: usize, f: &[u8], delivered: usize) {
+        Self::count_rx_n(t, s, f, delivered, 1);
+    }
+
+    /// Counts `n` placed copies of frame `f`.
+    #[inline]
+    pub(super) fn count_rx_n(t: &mut RxTally, s: usize, f: &[u8], delivered: usize, n: u32) {
         let wire = f.len() as u64 + 4;
-        t.frames += 1;
-        t.wire += wire;
-        t.delivered += delivered as u64;
-        t.bucket[bucket_index(wire)] += 1;
+        let n64 = u64::from(n);
+        t.frames += n;
+        t.wire += wire * n64;
+        t.delivered += delivered as u64 * n64;
+        t.bucket[bucket_index(wire)] += n;
         if f[..6] == [0xff; 6] {
-            t.bcast += 1;
+            t.bcast += n;
         } else if f[0] & 1 != 0 {
-            t.mcast += 1;
+            t.mcast += n;
         }
-        t.q_frames[s] += 1;
-        t.q_bytes[s] += delivered as u64;
+        t.q_frames[s] += n;
+        t.q_bytes[s] += delivered as u64 * n64;
     }
 }

@@ -144,9 +144,11 @@ impl SimRegs {
         // One view for the whole walk (descriptors, buffers, write-backs): it holds the IOMMU
         // table, so nothing in the walk may take it again; frames go on the wire after it.
         let dma = self.iommu.view();
+        // The ring is translated once for the walk (faults are still detected per access).
+        let ring = dma.window(base, n * 16);
         while head != tail {
             let d = base + (head * 16) as u64;
-            let (Ok(addr), Ok(hi)) = (dma.load_u64(d, Acquire), dma.load_u64(d + 8, Acquire))
+            let (Ok(addr), Ok(hi)) = (ring.load_u64(d, Acquire), ring.load_u64(d + 8, Acquire))
             else {
                 self.counters.dma_faults.inc();
                 break;
@@ -170,7 +172,7 @@ impl SimRegs {
                 }
                 self.data(&dma, st, (addr, cmd, olinfo), q, out, spare);
             }
-            if cmd & RS != 0 && !head_wb && dma.store_u32(d + 12, olinfo | DD, Release).is_err() {
+            if cmd & RS != 0 && !head_wb && ring.store_u32(d + 12, olinfo | DD, Release).is_err() {
                 self.counters.dma_faults.inc();
             }
             // (A compare, not `% n`: a division per descriptor cost more than the rest of
@@ -217,12 +219,9 @@ impl SimRegs {
             if at + len > MAX_FRAME {
                 st.bad = true;
                 tracing::warn!(port = %self.name, queue = q, "transmit frame longer than {MAX_FRAME} bytes dropped");
-            } else {
-                st.frame.resize(at + len, 0);
-                if dma.read(addr, &mut st.frame[at..]).is_err() {
-                    st.bad = true;
-                    self.counters.dma_faults.inc();
-                }
+            } else if dma.read_append(addr, len, &mut st.frame).is_err() {
+                st.bad = true;
+                self.counters.dma_faults.inc();
             }
         }
         if cmd & EOP == 0 {

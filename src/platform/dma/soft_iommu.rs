@@ -140,7 +140,7 @@ pub struct DmaView<'a> {
     last: Cell<[usize; 2]>,
 }
 
-impl DmaView<'_> {
+impl<'a> DmaView<'a> {
     /// Runs `f` with the host address of `iova..iova+len`, or counts and logs a fault.
     ///
     /// The mappings of the last two accesses are tried first, inline (a device alternates
@@ -175,21 +175,24 @@ impl DmaView<'_> {
         }
     }
 
-    /// The slow path of [`with`](Self::with): a binary search of the table; a miss is a fault,
-    /// counted and logged.
+    /// The mapping that holds all of `iova..iova+len` (its index) and the host address of
+    /// `iova`: a binary search of the table.
+    fn find(&self, iova: u64, len: usize) -> Option<(usize, usize)> {
+        let maps = &self.inner.maps;
+        let i = maps.partition_point(|m| m.iova <= iova).checked_sub(1)?;
+        let m = &maps[i];
+        let end = (iova - m.iova).checked_add(len as u64)?;
+        (end <= m.len as u64).then(|| (i, m.vaddr + (iova - m.iova) as usize))
+    }
+
+    /// The slow path of [`with`](Self::with): [`find`](Self::find); a miss is a fault, counted
+    /// and logged.
     #[inline(never)]
     fn lookup(&self, iova: u64, len: usize, write: bool) -> Result<*mut u8, DmaFault> {
-        let maps = &self.inner.maps;
-        let i = maps.partition_point(|m| m.iova <= iova);
-        let hit = i.checked_sub(1).and_then(|i| {
-            let m = &maps[i];
-            let end = (iova - m.iova).checked_add(len as u64)?;
-            (end <= m.len as u64).then_some((i, m))
-        });
-        if let Some((i, m)) = hit {
+        if let Some((i, host)) = self.find(iova, len) {
             let [a, _] = self.last.get();
             self.last.set([i, a]);
-            return Ok((m.vaddr + (iova - m.iova) as usize) as *mut u8);
+            return Ok(host as *mut u8);
         }
         let fault = DmaFault { iova, len, write };
         if self.iommu.faults.fetch_add(1, Ordering::Relaxed) < 16 {
@@ -207,6 +210,36 @@ impl DmaView<'_> {
             // ordinary memory, so the ranges do not overlap.
             unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) }
         })
+    }
+
+    /// Appends `len` bytes of device memory at `iova` to `dst` (no zero-fill first).
+    #[inline]
+    pub fn read_append(&self, iova: u64, len: usize, dst: &mut Vec<u8>) -> Result<(), DmaFault> {
+        dst.reserve(len);
+        self.with(iova, len, false, |p| {
+            let at = dst.len();
+            // SAFETY: the source is inside a live mapping (as in `read`); the destination is
+            // the `len` bytes of spare capacity reserved above, which `set_len` then declares
+            // initialised because the copy wrote every one of them; the two do not overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr().add(at), len);
+                dst.set_len(at + len);
+            }
+        })
+    }
+
+    /// A window on `iova..iova+len` for a batch of accesses to it (a descriptor ring): it is
+    /// translated here once, and an access inside it then costs a bounds check. A range that is
+    /// not inside one mapping gives a window whose every access goes through the view, faults
+    /// included.
+    pub fn window(&self, iova: u64, len: usize) -> DmaWindow<'_, 'a> {
+        let host = self.find(iova, len).map(|(_, host)| host);
+        DmaWindow {
+            view: self,
+            iova,
+            len: if host.is_some() { len } else { 0 },
+            host: host.unwrap_or(0),
+        }
     }
 
     /// Copies `src` into device memory at `iova`.
@@ -265,6 +298,62 @@ impl DmaView<'_> {
             // SAFETY: as in `load_u64`, for a 4-byte aligned word.
             unsafe { AtomicU32::from_ptr(p.cast()) }.load(order)
         })
+    }
+}
+
+/// A range inside one mapping, translated once ([`DmaView::window`]). It borrows its view, so
+/// the mapping cannot go away while it lives; accesses outside it go through the view (and
+/// fault there if they are outside every mapping).
+pub struct DmaWindow<'v, 'a> {
+    view: &'v DmaView<'a>,
+    iova: u64,
+    /// 0 when the range was not inside one mapping.
+    len: usize,
+    /// Host address of `iova`.
+    host: usize,
+}
+
+impl DmaWindow<'_, '_> {
+    /// The host address of `iova..iova+len` when it is inside the window and `len`-aligned.
+    #[inline(always)]
+    fn word(&self, iova: u64, len: usize) -> Option<*mut u8> {
+        let off = iova.wrapping_sub(self.iova);
+        let inside = len <= self.len && off <= (self.len - len) as u64;
+        (inside && iova % len as u64 == 0).then(|| (self.host + off as usize) as *mut u8)
+    }
+
+    /// Loads an aligned 64-bit word.
+    #[inline]
+    pub fn load_u64(&self, iova: u64, order: Ordering) -> Result<u64, DmaFault> {
+        match self.word(iova, 8) {
+            // SAFETY: inside the window, so inside a live mapping (the window borrows the view,
+            // which holds the read lock), and 8-byte aligned: the window's host address and
+            // IOVA differ by a multiple of the page size (mappings start on page boundaries).
+            Some(p) => Ok(unsafe { AtomicU64::from_ptr(p.cast()) }.load(order)),
+            None => self.view.load_u64(iova, order),
+        }
+    }
+
+    /// Stores an aligned 64-bit word.
+    #[inline]
+    pub fn store_u64(&self, iova: u64, value: u64, order: Ordering) -> Result<(), DmaFault> {
+        let Some(p) = self.word(iova, 8) else {
+            return self.view.store_u64(iova, value, order);
+        };
+        // SAFETY: as in `load_u64`.
+        unsafe { AtomicU64::from_ptr(p.cast()) }.store(value, order);
+        Ok(())
+    }
+
+    /// Stores an aligned 32-bit word.
+    #[inline]
+    pub fn store_u32(&self, iova: u64, value: u32, order: Ordering) -> Result<(), DmaFault> {
+        let Some(p) = self.word(iova, 4) else {
+            return self.view.store_u32(iova, value, order);
+        };
+        // SAFETY: as in `load_u64`, for a 4-byte aligned word.
+        unsafe { AtomicU32::from_ptr(p.cast()) }.store(value, order);
+        Ok(())
     }
 }
 
