@@ -1,6 +1,6 @@
 //! Host tests of the software 82599, driven by raw register writes (no driver).
 
-use std::sync::atomic::Ordering::Acquire;
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::time::{Duration, Instant};
 
 use super::testkit::*;
@@ -470,6 +470,40 @@ fn traffic_source_fills_posted_descriptors() {
     let ready = (0..16).filter(|&i| rx.desc.load_u32(i * 16 + 8, Acquire) & 1 != 0);
     assert_eq!(ready.count(), 15, "full speed fills every free descriptor");
     p.set_source(None);
+}
+
+#[test]
+fn a_source_burst_stops_at_a_bad_buffer_and_counts_its_fault_once() {
+    let p = SimPort::with_source(
+        SimConfig::default(),
+        Source::udp(MacAddr::BROADCAST, 64).with_count(0),
+    );
+    init(&p);
+    let mut rx = Rx::new(&p, 0, 64, 2048);
+    // Descriptor 5 names a buffer nobody mapped; the source then offers 20 frames.
+    rx.desc.store_u64(5 * 16, 0x1000, Relaxed);
+    p.set_source(Some(Source::udp(MacAddr::BROADCAST, 64).with_count(20)));
+    p.regs().write(r::RDT.at(0), 63);
+    let c = p.counters();
+    assert_eq!(c.rx_frames, 5, "the frames before the bad buffer");
+    assert_eq!(c.dma_faults, 1, "the bad buffer, once");
+    assert_eq!(c.source_frames, 6, "the dropped frame was offered too");
+    assert_eq!(
+        p.regs().read(r::RDH.at(0)),
+        5,
+        "its descriptor is not consumed"
+    );
+    assert_eq!(p.regs().read(r::GPRC), 5);
+    assert_eq!(p.regs().read(r::TPR), 6);
+    // Repaired, the rest arrives byte-identical.
+    rx.desc
+        .store_u64(5 * 16, rx.bufs.iova() + 5 * 2048, Relaxed);
+    let got = rx.drain(&p);
+    assert_eq!(got.len(), 19);
+    let want = Source::udp(MacAddr::BROADCAST, 64).frame();
+    assert!(got.iter().all(|g| g.data == want && g.descs.len() == 1));
+    assert_eq!(p.counters().dma_faults, 1);
+    assert_eq!(p.counters().source_frames, 20);
 }
 
 #[test]

@@ -438,4 +438,39 @@ mod tests {
             "unmapped memory faults"
         );
     }
+
+    #[test]
+    fn a_window_is_translated_once_and_still_faults_outside() {
+        let iommu = Arc::new(SoftIommu::new("t"));
+        let mem = DmaMemory::allocate(8192, iommu.clone()).unwrap();
+        let view = iommu.view();
+        let w = view.window(mem.iova(), 4096);
+        w.store_u64(mem.iova() + 8, 0x1234, Ordering::Release)
+            .unwrap();
+        w.store_u32(mem.iova() + 16, 0x55, Ordering::Release)
+            .unwrap();
+        assert_eq!(
+            w.load_u64(mem.iova() + 8, Ordering::Acquire).unwrap(),
+            0x1234
+        );
+        assert_eq!(mem.load_u32(16, Ordering::Acquire), 0x55);
+        // Outside the window but inside the mapping: through the view, no fault.
+        w.store_u64(mem.iova() + 4096, 7, Ordering::Release)
+            .unwrap();
+        assert_eq!(mem.load_u64(4096, Ordering::Acquire), 7);
+        // Outside every mapping, or misaligned: faults, counted.
+        assert!(w.load_u64(mem.iova() - 8, Ordering::Relaxed).is_err());
+        assert!(w.load_u64(mem.iova() + 4, Ordering::Relaxed).is_err());
+        let nowhere = view.window(0x1000, 64);
+        assert!(nowhere.store_u32(0x1000, 1, Ordering::Relaxed).is_err());
+        assert_eq!(iommu.faults(), 3);
+        // Appending reads: the bytes are added; a fault leaves the vector as it was.
+        mem.write_bytes(100, b"frame");
+        let mut v = b"ab".to_vec();
+        view.read_append(mem.iova() + 100, 5, &mut v).unwrap();
+        assert_eq!(v, b"abframe");
+        let end = mem.iova() + mem.len() as u64;
+        assert!(view.read_append(end - 2, 5, &mut v).is_err());
+        assert_eq!(v, b"abframe");
+    }
 }
