@@ -67,6 +67,8 @@ use vfio_nic::vlan::{
 };
 use vfio_nic::{Error, Result};
 
+use crate::machine::MachineNotes;
+
 /// Options of `bench`.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -827,9 +829,6 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
         .into_iter()
         .map(|w| if w == "fwd" { Work::Fwd } else { Work::L2 })
         .collect();
-    if let Some(&cpu) = args.pin.first() {
-        pin_current_thread(cpu)?;
-    }
     let devices: &[&'static str] = match args.device {
         DeviceSel::Null => &["null"],
         DeviceSel::Sim => &["sim"],
@@ -853,6 +852,22 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
                 * traffic.len()
         })
         .sum();
+    // The machine's cross-core latency and huge pages, which the sim figures follow
+    // (`machine.rs`); measured before anything is pinned or running.
+    let machine = if devices.iter().any(|d| d.starts_with("sim")) {
+        let cpus = match (args.pin.first(), args.pin.get(1)) {
+            (Some(&a), Some(&b)) => Some([a, b]),
+            _ => std::thread::available_parallelism()
+                .is_ok_and(|n| n.get() >= 2)
+                .then_some([0, 1]),
+        };
+        cpus.map(MachineNotes::probe).transpose()?
+    } else {
+        None
+    };
+    if let Some(&cpu) = args.pin.first() {
+        pin_current_thread(cpu)?;
+    }
     let mut progress = Progress {
         total_reps: comparisons * args.pairs * 2,
         done_reps: 0,
@@ -864,6 +879,9 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
             "vfio-nic bench: {} interleaved pairs of {} s per comparison (A B, B A, ...), burst {}, ring {} (sim), {}-byte frames (+4 tagged), pin {:?}",
             args.pairs, args.seconds, args.burst, args.ring, FRAME, args.pin
         );
+        if let Some(m) = &machine {
+            outln!("{}", m.line());
+        }
         outln!("B - A: ns per packet with its 95 % confidence interval (paired t over the pairs); floor: the A/A comparison's");
         outln!(
             "{:<4} {:<8} {:<3} {:<8} {:<17} {:<17} {:>14} {:>14}  verdict (B - A)",
@@ -1008,7 +1026,7 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
     if json_out {
         let v = serde_json::json!({
             "pairs": args.pairs, "seconds": args.seconds, "burst": args.burst, "ring": args.ring,
-            "frame_bytes": FRAME, "pin": args.pin, "interval": "95 % paired t",
+            "frame_bytes": FRAME, "pin": args.pin, "interval": "95 % paired t", "machine": machine,
             "comparisons": results, "cold_lines": cold, "pipeline_lines": piped,
         });
         outln!("{v}");

@@ -19,6 +19,7 @@ mod bench;
 mod common;
 mod fwd;
 mod live;
+mod machine;
 mod port_cmds;
 mod regs;
 mod respond;
