@@ -131,7 +131,7 @@ pub(super) struct TxEngine {
     /// frame in the steady state.
     pub(super) spare: Vec<Vec<u8>>,
     /// The list of frames of a run, kept between runs for its capacity.
-    pub(super) out: Vec<Out>,
+    pub(super) out: Vec<WireFrame>,
 }
 
 /// Frame buffers kept for reuse at most: a walk of a whole ring (up to 4,096 descriptors; the
@@ -168,11 +168,4 @@ impl TxEngine {
     pub(super) fn stop(&mut self, q: usize) {
         self.q[q] = TxQueue::default();
     }
-}
-
-/// A frame leaving a queue, with the queue for the per-queue counters.
-#[derive(Debug)]
-pub(super) struct Out {
-    pub(super) frame: WireFrame,
-    pub(super) q: usize,
 }

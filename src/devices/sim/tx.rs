@@ -24,13 +24,38 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use super::layout::{txq, TQSM, W_GOTC, W_QBTC};
 use super::regs::{lock, SimRegs};
 
-use super::engine::{Out, TxEngine, TxQueue, TxTally, WireFrame, SPARE};
+use super::engine::{TxEngine, TxQueue, TxTally, WireFrame};
 use super::layout::{bucket_index, TX_BUCKETS};
 use crate::platform::dma::DmaView;
 use crate::platform::regs::ixgbe as r;
 
 /// Largest frame the engine gathers (the 82599 limit without TSO is about 15.5 KB).
 const MAX_FRAME: usize = 16 * 1024;
+
+/// Where the frames of a transmit run go (decided once a run).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dest {
+    /// Into the peer's inbound FIFO.
+    Peer,
+    /// Into this port's own inbound FIFO (MAC loopback).
+    Looped,
+    /// Nowhere, counted as sent: the port has no peer.
+    Void,
+    /// Nowhere, counted as dropped: the link is down.
+    Down,
+}
+
+/// What a transmit walk carries along: where its frames go and what it counts.
+struct Walk<'a> {
+    /// Frames for a FIFO (`Dest::Peer`, `Dest::Looped`).
+    out: &'a mut Vec<WireFrame>,
+    /// Buffers that take the place of frames moved to `out`.
+    spare: &'a mut Vec<Vec<u8>>,
+    dest: Dest,
+    /// The statistics counter TQSM maps the queue to.
+    stat: usize,
+    tally: &'a mut TxTally,
+}
 
 const EOP: u32 = 1 << 24;
 const RS: u32 = 1 << 27;
@@ -51,7 +76,17 @@ impl SimRegs {
     /// releasing this port's lock). Returns whether any descriptor was processed (a ring the
     /// device cannot read makes no progress, so the device thread does not spin on it).
     pub(super) fn run_tx(&self, q: usize) -> bool {
-        let (mut out, mut spare, worked) = {
+        // Where this run's frames go: MAC loopback, the link and the peer are read once a run.
+        let peer = lock(&self.peer).upgrade();
+        let lpbk = r::hlreg0::LPBK.is_set(self.get(r::HLREG0));
+        let dest = match (lpbk, self.link_up(), &peer) {
+            (true, _, _) => Dest::Looped,
+            (false, false, _) => Dest::Down,
+            (false, true, Some(_)) => Dest::Peer,
+            (false, true, None) => Dest::Void,
+        };
+        let mut tally = TxTally::default();
+        let (mut out, worked) = {
             let mut tx = lock(&self.tx);
             let TxEngine {
                 q: queues,
@@ -62,29 +97,33 @@ impl SimRegs {
                 // Buffers the peer's receive engine gave back (`returns`, a leaf lock).
                 spare.append(&mut lock(&self.returns));
             }
-            let worked = self.walk(&mut queues[q], q, out, spare);
-            if out.is_empty() {
-                return worked;
-            }
-            (std::mem::take(out), std::mem::take(spare), worked)
+            let mut w = Walk {
+                out,
+                spare,
+                dest,
+                stat: self.stat_index(TQSM, q),
+                tally: &mut tally,
+            };
+            let worked = self.walk(&mut queues[q], q, &mut w);
+            (std::mem::take(out), worked)
         };
-        let mut tally = TxTally::default();
-        let peer = lock(&self.peer).upgrade();
-        let (arrived, looped) = self.to_wire(&mut out, peer.as_deref(), &mut spare, &mut tally);
         self.flush_tx(&tally);
+        let arrived = match dest {
+            Dest::Peer => peer
+                .as_deref()
+                .is_some_and(|p| p.queue_arrivals(out.drain(..))),
+            Dest::Looped => self.queue_arrivals(out.drain(..)),
+            Dest::Down | Dest::Void => false,
+        };
         // Inline, the receive engines run once for the whole run's frames, not once a frame.
-        if self.inline.load(Relaxed) {
-            if arrived && looped {
-                self.service_rx();
-            } else if let (true, Some(p)) = (arrived, &peer) {
-                p.service_rx();
-            }
+        if arrived && self.inline.load(Relaxed) {
+            match (dest, &peer) {
+                (Dest::Looped, _) => self.service_rx(),
+                (_, Some(p)) => p.service_rx(),
+                (_, None) => false,
+            };
         }
-        let mut tx = lock(&self.tx);
-        tx.out = out;
-        if tx.spare.is_empty() {
-            tx.spare = spare;
-        }
+        lock(&self.tx).out = out;
         worked
     }
 
@@ -120,13 +159,7 @@ impl SimRegs {
         self.counters.tx_bytes.add(t.bytes);
     }
 
-    fn walk(
-        &self,
-        st: &mut TxQueue,
-        q: usize,
-        out: &mut Vec<Out>,
-        spare: &mut Vec<Vec<u8>>,
-    ) -> bool {
+    fn walk(&self, st: &mut TxQueue, q: usize, w: &mut Walk<'_>) -> bool {
         if !self.tx_ready(q) || st.hung {
             return false;
         }
@@ -170,7 +203,7 @@ impl SimRegs {
                     tracing::error!(port = %self.name, queue = q, slot = head, "transmit data descriptor with length 0: the queue's DMA hangs (reset or disable the queue)");
                     break;
                 }
-                self.data(&dma, st, (addr, cmd, olinfo), q, out, spare);
+                self.data(&dma, st, (addr, cmd, olinfo), q, w);
             }
             if cmd & RS != 0 && !head_wb && ring.store_u32(d + 12, olinfo | DD, Release).is_err() {
                 self.counters.dma_faults.inc();
@@ -190,15 +223,15 @@ impl SimRegs {
     }
 
     /// Gathers the buffer of data descriptor `(addr, cmd, olinfo)` into the queue's frame and,
-    /// at EOP, queues the frame in `out` (a buffer from `spare` takes its place).
+    /// at EOP, counts the frame and (to a FIFO) queues it in `w.out`, a buffer from `w.spare`
+    /// taking its place; a frame into the void or onto a downed link keeps its buffer.
     fn data(
         &self,
         dma: &DmaView<'_>,
         st: &mut TxQueue,
         (addr, cmd, olinfo): (u64, u32, u32),
         q: usize,
-        out: &mut Vec<Out>,
-        spare: &mut Vec<Vec<u8>>,
+        w: &mut Walk<'_>,
     ) {
         if !st.in_frame {
             st.in_frame = true;
@@ -232,20 +265,26 @@ impl SimRegs {
             self.counters.tx_dropped.inc();
             return;
         }
-        let mut f = std::mem::replace(&mut st.frame, spare.pop().unwrap_or_default());
+        if w.dest == Dest::Down {
+            w.tally.dropped += 1;
+            return;
+        }
+        let f = &mut st.frame;
         if st.vle {
             let vt = r::dmatxctl::VT.get(self.get(r::DMATXCTL)) as u16;
-            super::frame::insert_tag(&mut f, vt, st.ctx[st.idx]);
+            super::frame::insert_tag(f, vt, st.ctx[st.idx]);
         }
         let hl = self.get(r::HLREG0);
         if r::hlreg0::TXPADEN.is_set(hl) && f.len() < 60 {
             f.resize(60, 0);
         }
+        self.count_tx(f, w.stat, w.tally);
+        if w.dest == Dest::Void {
+            return;
+        }
+        let data = std::mem::replace(f, w.spare.pop().unwrap_or_default());
         let fcs_ok = r::hlreg0::TXCRCEN.is_set(hl);
-        out.push(Out {
-            frame: WireFrame { data: f, fcs_ok },
-            q,
-        });
+        w.out.push(WireFrame { data, fcs_ok });
     }
 
     fn gap(&self, what: &'static str) {
@@ -256,45 +295,9 @@ impl SimRegs {
         }
     }
 
-    /// Puts the frames of a run on the wire: into the peer's inbound FIFO, or back into this
-    /// port's own with MAC loopback (each under one hold of that FIFO's lock), or nowhere (no
-    /// peer, or the link is down: their buffers go to `spare` for reuse). Counts into `t`;
-    /// returns whether frames went into a FIFO, and whether it was this port's own.
-    fn to_wire(
-        &self,
-        out: &mut Vec<Out>,
-        peer: Option<&SimRegs>,
-        spare: &mut Vec<Vec<u8>>,
-        t: &mut TxTally,
-    ) -> (bool, bool) {
-        let lpbk = r::hlreg0::LPBK.is_set(self.get(r::HLREG0));
-        if !lpbk && !self.link_up() {
-            t.dropped += out.len() as u64;
-            Self::keep_spare(spare, out.drain(..).map(|o| o.frame.data));
-            return (false, false);
-        }
-        for o in out.iter() {
-            self.count_tx(o, t);
-        }
-        let to = if lpbk { Some(self) } else { peer };
-        match to {
-            Some(p) => (p.queue_arrivals(out.drain(..).map(|o| o.frame)), lpbk),
-            None => {
-                Self::keep_spare(spare, out.drain(..).map(|o| o.frame.data));
-                (false, false)
-            }
-        }
-    }
-
-    /// Keeps frame buffers for reuse, up to [`SPARE`].
-    fn keep_spare(spare: &mut Vec<Vec<u8>>, bufs: impl Iterator<Item = Vec<u8>>) {
-        let room = SPARE.saturating_sub(spare.len());
-        spare.extend(bufs.take(room));
-    }
-
-    /// Counts a frame that goes on the wire, and captures it if the port captures.
-    fn count_tx(&self, o: &Out, t: &mut TxTally) {
-        let f = &o.frame.data;
+    /// Counts a frame that goes on the wire (statistics counter `s`), and captures it if the
+    /// port captures.
+    fn count_tx(&self, f: &[u8], s: usize, t: &mut TxTally) {
         let len = f.len() as u64;
         t.frames += 1;
         t.bytes += len;
@@ -304,7 +307,6 @@ impl SimRegs {
         } else if f.first().is_some_and(|b| b & 1 != 0) {
             t.mcast += 1;
         }
-        let s = self.stat_index(TQSM, o.q);
         t.q_frames[s] += 1;
         t.q_bytes[s] += len;
         if self.capture_cap > 0 {
@@ -312,7 +314,7 @@ impl SimRegs {
             if c.len() == self.capture_cap {
                 c.pop_front();
             }
-            c.push_back(f.clone());
+            c.push_back(f.to_vec());
         }
     }
 
