@@ -1010,6 +1010,15 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
         }
     }
     progress.end();
+    // Again at the end, with every device thread gone: a machine whose latency moved during
+    // the run shows it here.
+    let machine_end = match &machine {
+        Some(m) => Some(MachineNotes::probe(m.cpus)?),
+        None => None,
+    };
+    if let (Some(m), false) = (&machine_end, json_out) {
+        outln!("at the end, {}", m.line());
+    }
     let cold = cold_lines(&results);
     let piped = pipeline_lines(&results);
     if !json_out {
@@ -1026,7 +1035,7 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
     if json_out {
         let v = serde_json::json!({
             "pairs": args.pairs, "seconds": args.seconds, "burst": args.burst, "ring": args.ring,
-            "frame_bytes": FRAME, "pin": args.pin, "interval": "95 % paired t", "machine": machine,
+            "frame_bytes": FRAME, "pin": args.pin, "interval": "95 % paired t", "machine": machine, "machine_at_end": machine_end,
             "comparisons": results, "cold_lines": cold, "pipeline_lines": piped,
         });
         outln!("{v}");

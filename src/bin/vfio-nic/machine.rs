@@ -5,7 +5,9 @@
 //!   frames and descriptors cross from the device core to the forwarding core and back, so its
 //!   figures follow this latency. On a VM it changes with where the host runs the vCPUs (this
 //!   machine showed 30 and 60 ns within an hour), so it is measured at the start of every run: a
-//!   ping-pong on one atomic word between two threads pinned to the two CPUs.
+//!   ping-pong on one atomic word between two threads pinned to the two CPUs, and again at the
+//!   end, when no device thread is left to compete with it. (Measured between comparisons, with
+//!   the model's device thread asleep on the same CPU, it read 2-6 times too high.)
 //! - **Whether DMA memory got 2 MiB huge pages** (`/proc/meminfo`). Without them the pools sit on
 //!   4 KiB pages wherever the kernel put them, and the same cell varied by 2x from one run to the
 //!   next (TLB and cache-set conflicts of the buffers' first lines, which all share their offset
@@ -19,7 +21,7 @@ use serde::Serialize;
 use vfio_nic::devices::sim::pin_current_thread;
 use vfio_nic::{Error, Result};
 
-/// Round trips the ping-pong makes.
+/// Round trips of the ping-pong.
 const TRIPS: u64 = 100_000;
 /// How long one side waits for the other's answer before giving up.
 const WAIT: Duration = Duration::from_secs(2);
@@ -39,7 +41,7 @@ impl MachineNotes {
     /// Measures between `cpus` and reads the huge-page counts.
     pub fn probe(cpus: [usize; 2]) -> Result<MachineNotes> {
         Ok(MachineNotes {
-            line_transfer_ns: line_transfer_ns(cpus)?,
+            line_transfer_ns: line_transfer_ns(cpus, TRIPS)?,
             cpus,
             huge_pages: huge_pages(),
         })
@@ -61,9 +63,9 @@ impl MachineNotes {
     }
 }
 
-/// Half the mean round trip of a ping-pong on one word between two threads pinned to `cpus`
-/// (the caller's own affinity is left as it is).
-fn line_transfer_ns(cpus: [usize; 2]) -> Result<f64> {
+/// Half the mean round trip of `trips` round trips of a ping-pong on one word between two
+/// threads pinned to `cpus` (the caller's own affinity is left as it is).
+fn line_transfer_ns(cpus: [usize; 2], trips: u64) -> Result<f64> {
     let word = Arc::new(AtomicU64::new(0));
     // Side 0 writes odd values and waits for the even answer; side 1 the other way round.
     let side = |me: u64| {
@@ -72,7 +74,7 @@ fn line_transfer_ns(cpus: [usize; 2]) -> Result<f64> {
         std::thread::spawn(move || -> Result<Duration> {
             pin_current_thread(cpu)?;
             let start = Instant::now();
-            for i in 0..TRIPS {
+            for i in 0..trips {
                 if me == 0 {
                     word.store(2 * i + 1, Ordering::Release);
                     wait_for(&word, 2 * i + 2)?;
@@ -94,7 +96,7 @@ fn line_transfer_ns(cpus: [usize; 2]) -> Result<f64> {
     };
     let (ta, tb) = (joined(a), joined(b));
     tb?;
-    Ok(ta?.as_nanos() as f64 / TRIPS as f64 / 2.0)
+    Ok(ta?.as_nanos() as f64 / trips as f64 / 2.0)
 }
 
 /// Spins until `word` holds `value`, for at most [`WAIT`].
