@@ -1,7 +1,7 @@
 //! The engines' state: what the receive and transmit engines of a software 82599 port keep
 //! between register writes (under the port's `rx` and `tx` locks), apart from their logic in
-//! `rx.rs` and `tx.rs`, so that the register file (`regs.rs`) can hold it without the engines
-//! and the register file importing each other.
+//! `rx.rs` (with `rx_config.rs`, `rx_ring.rs` and `source.rs`) and `tx.rs`, so that the register
+//! file (`regs.rs`) can hold it without the engines and the register file importing each other.
 
 /// Largest number of queues the transmit engine keeps state for.
 const TX_QUEUES: usize = 128;
@@ -41,13 +41,13 @@ pub(super) struct RxEngine {
     pub(super) pending: std::collections::VecDeque<WireFrame>,
     /// The registers' snapshot of this batch and the frames it has served (`rx_config.rs`);
     /// dropped at the end of every run.
-    pub(super) config: Option<(super::rx_config::RxConfig, u32)>,
+    pub(super) config: Option<(RxConfig, u32)>,
     /// The ring being filled (`rx_ring.rs`); dropped with the snapshot.
-    pub(super) cursor: Option<super::rx_ring::RingCursor>,
+    pub(super) cursor: Option<RingCursor>,
     /// The RSS key of the snapshot (with RSS on).
-    pub(super) rss_key: super::rx_config::RssKey,
+    pub(super) rss_key: RssKey,
     /// The traffic source's frame's verdict under the snapshot; dropped with it.
-    pub(super) source_verdict: Option<super::rx::Verdict>,
+    pub(super) source_verdict: Option<Verdict>,
 }
 
 /// Entries of [`RxEngine::analyses`].
@@ -168,4 +168,101 @@ impl TxEngine {
     pub(super) fn stop(&mut self, q: usize) {
         self.q[q] = TxQueue::default();
     }
+}
+
+/// The receive configuration registers of one batch.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RxConfig {
+    /// VLNCTRL.VET.
+    pub(super) vet: u16,
+    /// EXVET.VET_EXT in extended VLAN mode (CTRL_EXT b26), else `None`.
+    pub(super) outer: Option<u16>,
+    /// Largest untagged frame, FCS included: 1518, or MAXFRS.MFS with HLREG0.JUMBOEN.
+    pub(super) max: usize,
+    /// VLNCTRL.VFE.
+    pub(super) vfe: bool,
+    /// HLREG0.RXCRCSTRP clear: the FCS is delivered.
+    pub(super) keep_fcs: bool,
+    /// RXCSUM.PCSD: the RSS hash is written back.
+    pub(super) pcsd: bool,
+    /// MRQC when MRQC.MRQE = 1 (RSS); the key is read with it (`rx_config`).
+    pub(super) rss: Option<u32>,
+}
+
+/// The RSS key (RSSRK, byte 4i in bits 7:0 of RSSRK(i)).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RssKey(pub(super) [u8; 40]);
+
+impl Default for RssKey {
+    fn default() -> Self {
+        RssKey([0; 40])
+    }
+}
+
+/// One receive ring as the engine fills it: the geometry of the snapshot, the head the engine
+/// advances (written to RDH as it goes) and the tail last read.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RingCursor {
+    pub(super) q: usize,
+    /// `SimRegs::rx_epoch` when it was made: a queue register written since makes it stale.
+    pub(super) epoch: u32,
+    /// Descriptors (RDLEN / 16).
+    pub(super) n: usize,
+    /// RDBAH:RDBAL.
+    pub(super) base: u64,
+    pub(super) head: usize,
+    pub(super) tail: usize,
+    /// Buffer size (SRRCTL.BSIZEPKT, 2 KB when 0).
+    pub(super) chunk: usize,
+    /// RXDCTL.VME: strip the tag.
+    pub(super) vme: bool,
+    /// The statistics counter RQSMR maps the queue to.
+    pub(super) stat: usize,
+}
+
+impl RingCursor {
+    /// Free descriptors between head and the tail last read (none if either is out of range).
+    pub(super) fn free(&self) -> usize {
+        if self.head >= self.n || self.tail >= self.n {
+            return 0;
+        }
+        let d = self.tail + self.n - self.head;
+        if d >= self.n {
+            d - self.n
+        } else {
+            d
+        }
+    }
+
+    /// The ring position `i` descriptors after the head.
+    pub(super) fn at(&self, i: usize) -> usize {
+        let p = self.head + i;
+        if p >= self.n {
+            p - self.n
+        } else {
+            p
+        }
+    }
+}
+
+/// What the receive path decides for a frame's bytes under one register snapshot.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Verdict {
+    /// Longer than the size limit (ROC).
+    Oversize,
+    /// Refused by the VLAN or the address filter.
+    Filtered,
+    Deliver(Delivery),
+}
+
+/// Where and how a frame is delivered.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Delivery {
+    pub(super) q: usize,
+    /// Write-back status and errors (DD, checksums, VP, VEXT), without EOP and injected RXE.
+    pub(super) staterr: u32,
+    /// Write-back qword 0: packet type, RSS type and hash.
+    pub(super) lo: u64,
+    /// The recognised tag: its offset and TCI (stripped if the queue strips).
+    pub(super) tag: Option<(usize, u16)>,
 }

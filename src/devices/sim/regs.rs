@@ -75,6 +75,9 @@ pub struct SimRegs {
     /// to reuse (a leaf lock): forwarded traffic then allocates no buffer per frame.
     pub(super) returns: Mutex<Vec<Vec<u8>>>,
     pub(super) inbound_bytes: AtomicUsize,
+    /// Bumped by every write of a receive queue register other than RDT (and by a reset): a
+    /// ring cursor remembers the value it was made at (`rx_ring.rs`).
+    pub(super) rx_epoch: AtomicU32,
     pub(super) peer: Mutex<Weak<SimRegs>>,
     pub(super) counters: Counters,
     pub(super) faults: Faults,
@@ -127,7 +130,11 @@ impl SimRegs {
             mac,
             inline: AtomicBool::new(inline),
             link_delay,
-            word: Box::new(std::array::from_fn(|_| AtomicU32::new(0))),
+            word: (0..BAR_LEN / 4)
+                .map(|_| AtomicU32::new(0))
+                .collect::<Box<[_]>>()
+                .try_into()
+                .expect("BAR_LEN / 4 words"),
             wide: Wide {
                 value: std::array::from_fn(|_| AtomicU64::new(0)),
                 latch: std::array::from_fn(|_| AtomicU32::new(0)),
@@ -142,6 +149,7 @@ impl SimRegs {
             inbound: Mutex::new(VecDeque::new()),
             returns: Mutex::new(Vec::new()),
             inbound_bytes: AtomicUsize::new(0),
+            rx_epoch: AtomicU32::new(0),
             peer: Mutex::new(Weak::new()),
             counters: Counters::default(),
             faults: Faults::default(),
@@ -298,8 +306,13 @@ impl SimRegs {
         }
         *tx = TxEngine::default();
         rx.reset();
-        lock(&self.inbound).clear();
-        self.inbound_bytes.store(0, Relaxed);
+        {
+            // (Under the FIFO's lock, so that a sender queueing meanwhile is counted.)
+            let mut q = lock(&self.inbound);
+            q.clear();
+            self.inbound_bytes.store(0, Relaxed);
+        }
+        self.rx_epoch.fetch_add(1, Release);
         self.link_trained.store(false, Release);
         self.link_countdown.store(0, Release);
         tracing::debug!(port = %self.name, "device reset");
@@ -394,6 +407,11 @@ impl SimRegs {
                 if self.inline.load(Relaxed) {
                     self.service_rx();
                 }
+            }
+            Kind::Rx(_, _) => {
+                self.set_off(c, v);
+                // A receive engine's ring cursor made before this write is stale (`rx_ring.rs`).
+                self.rx_epoch.fetch_add(1, Release);
             }
             Kind::Tx(TxReg::Tail, q) => {
                 self.set_off(c, v);

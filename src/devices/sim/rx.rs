@@ -12,39 +12,19 @@
 //! (`rx_config.rs`), so that the traffic source's one frame is judged once per snapshot; and
 //! delivery, which checks the queue and writes the ring (`rx_ring.rs`).
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
-use super::engine::{Analysis, RxEngine, RxTally, WireFrame, ANALYSES, SPARE};
+use super::engine::{
+    Analysis, Delivery, RingCursor, RxConfig, RxEngine, RxTally, Verdict, WireFrame, ANALYSES,
+    SPARE,
+};
 use super::frame::{self, VlanView};
 use super::layout::{bucket_index, RX_BUCKETS};
 use super::layout::{rxq, RQSMR, W_GORC, W_QBRC, W_TOR};
 use super::regs::{lock, SimRegs};
-use super::rx_config::{RxConfig, REFRESH};
-use super::rx_ring::RingCursor;
+use super::rx_config::REFRESH;
 use crate::platform::dma::DmaView;
 use crate::platform::regs::ixgbe as r;
-
-/// What the receive path decides for a frame's bytes under one register snapshot.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Verdict {
-    /// Longer than the size limit (ROC).
-    Oversize,
-    /// Refused by the VLAN or the address filter.
-    Filtered,
-    Deliver(Delivery),
-}
-
-/// Where and how a frame is delivered.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Delivery {
-    pub(super) q: usize,
-    /// Write-back status and errors (DD, checksums, VP, VEXT), without EOP and injected RXE.
-    pub(super) staterr: u32,
-    /// Write-back qword 0: packet type, RSS type and hash.
-    pub(super) lo: u64,
-    /// The recognised tag: its offset and TCI (stripped if the queue strips).
-    pub(super) tag: Option<(usize, u16)>,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Outcome {
@@ -292,7 +272,8 @@ impl SimRegs {
             *slot = None;
             return None;
         }
-        if slot.is_none_or(|c| c.q != q) {
+        let epoch = self.rx_epoch.load(Acquire);
+        if slot.is_none_or(|c| c.q != q || c.epoch != epoch) {
             *slot = Some(self.ring_cursor(q));
         }
         slot.as_mut()

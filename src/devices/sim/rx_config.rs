@@ -3,52 +3,26 @@
 //! A frame's way through the receive path consults some thirty registers (VLAN, size, filter,
 //! RSS and ring registers). Read for every frame they were a fifth of the model's work, and in
 //! threaded mode some sit on lines the driver's core writes, so the device core kept fetching
-//! them. The engine therefore takes a snapshot ([`RxConfig`]) and keeps a cursor on the ring it
+//! them. The engine therefore takes a snapshot ([`RxConfig`](super::engine::RxConfig)) and keeps a cursor on the ring it
 //! fills (`rx_ring.rs`) for at most [`REFRESH`] frames and never beyond one run. A register
 //! write takes effect within that many frames, as a change on the part applies to frames its
 //! pipeline has not started.
 //!
 //! Still read for every frame, because a driver relies on them taking effect at once: the
 //! receive enables (bus master, RXCTRL.RXEN, link: the driver stops DMA with them before it
-//! unmaps) and the queue's RXDCTL.ENABLE (a disabled queue gets no frame, and its cursor is
-//! dropped, so a queue set up again is read afresh), and the fault injections. The filter
-//! tables (VFTA, RAL/RAH, MTA) are read for every frame too, except for the traffic source's
-//! frame, whose verdict holds for the snapshot (`rx.rs`).
+//! unmaps), the queue's RXDCTL.ENABLE (a disabled queue gets no frame), and whether any of the
+//! queue's registers but RDT was written since the ring cursor was made (then it is made again,
+//! so a queue set up again is read afresh). The filter tables (VFTA, RAL/RAH, MTA) and the fault
+//! injections are read for every frame too, except for the traffic source's copies, whose
+//! verdict holds for the snapshot and which take the whole path while a fault is injected
+//! (`source.rs`).
 
+use super::engine::{RssKey, RxConfig};
 use super::regs::SimRegs;
 use crate::platform::regs::ixgbe as r;
 
 /// Frames a snapshot serves at most.
 pub(super) const REFRESH: u32 = 32;
-
-/// The receive configuration registers of one batch.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct RxConfig {
-    /// VLNCTRL.VET.
-    pub(super) vet: u16,
-    /// EXVET.VET_EXT in extended VLAN mode (CTRL_EXT b26), else `None`.
-    pub(super) outer: Option<u16>,
-    /// Largest untagged frame, FCS included: 1518, or MAXFRS.MFS with HLREG0.JUMBOEN.
-    pub(super) max: usize,
-    /// VLNCTRL.VFE.
-    pub(super) vfe: bool,
-    /// HLREG0.RXCRCSTRP clear: the FCS is delivered.
-    pub(super) keep_fcs: bool,
-    /// RXCSUM.PCSD: the RSS hash is written back.
-    pub(super) pcsd: bool,
-    /// MRQC when MRQC.MRQE = 1 (RSS); the key is read with it (`rx_config`).
-    pub(super) rss: Option<u32>,
-}
-
-/// The RSS key (RSSRK, byte 4i in bits 7:0 of RSSRK(i)).
-#[derive(Clone, Copy, Debug)]
-pub(super) struct RssKey(pub(super) [u8; 40]);
-
-impl Default for RssKey {
-    fn default() -> Self {
-        RssKey([0; 40])
-    }
-}
 
 impl SimRegs {
     /// Reads the receive configuration registers, and with RSS on the key into `key`.

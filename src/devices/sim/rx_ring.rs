@@ -6,62 +6,20 @@
 //! after the other. A DMA fault anywhere drops the frame before any descriptor is written back
 //! and leaves RDH where it was.
 //!
-//! The cursor keeps the ring's geometry for a batch (`rx_config.rs` says how long) and the head
-//! the engine advances, which is written to RDH after every frame. RDT is read when the
+//! The cursor keeps the ring's geometry for a batch (`rx_config.rs` says how long, and a write of
+//! any of the queue's registers but RDT ends it at once) and the head the engine advances, which is written to RDH after every frame (after every burst of the
+//! traffic source's copies, `source.rs`). RDT is read when the
 //! descriptors the cursor knows of run out: the driver moves it once a burst, and each read of it
 //! on the device core fetches the line the driver wrote.
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
+use super::engine::RingCursor;
 use super::layout::{rxq, RQSMR};
 use super::regs::SimRegs;
 use super::rx::{Outcome, DD, EOP, RXE};
 use crate::platform::dma::DmaView;
 use crate::platform::regs::ixgbe as r;
-
-/// One receive ring as the engine fills it: the geometry of the snapshot, the head the engine
-/// advances (written to RDH after every frame) and the tail last read.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct RingCursor {
-    pub(super) q: usize,
-    /// Descriptors (RDLEN / 16).
-    pub(super) n: usize,
-    /// RDBAH:RDBAL.
-    pub(super) base: u64,
-    pub(super) head: usize,
-    pub(super) tail: usize,
-    /// Buffer size (SRRCTL.BSIZEPKT, 2 KB when 0).
-    pub(super) chunk: usize,
-    /// RXDCTL.VME: strip the tag.
-    pub(super) vme: bool,
-    /// The statistics counter RQSMR maps the queue to.
-    pub(super) stat: usize,
-}
-
-impl RingCursor {
-    /// Free descriptors between head and the tail last read (none if either is out of range).
-    pub(super) fn free(&self) -> usize {
-        if self.head >= self.n || self.tail >= self.n {
-            return 0;
-        }
-        let d = self.tail + self.n - self.head;
-        if d >= self.n {
-            d - self.n
-        } else {
-            d
-        }
-    }
-
-    /// The ring position `i` descriptors after the head.
-    pub(super) fn at(&self, i: usize) -> usize {
-        let p = self.head + i;
-        if p >= self.n {
-            p - self.n
-        } else {
-            p
-        }
-    }
-}
 
 impl SimRegs {
     /// Whether queue `q` is enabled with a ring of at least one descriptor (read every frame).
@@ -77,6 +35,7 @@ impl SimRegs {
         let chunk = r::srrctl::BSIZEPKT.get(srrctl) as usize * 1024;
         RingCursor {
             q,
+            epoch: self.rx_epoch.load(Acquire),
             n: (self.get_off(rb + 8) & 0x000F_FF80) as usize / 16,
             base: u64::from(self.get_off(rb + 4)) << 32 | u64::from(self.get_off(rb) & !0x7f),
             head: self.get_off(rb + 0x10) as usize,

@@ -5,22 +5,26 @@
 //! the whole receive path (`rx.rs`), which judges it (size, filters, parse and checksums,
 //! queue) under the registers' snapshot (`rx_config.rs`). The frame is the same every time, so
 //! that verdict holds for every copy the snapshot serves, and the copies after the first go to
-//! the ring in one burst ([`SimRegs::source_copies`]). What each copy still gets, exactly as the
-//! first: the receive enables and the queue's RXDCTL.ENABLE are checked, its descriptor is read,
-//! the frame is written to the buffer it names through the software IOMMU (a fault drops it,
-//! counted), the descriptor is written back with DD as a release store, and it is counted. In a
-//! burst the descriptors are read first, then the buffers written, then the descriptors written
-//! back, as a part that fetches and writes back descriptors in bursts does.
+//! the ring in one burst ([`SimRegs::source_copies`]). In a burst the descriptors are read
+//! first, then the buffers written, then the descriptors written back, as a part that fetches
+//! and writes back descriptors in bursts does. What each copy still gets, as the first does:
+//! its descriptor is read and its buffer written through the software IOMMU (a fault drops the
+//! copy, counted once, and ends the burst), the receive enables and the queue's RXDCTL.ENABLE
+//! are checked before its buffer is written (and that no queue register was written since the
+//! burst began), its descriptor is written back with DD as a release
+//! store, and it is counted. One difference: the descriptors of a burst are read before the
+//! enables of its later copies are checked, so a descriptor that faults just as receive is turned
+//! off is refused by the IOMMU (and counted there) without a frame being dropped; the copy waits.
 //! What a copy skips is only what cannot differ from the first: the judging, and the copy that
 //! strips the tag or appends the FCS (made once per batch). Fault injection (RXE, split
-//! frames) sends every frame down the whole path.
+//! frames), checked once per burst, sends every frame down the whole path.
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
-use super::engine::RxEngine;
+use super::engine::{RxEngine, Verdict};
 use super::layout::rxq;
 use super::regs::SimRegs;
-use super::rx::{Outcome, Verdict, EOP};
+use super::rx::{Outcome, EOP};
 use super::rx_config::REFRESH;
 use crate::platform::dma::DmaView;
 
@@ -65,12 +69,12 @@ impl SimRegs {
             if let Some(r) = src.remaining.as_mut() {
                 *r -= n as u64;
             }
+            worked |= o == Outcome::Placed;
             if o == Outcome::Dropped || faulted {
                 // Every source frame is the same: the next one would be dropped too. Not
                 // progress either, so an idle device thread backs off.
                 break;
             }
-            worked = true;
         }
         rx.source = Some(src);
         worked
@@ -134,28 +138,31 @@ impl SimRegs {
             addrs[fetched] = a;
             fetched += 1;
         }
-        let mut placed = 0;
-        while placed < fetched {
-            if !self.rx_ready() || !self.rx_queue_on(ring.q) {
+        // Each copy, in order: the enables, then its buffer (or the fault of its descriptor).
+        let (mut placed, mut faulted) = (0, false);
+        while placed < fetched || fault_at == Some(placed) {
+            let stale = self.rx_epoch.load(Acquire) != ring.epoch;
+            if !self.rx_ready() || !self.rx_queue_on(ring.q) || stale {
                 break;
             }
-            if dma.write(addrs[placed], data).is_err() {
-                fault_at = Some(placed);
+            if placed == fetched || dma.write(addrs[placed], data).is_err() {
+                faulted = true;
                 break;
             }
             placed += 1;
         }
-        for i in 0..placed {
-            // Qword 0, then DD with the length and VLAN as a release store (as `rx_ring.rs`
-            // does). (These words were just read through the same view, so they are mapped.)
-            let ok = descs
+        // Qword 0, then DD with the length and VLAN as a release store (as `rx_ring.rs` does).
+        // A descriptor that cannot be written back drops its frame, and the copies after it
+        // are not delivered (their buffers are written over later).
+        let unwritten = (0..placed).find(|&i| {
+            descs
                 .store_u64(desc(i), d.lo, Relaxed)
-                .and_then(|_| descs.store_u64(desc(i) + 8, hi, Release));
-            if ok.is_err() {
-                self.counters.dma_faults.inc();
-            }
+                .and_then(|_| descs.store_u64(desc(i) + 8, hi, Release))
+                .is_err()
+        });
+        if let Some(i) = unwritten {
+            (placed, faulted) = (i, true);
         }
-        let faulted = fault_at == Some(placed);
         if faulted {
             self.counters.dma_faults.inc();
             Self::count_total(tally, f.len());

@@ -12,8 +12,8 @@
 //! `unmap` returns the model can no longer touch the memory, which is then freed by its owner.
 //!
 //! A device that makes several accesses in a row (a descriptor, its buffer, the write-back)
-//! takes a [`DmaView`]: one hold of the read lock for the whole batch, and the mapping of the
-//! last access tried first, so each access costs a bounds check instead of a lock and a
+//! takes a [`DmaView`]: one hold of the read lock for the whole batch, and the mappings of the
+//! last two accesses tried first, so each access costs a bounds check instead of a lock and a
 //! search. Faults are detected exactly as before. A view must not be held across anything
 //! that may take the table's lock again (another view, an access through the table itself):
 //! with a writer waiting, the second read would wait for the writer, which waits for the first.
