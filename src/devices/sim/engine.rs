@@ -60,6 +60,9 @@ pub(super) struct Analysis {
     pub(super) tpids: [u16; 2],
     pub(super) headers: Option<super::frame::Headers>,
     pub(super) csum: super::frame::Csum,
+    /// The frame's whole verdict and the register epoch (`SimRegs::config_epoch`) it was
+    /// judged under: valid while no register but a tail has been written since.
+    pub(super) verdict: Option<(u64, Verdict)>,
 }
 
 /// Receive counters gathered during one run of the engine and flushed once at its end (one
@@ -173,6 +176,8 @@ impl TxEngine {
 /// The receive configuration registers of one batch.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct RxConfig {
+    /// `SimRegs::config_epoch` when the registers were read (before reading them).
+    pub(super) epoch: u64,
     /// VLNCTRL.VET.
     pub(super) vet: u16,
     /// EXVET.VET_EXT in extended VLAN mode (CTRL_EXT b26), else `None`.

@@ -78,6 +78,9 @@ pub struct SimRegs {
     /// Bumped by every write of a receive queue register other than RDT (and by a reset): a
     /// ring cursor remembers the value it was made at (`rx_ring.rs`).
     pub(super) rx_epoch: AtomicU32,
+    /// Bumped by every register write but RDT and TDT (and by a reset): a frame's cached verdict
+    /// and the receive snapshot remember the value they were made at (`rx.rs`).
+    pub(super) config_epoch: AtomicU64,
     pub(super) peer: Mutex<Weak<SimRegs>>,
     pub(super) counters: Counters,
     pub(super) faults: Faults,
@@ -150,6 +153,7 @@ impl SimRegs {
             returns: Mutex::new(Vec::new()),
             inbound_bytes: AtomicUsize::new(0),
             rx_epoch: AtomicU32::new(0),
+            config_epoch: AtomicU64::new(0),
             peer: Mutex::new(Weak::new()),
             counters: Counters::default(),
             faults: Faults::default(),
@@ -313,6 +317,7 @@ impl SimRegs {
             self.inbound_bytes.store(0, Relaxed);
         }
         self.rx_epoch.fetch_add(1, Release);
+        self.config_epoch.fetch_add(1, Release);
         self.link_trained.store(false, Release);
         self.link_countdown.store(0, Release);
         tracing::debug!(port = %self.name, "device reset");
@@ -400,6 +405,10 @@ impl SimRegs {
         };
         if unmodelled != 0 {
             self.warn_once(off, v, unmodelled, k);
+        }
+        if !matches!(k, Kind::Rx(RxReg::Tail, _) | Kind::Tx(TxReg::Tail, _)) {
+            // Verdicts judged before this write may no longer hold (`rx.rs`).
+            self.config_epoch.fetch_add(1, Release);
         }
         match k {
             Kind::Rx(RxReg::Tail, _) => {

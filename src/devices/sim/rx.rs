@@ -8,9 +8,10 @@
 //! (HLREG0.RXCRCSTRP) -> buffers.
 //!
 //! A frame's fate is decided in two steps: [`judge`](SimRegs::judge) (size, filters, parse and
-//! checksums, queue), which depends only on the frame's bytes and the registers' snapshot
-//! (`rx_config.rs`), so that the traffic source's one frame is judged once per snapshot; and
-//! delivery, which checks the queue and writes the ring (`rx_ring.rs`).
+//! checksums, queue), which depends only on the frame's bytes and the registers, so that it is
+//! kept with the frame's analysis and reused until a register other than a tail is written
+//! (and the traffic source's one frame is judged once per snapshot, `rx_config.rs`); and
+//! delivery, which checks the enables and the queue and writes the ring (`rx_ring.rs`).
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
@@ -252,7 +253,9 @@ impl SimRegs {
     /// [`REFRESH`] frames.
     fn config(&self, rx: &mut RxEngine) -> RxConfig {
         match &mut rx.config {
-            Some((c, served)) if *served < REFRESH => {
+            Some((c, served))
+                if *served < REFRESH && c.epoch == self.config_epoch.load(Acquire) =>
+            {
                 *served += 1;
                 *c
             }
@@ -352,6 +355,28 @@ impl SimRegs {
     /// What becomes of frame `f` under the snapshot `c`, from its bytes and the filter
     /// registers: dropped (size, filters), or delivered with these write-back fields.
     fn judge(&self, rx: &mut RxEngine, c: &RxConfig, f: &[u8]) -> Verdict {
+        let a = Self::analyse(&mut rx.analyses, f, [c.vet, c.outer.unwrap_or(c.vet)]);
+        // Judged before, under the same registers (no write but a tail since): the same verdict.
+        if let Some((epoch, v)) = a.verdict {
+            if epoch == c.epoch {
+                return v;
+            }
+        }
+        let v = self.judge_bytes(c, &rx.rss_key.0, f, a.headers, a.csum);
+        a.verdict = Some((c.epoch, v));
+        v
+    }
+
+    /// [`judge`](Self::judge) for a frame not judged under these registers yet, from its
+    /// analysis (headers and checksums).
+    fn judge_bytes(
+        &self,
+        c: &RxConfig,
+        rss_key: &[u8; 40],
+        f: &[u8],
+        h: Option<frame::Headers>,
+        cs: frame::Csum,
+    ) -> Verdict {
         let vv = frame::vlan_view(f, c.vet, c.outer);
         if f.len() + 4 > c.max + 4 * vv.tags {
             return Verdict::Oversize;
@@ -359,10 +384,7 @@ impl SimRegs {
         if !self.vlan_ok(c, vv) || !self.address_ok(f) {
             return Verdict::Filtered;
         }
-        let (h, cs) = Self::analyse(rx, f, [c.vet, c.outer.unwrap_or(c.vet)]);
-        let rss = c
-            .rss
-            .and_then(|mrqc| self.rss_queue(mrqc, &rx.rss_key.0, f, h));
+        let rss = c.rss.and_then(|mrqc| self.rss_queue(mrqc, rss_key, f, h));
         let (rss_type, hash, q) = rss.unwrap_or((0, 0, 0));
         let mut staterr = DD | cs.status | cs.errors;
         if vv.tagged {
@@ -436,14 +458,15 @@ impl SimRegs {
         scratch
     }
 
-    /// The frame's headers and checksum verdict for TPIDs `tpids`: a pure function of the
-    /// bytes and the TPIDs, so a frame seen before (exactly the same bytes, the same TPIDs) is
-    /// not parsed and verified again (see `RxEngine::analyses`).
-    fn analyse(
-        rx: &mut RxEngine,
+    /// The analysis of frame `f` for TPIDs `tpids` (headers, checksum verdict, and the last
+    /// whole verdict): made on first sight and kept by a hash of the bytes, so a frame seen before
+    /// (exactly the same bytes, the same TPIDs) is not parsed and verified again (see
+    /// `RxEngine::analyses`).
+    fn analyse<'a>(
+        analyses: &'a mut Vec<Option<Analysis>>,
         f: &[u8],
         tpids: [u16; 2],
-    ) -> (Option<frame::Headers>, frame::Csum) {
+    ) -> &'a mut Analysis {
         // The slot comes from a few words where frames of different flows differ (source MAC
         // and type, IPv4 addresses, ports and checksum, the last bytes) and the length: an
         // entry is used only after a full compare, so the hash needs to spread, not to be exact.
@@ -455,42 +478,38 @@ impl SimRegs {
         for w in [word(6), word(26), word(34), word(f.len().saturating_sub(8))] {
             h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         }
-        if rx.analyses.is_empty() {
-            rx.analyses.resize_with(ANALYSES, || None);
+        if analyses.is_empty() {
+            analyses.resize_with(ANALYSES, || None);
         }
         // Two-way: the entry at the hash and its neighbour, so that two frames whose hashes
         // collide do not evict each other for ever.
         let i = (h >> 56) as usize % ANALYSES;
-        for j in [i, i ^ 1] {
-            if let Some(a) = &rx.analyses[j] {
-                if a.tpids == tpids && a.frame == f {
-                    return (a.headers, a.csum);
-                }
-            }
-        }
-        let headers = frame::headers(f, tpids);
-        let csum = frame::checksums(f, headers);
-        let victim = if rx.analyses[i].is_none() || (h >> 55) & 1 == 0 {
+        let hit = [i, i ^ 1].into_iter().find(|&j| {
+            analyses[j]
+                .as_ref()
+                .is_some_and(|a| a.tpids == tpids && a.frame == f)
+        });
+        let victim = if analyses[i].is_none() || (h >> 55) & 1 == 0 {
             i
         } else {
             i ^ 1
         };
-        match &mut rx.analyses[victim] {
-            Some(a) => {
-                a.frame.clear();
-                a.frame.extend_from_slice(f);
-                (a.tpids, a.headers, a.csum) = (tpids, headers, csum);
-            }
-            slot @ None => {
-                *slot = Some(Analysis {
-                    frame: f.to_vec(),
-                    tpids,
-                    headers,
-                    csum,
-                })
-            }
+        let a = analyses[hit.unwrap_or(victim)].get_or_insert_with(|| Analysis {
+            frame: Vec::new(),
+            tpids,
+            headers: None,
+            csum: frame::Csum::default(),
+            verdict: None,
+        });
+        if hit.is_none() {
+            a.frame.clear();
+            a.frame.extend_from_slice(f);
+            a.tpids = tpids;
+            a.headers = frame::headers(f, tpids);
+            a.csum = frame::checksums(f, a.headers);
+            a.verdict = None;
         }
-        (headers, csum)
+        a
     }
 
     fn vlan_ok(&self, c: &RxConfig, vv: VlanView) -> bool {

@@ -6,16 +6,19 @@
 //! them. The engine therefore takes a snapshot ([`RxConfig`](super::engine::RxConfig)) and keeps a cursor on the ring it
 //! fills (`rx_ring.rs`) for at most [`REFRESH`] frames and never beyond one run. A register
 //! write takes effect within that many frames, as a change on the part applies to frames its
-//! pipeline has not started.
+//! pipeline has not started. Any register write but RDT and TDT ends the snapshot at once, as
+//! it ends every cached verdict (`SimRegs::config_epoch`, `rx.rs`).
 //!
 //! Still read for every frame, because a driver relies on them taking effect at once: the
 //! receive enables (bus master, RXCTRL.RXEN, link: the driver stops DMA with them before it
 //! unmaps), the queue's RXDCTL.ENABLE (a disabled queue gets no frame), and whether any of the
 //! queue's registers but RDT was written since the ring cursor was made (then it is made again,
-//! so a queue set up again is read afresh). The filter tables (VFTA, RAL/RAH, MTA) and the fault
-//! injections are read for every frame too, except for the traffic source's copies, whose
-//! verdict holds for the snapshot and which take the whole path while a fault is injected
-//! (`source.rs`).
+//! so a queue set up again is read afresh), and the fault injections (except for the traffic
+//! source's copies, which take the whole path while a fault is injected, `source.rs`). The
+//! filter tables (VFTA, RAL/RAH, MTA, RETA) are read when a frame is judged: a frame whose exact
+//! bytes were judged before, with no register but a tail written since, gets that verdict again.
+
+use std::sync::atomic::Ordering::Acquire;
 
 use super::engine::{RssKey, RxConfig};
 use super::regs::SimRegs;
@@ -27,6 +30,7 @@ pub(super) const REFRESH: u32 = 32;
 impl SimRegs {
     /// Reads the receive configuration registers, and with RSS on the key into `key`.
     pub(super) fn rx_config(&self, key: &mut RssKey) -> RxConfig {
+        let epoch = self.config_epoch.load(Acquire);
         let ext = r::ctrl_ext::EXTENDED_VLAN.is_set(self.get(r::CTRL_EXT));
         let hl = self.get(r::HLREG0);
         let mrqc = self.get(r::MRQC);
@@ -38,6 +42,7 @@ impl SimRegs {
         });
         let vlnctrl = self.get(r::VLNCTRL);
         RxConfig {
+            epoch,
             vet: r::vlnctrl::VET.get(vlnctrl) as u16,
             outer: ext.then(|| r::exvet::VET_EXT.get(self.get(r::EXVET)) as u16),
             max: if r::hlreg0::JUMBOEN.is_set(hl) {
