@@ -494,11 +494,12 @@ pub(super) unsafe fn drop_handle(p: PoolRef) {
         unsafe { (p.free)(p.key) };
     } else if before >> 32 == 1 {
         // The last handle: buffers are away, maybe some in this thread's cache, which are
-        // flushed (the flush frees the pool if they were all that was left).
-        // SAFETY: NOT "the pool is alive": if this thread caches none of its buffers, another
-        // thread may free it as soon as the decrement above is done. `flush_here` is sound
-        // anyway: it only compares `p.key` with its ways' keys, and dereferences the pool
-        // only through a way that holds buffers of it, which keep it allocated.
+        // flushed (the flush frees the pool if they were all that was left). The pool is NOT
+        // known to be alive: if this thread caches none of its buffers, another thread may
+        // free it as soon as the decrement above is done.
+        // SAFETY: `flush_here` is sound anyway: it only compares `p.key` with its ways' keys,
+        // and dereferences the pool only through a way that holds buffers of it, which keep
+        // it allocated.
         unsafe { flush_here(p) };
     }
 }
