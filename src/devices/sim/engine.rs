@@ -39,9 +39,9 @@ pub(super) struct RxEngine {
     /// Frames taken from the inbound FIFO in one go; empty between runs (kept for its
     /// capacity).
     pub(super) pending: std::collections::VecDeque<WireFrame>,
-    /// The registers' snapshot of this batch and the frames it has served (`rx_config.rs`);
+    /// The registers' snapshot (`rx_config.rs`);
     /// dropped at the end of every run.
-    pub(super) config: Option<(RxConfig, u32)>,
+    pub(super) config: Option<RxConfig>,
     /// The ring being filled (`rx_ring.rs`); dropped with the snapshot.
     pub(super) cursor: Option<RingCursor>,
     /// The RSS key of the snapshot (with RSS on).
@@ -209,8 +209,6 @@ impl Default for RssKey {
 #[derive(Clone, Copy, Debug)]
 pub(super) struct RingCursor {
     pub(super) q: usize,
-    /// `SimRegs::rx_epoch` when it was made: a queue register written since makes it stale.
-    pub(super) epoch: u32,
     /// Descriptors (RDLEN / 16).
     pub(super) n: usize,
     /// RDBAH:RDBAL.

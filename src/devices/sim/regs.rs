@@ -75,11 +75,9 @@ pub struct SimRegs {
     /// to reuse (a leaf lock): forwarded traffic then allocates no buffer per frame.
     pub(super) returns: Mutex<Vec<Vec<u8>>>,
     pub(super) inbound_bytes: AtomicUsize,
-    /// Bumped by every write of a receive queue register other than RDT (and by a reset): a
-    /// ring cursor remembers the value it was made at (`rx_ring.rs`).
-    pub(super) rx_epoch: AtomicU32,
     /// Bumped by every register write but RDT and TDT (and by a reset): a frame's cached verdict
-    /// and the receive snapshot remember the value they were made at (`rx.rs`).
+    /// and the receive snapshot, with its ring cursor, remember the value they were made at
+    /// (`rx.rs`, `rx_config.rs`).
     pub(super) config_epoch: AtomicU64,
     pub(super) peer: Mutex<Weak<SimRegs>>,
     pub(super) counters: Counters,
@@ -152,7 +150,6 @@ impl SimRegs {
             inbound: Mutex::new(VecDeque::new()),
             returns: Mutex::new(Vec::new()),
             inbound_bytes: AtomicUsize::new(0),
-            rx_epoch: AtomicU32::new(0),
             config_epoch: AtomicU64::new(0),
             peer: Mutex::new(Weak::new()),
             counters: Counters::default(),
@@ -316,7 +313,6 @@ impl SimRegs {
             q.clear();
             self.inbound_bytes.store(0, Relaxed);
         }
-        self.rx_epoch.fetch_add(1, Release);
         self.config_epoch.fetch_add(1, Release);
         self.link_trained.store(false, Release);
         self.link_countdown.store(0, Release);
@@ -416,11 +412,6 @@ impl SimRegs {
                 if self.inline.load(Relaxed) {
                     self.service_rx();
                 }
-            }
-            Kind::Rx(_, _) => {
-                self.set_off(c, v);
-                // A receive engine's ring cursor made before this write is stale (`rx_ring.rs`).
-                self.rx_epoch.fetch_add(1, Release);
             }
             Kind::Tx(TxReg::Tail, q) => {
                 self.set_off(c, v);

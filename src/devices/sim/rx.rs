@@ -23,7 +23,6 @@ use super::frame::{self, VlanView};
 use super::layout::{bucket_index, RX_BUCKETS};
 use super::layout::{rxq, RQSMR, W_GORC, W_QBRC, W_TOR};
 use super::regs::{lock, SimRegs};
-use super::rx_config::REFRESH;
 use crate::platform::dma::DmaView;
 use crate::platform::regs::ixgbe as r;
 
@@ -249,20 +248,15 @@ impl SimRegs {
         Some((t, hash, q as usize))
     }
 
-    /// The snapshot of this batch ([`rx_config`](super::rx_config)), read afresh every
-    /// [`REFRESH`] frames.
+    /// The registers' snapshot ([`rx_config`](super::rx_config)), read afresh when a register
+    /// other than a tail was written since it was taken (the ring cursor goes with it).
     fn config(&self, rx: &mut RxEngine) -> RxConfig {
-        match &mut rx.config {
-            Some((c, served))
-                if *served < REFRESH && c.epoch == self.config_epoch.load(Acquire) =>
-            {
-                *served += 1;
-                *c
-            }
+        match rx.config {
+            Some(c) if c.epoch == self.config_epoch.load(Acquire) => c,
             _ => {
                 let c = self.rx_config(&mut rx.rss_key);
                 rx.forget_config();
-                rx.config = Some((c, 1));
+                rx.config = Some(c);
                 c
             }
         }
@@ -275,8 +269,7 @@ impl SimRegs {
             *slot = None;
             return None;
         }
-        let epoch = self.rx_epoch.load(Acquire);
-        if slot.is_none_or(|c| c.q != q || c.epoch != epoch) {
+        if slot.is_none_or(|c| c.q != q) {
             *slot = Some(self.ring_cursor(q));
         }
         slot.as_mut()
@@ -301,8 +294,13 @@ impl SimRegs {
     }
 
     pub(super) fn count_total(t: &mut RxTally, len: usize) {
-        t.total += 1;
-        t.total_wire += len as u64 + 4;
+        Self::count_total_n(t, len, 1);
+    }
+
+    /// Counts `n` frames of `len` bytes whose fate is final (TPR, TORL).
+    pub(super) fn count_total_n(t: &mut RxTally, len: usize, n: u32) {
+        t.total += n;
+        t.total_wire += (len as u64 + 4) * u64::from(n);
     }
 
     fn receive_inner(

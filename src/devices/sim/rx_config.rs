@@ -1,19 +1,19 @@
-//! What the receive engine reads of the registers, read once per batch of frames.
+//! What the receive engine reads of the registers, read once and kept until one of them may
+//! have changed.
 //!
 //! A frame's way through the receive path consults some thirty registers (VLAN, size, filter,
 //! RSS and ring registers). Read for every frame they were a fifth of the model's work, and in
 //! threaded mode some sit on lines the driver's core writes, so the device core kept fetching
-//! them. The engine therefore takes a snapshot ([`RxConfig`](super::engine::RxConfig)) and keeps a cursor on the ring it
-//! fills (`rx_ring.rs`) for at most [`REFRESH`] frames and never beyond one run. A register
-//! write takes effect within that many frames, as a change on the part applies to frames its
-//! pipeline has not started. Any register write but RDT and TDT ends the snapshot at once, as
-//! it ends every cached verdict (`SimRegs::config_epoch`, `rx.rs`).
+//! them. The engine therefore takes a snapshot ([`RxConfig`](super::engine::RxConfig)) and
+//! keeps a cursor on the ring it fills (`rx_ring.rs`) until a register other than RDT or TDT is
+//! written (`SimRegs::config_epoch`, checked for every frame; the same write ends every cached
+//! verdict, `rx.rs`) or the run ends. So a register write still takes effect from the next
+//! frame on.
 //!
 //! Still read for every frame, because a driver relies on them taking effect at once: the
 //! receive enables (bus master, RXCTRL.RXEN, link: the driver stops DMA with them before it
-//! unmaps), the queue's RXDCTL.ENABLE (a disabled queue gets no frame), and whether any of the
-//! queue's registers but RDT was written since the ring cursor was made (then it is made again,
-//! so a queue set up again is read afresh), and the fault injections (except for the traffic
+//! unmaps), the queue's RXDCTL.ENABLE (a disabled queue gets no frame; a queue set up again is
+//! read afresh, since setting it up writes its registers), and the fault injections (except for the traffic
 //! source's copies, which take the whole path while a fault is injected, `source.rs`). The
 //! filter tables (VFTA, RAL/RAH, MTA, RETA) are read when a frame is judged: a frame whose exact
 //! bytes were judged before, with no register but a tail written since, gets that verdict again.
@@ -23,9 +23,6 @@ use std::sync::atomic::Ordering::Acquire;
 use super::engine::{RssKey, RxConfig};
 use super::regs::SimRegs;
 use crate::platform::regs::ixgbe as r;
-
-/// Frames a snapshot serves at most.
-pub(super) const REFRESH: u32 = 32;
 
 impl SimRegs {
     /// Reads the receive configuration registers, and with RSS on the key into `key`.

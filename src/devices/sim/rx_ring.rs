@@ -6,8 +6,9 @@
 //! after the other. A DMA fault anywhere drops the frame before any descriptor is written back
 //! and leaves RDH where it was.
 //!
-//! The cursor keeps the ring's geometry for a batch (`rx_config.rs` says how long, and a write of
-//! any of the queue's registers but RDT ends it at once) and the head the engine advances, which is written to RDH after every frame (after every burst of the
+//! The cursor keeps the ring's geometry as long as the register snapshot lasts (`rx_config.rs`:
+//! until a register other than a tail is written, or the run ends) and the head the engine
+//! advances, which is written to RDH after every frame (after every burst of the
 //! traffic source's copies, `source.rs`). RDT is read when the
 //! descriptors the cursor knows of run out: the driver moves it once a burst, and each read of it
 //! on the device core fetches the line the driver wrote.
@@ -35,7 +36,6 @@ impl SimRegs {
         let chunk = r::srrctl::BSIZEPKT.get(srrctl) as usize * 1024;
         RingCursor {
             q,
-            epoch: self.rx_epoch.load(Acquire),
             n: (self.get_off(rb + 8) & 0x000F_FF80) as usize / 16,
             base: u64::from(self.get_off(rb + 4)) << 32 | u64::from(self.get_off(rb) & !0x7f),
             head: self.get_off(rb + 0x10) as usize,

@@ -10,8 +10,8 @@
 //! and writes back descriptors in bursts does. What each copy still gets, as the first does:
 //! its descriptor is read and its buffer written through the software IOMMU (a fault drops the
 //! copy, counted once, and ends the burst), the receive enables and the queue's RXDCTL.ENABLE
-//! are checked before its buffer is written (and that no queue register was written since the
-//! burst began), its descriptor is written back with DD as a release
+//! are checked before its buffer is written (and that no register but a tail was written since
+//! the burst began), its descriptor is written back with DD as a release
 //! store, and it is counted. One difference: the descriptors of a burst are read before the
 //! enables of its later copies are checked, so a descriptor that faults just as receive is turned
 //! off is refused by the IOMMU (and counted there) without a frame being dropped; the copy waits.
@@ -25,7 +25,6 @@ use super::engine::{RxEngine, Verdict};
 use super::layout::rxq;
 use super::regs::SimRegs;
 use super::rx::{Outcome, EOP};
-use super::rx_config::REFRESH;
 use crate::platform::dma::DmaView;
 
 /// Frames the source produces per service call at most (inline mode).
@@ -34,6 +33,8 @@ const SOURCE_BUDGET: usize = 4096;
 /// queues (its own and other ports') between runs, and a large budget would starve them while
 /// the driver keeps freeing descriptors.
 const THREADED_SOURCE_BUDGET: usize = 64;
+/// Copies a burst places at most after the first (`source_copies`).
+const BURST: usize = 31;
 
 impl SimRegs {
     /// Lets the source fill free descriptors; whether any frame was delivered.
@@ -91,7 +92,7 @@ impl SimRegs {
         k: usize,
     ) -> (usize, bool) {
         let RxEngine {
-            config: Some((c, served)),
+            config: Some(c),
             cursor: Some(ring),
             source_verdict: Some(Verdict::Deliver(d)),
             scratch,
@@ -101,7 +102,7 @@ impl SimRegs {
         else {
             return (0, false);
         };
-        let k = k.min((REFRESH - *served) as usize);
+        let k = k.min(BURST);
         let injecting =
             self.faults.rx_errors.load(Relaxed) > 0 || self.faults.split_frames.load(Relaxed) > 0;
         if k == 0 || ring.q != d.q || injecting {
@@ -126,7 +127,7 @@ impl SimRegs {
         // together instead of one stall per frame.
         let descs = dma.window(ring.base, ring.n * 16);
         let desc = |i: usize| ring.base + (ring.at(i) * 16) as u64;
-        let mut addrs = [0u64; REFRESH as usize];
+        let mut addrs = [0u64; BURST];
         // The copy (by index) whose descriptor or buffer could not be accessed.
         let mut fault_at = None;
         let mut fetched = 0;
@@ -141,7 +142,7 @@ impl SimRegs {
         // Each copy, in order: the enables, then its buffer (or the fault of its descriptor).
         let (mut placed, mut faulted) = (0, false);
         while placed < fetched || fault_at == Some(placed) {
-            let stale = self.rx_epoch.load(Acquire) != ring.epoch;
+            let stale = self.config_epoch.load(Acquire) != c.epoch;
             if !self.rx_ready() || !self.rx_queue_on(ring.q) || stale {
                 break;
             }
@@ -171,9 +172,7 @@ impl SimRegs {
         if placed > 0 {
             self.set_off(rxq(ring.q) + 0x10, ring.head as u32);
             Self::count_rx_n(tally, ring.stat, f, data.len(), placed as u32);
-            tally.total += placed as u32;
-            tally.total_wire += (f.len() as u64 + 4) * placed as u64;
-            *served += placed as u32;
+            Self::count_total_n(tally, f.len(), placed as u32);
         }
         (placed, faulted)
     }
