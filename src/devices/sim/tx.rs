@@ -33,12 +33,10 @@ use crate::platform::regs::ixgbe as r;
 const MAX_FRAME: usize = 16 * 1024;
 
 /// Where the frames of a transmit run go (decided once a run).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Dest {
-    /// Into the peer's inbound FIFO.
-    Peer,
-    /// Into this port's own inbound FIFO (MAC loopback).
-    Looped,
+#[derive(Clone, Copy, Debug)]
+enum Dest<'p> {
+    /// Into an inbound FIFO: the peer's, or this port's own with MAC loopback.
+    Fifo(&'p SimRegs),
     /// Nowhere, counted as sent: the port has no peer.
     Void,
     /// Nowhere, counted as dropped: the link is down.
@@ -47,11 +45,11 @@ enum Dest {
 
 /// What a transmit walk carries along: where its frames go and what it counts.
 struct Walk<'a> {
-    /// Frames for a FIFO (`Dest::Peer`, `Dest::Looped`).
+    /// Frames for a FIFO (`Dest::Fifo`).
     out: &'a mut Vec<WireFrame>,
     /// Buffers that take the place of frames moved to `out`.
     spare: &'a mut Vec<Vec<u8>>,
-    dest: Dest,
+    dest: Dest<'a>,
     /// The statistics counter TQSM maps the queue to.
     stat: usize,
     tally: &'a mut TxTally,
@@ -79,10 +77,10 @@ impl SimRegs {
         // Where this run's frames go: MAC loopback, the link and the peer are read once a run.
         let peer = lock(&self.peer).upgrade();
         let lpbk = r::hlreg0::LPBK.is_set(self.get(r::HLREG0));
-        let dest = match (lpbk, self.link_up(), &peer) {
-            (true, _, _) => Dest::Looped,
+        let dest = match (lpbk, self.link_up(), peer.as_deref()) {
+            (true, _, _) => Dest::Fifo(self),
             (false, false, _) => Dest::Down,
-            (false, true, Some(_)) => Dest::Peer,
+            (false, true, Some(p)) => Dest::Fifo(p),
             (false, true, None) => Dest::Void,
         };
         let mut tally = TxTally::default();
@@ -108,20 +106,11 @@ impl SimRegs {
             (std::mem::take(out), worked)
         };
         self.flush_tx(&tally);
-        let arrived = match dest {
-            Dest::Peer => peer
-                .as_deref()
-                .is_some_and(|p| p.queue_arrivals(out.drain(..))),
-            Dest::Looped => self.queue_arrivals(out.drain(..)),
-            Dest::Down | Dest::Void => false,
-        };
-        // Inline, the receive engines run once for the whole run's frames, not once a frame.
-        if arrived && self.inline.load(Relaxed) {
-            match (dest, &peer) {
-                (Dest::Looped, _) => self.service_rx(),
-                (_, Some(p)) => p.service_rx(),
-                (_, None) => false,
-            };
+        // Inline, the receive engine runs once for the whole run's frames, not once a frame.
+        if let Dest::Fifo(to) = dest {
+            if to.queue_arrivals(out.drain(..)) && self.inline.load(Relaxed) {
+                to.service_rx();
+            }
         }
         lock(&self.tx).out = out;
         worked
@@ -265,7 +254,7 @@ impl SimRegs {
             self.counters.tx_dropped.inc();
             return;
         }
-        if w.dest == Dest::Down {
+        if matches!(w.dest, Dest::Down) {
             w.tally.dropped += 1;
             return;
         }
@@ -279,7 +268,7 @@ impl SimRegs {
             f.resize(60, 0);
         }
         self.count_tx(f, w.stat, w.tally);
-        if w.dest == Dest::Void {
+        if matches!(w.dest, Dest::Void) {
             return;
         }
         let data = std::mem::replace(f, w.spare.pop().unwrap_or_default());
