@@ -78,5 +78,11 @@ fn run() -> vfio_nic::Result<()> {
         sa.counters().busy_ns as f64 / sent as f64,
         sb.counters().busy_ns as f64 / sent as f64,
     );
+    let (pa, pb) = (sa.counters().busy_polls, sb.counters().busy_polls);
+    println!(
+        "the device thread worked in {pa} polls of the receiving port ({:.1} frames each) and {pb} of the transmitting one ({:.1} frames each)",
+        sent as f64 / pa.max(1) as f64,
+        sent as f64 / pb.max(1) as f64,
+    );
     Ok(())
 }

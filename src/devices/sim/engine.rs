@@ -39,8 +39,8 @@ pub(super) struct RxEngine {
     /// Frames taken from the inbound FIFO in one go; empty between runs (kept for its
     /// capacity).
     pub(super) pending: std::collections::VecDeque<WireFrame>,
-    /// The registers' snapshot (`rx_config.rs`);
-    /// dropped at the end of every run.
+    /// The registers' snapshot (`rx_config.rs`), kept from run to run until a register other
+    /// than a tail is written (or the device is reset, or the source replaced).
     pub(super) config: Option<RxConfig>,
     /// The ring being filled (`rx_ring.rs`); dropped with the snapshot.
     pub(super) cursor: Option<RingCursor>,

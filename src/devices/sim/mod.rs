@@ -222,4 +222,7 @@ counters! {
     /// Threaded mode: nanoseconds the device thread spent in polls of this port that did work
     /// (the model's own time, on the device core; idle polls are not counted).
     busy_ns,
+    /// Threaded mode: the polls counted in `busy_ns` (frames over polls is the batch the
+    /// device thread works in).
+    busy_polls,
 }

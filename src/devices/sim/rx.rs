@@ -120,9 +120,7 @@ impl SimRegs {
     /// source fill free descriptors. Returns whether anything happened.
     pub(super) fn service_rx(&self) -> bool {
         let mut rx = lock(&self.rx);
-        rx.forget_config();
         let worked = self.service_rx_locked(&mut rx);
-        rx.forget_config();
         let mut tally = std::mem::take(&mut rx.tally);
         self.flush_rx(&mut tally);
         if !rx.used.is_empty() {

@@ -7,8 +7,9 @@
 //! them. The engine therefore takes a snapshot ([`RxConfig`](super::engine::RxConfig)) and
 //! keeps a cursor on the ring it fills (`rx_ring.rs`) until a register other than RDT or TDT is
 //! written (`SimRegs::config_epoch`, checked for every frame; the same write ends every cached
-//! verdict, `rx.rs`) or the run ends. So a register write still takes effect from the next
-//! frame on.
+//! verdict, `rx.rs`), from one run of the engine to the next: every register it reads is written
+//! through the register file's write path, which moves the epoch, and a reset moves it too. So a
+//! register write still takes effect from the next frame on.
 //!
 //! Still read for every frame, because a driver relies on them taking effect at once: the
 //! receive enables (bus master, RXCTRL.RXEN, link: the driver stops DMA with them before it

@@ -7,7 +7,7 @@
 //! and leaves RDH where it was.
 //!
 //! The cursor keeps the ring's geometry as long as the register snapshot lasts (`rx_config.rs`:
-//! until a register other than a tail is written, or the run ends) and the head the engine
+//! until a register other than a tail is written) and the head the engine
 //! advances, which is written to RDH after every frame (after every burst of the
 //! traffic source's copies, `source.rs`). RDT is read when the
 //! descriptors the cursor knows of run out: the driver moves it once a burst, and each read of it

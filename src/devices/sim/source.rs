@@ -1,23 +1,27 @@
 //! The built-in traffic source: a sender on the wire that offers one frame back to back, so a
 //! benchmark's receive side needs no transmitting port (and no second copy of every frame).
 //!
-//! A run of the source takes its frames in batches. The first frame of a batch goes through
-//! the whole receive path (`rx.rs`), which judges it (size, filters, parse and checksums,
-//! queue) under the registers' snapshot (`rx_config.rs`). The frame is the same every time, so
-//! that verdict holds for every copy the snapshot serves, and the copies after the first go to
-//! the ring in one burst ([`SimRegs::source_copies`]). In a burst the descriptors are read
-//! first, then the buffers written, then the descriptors written back, as a part that fetches
-//! and writes back descriptors in bursts does. What each copy still gets, as the first does:
-//! its descriptor is read and its buffer written through the software IOMMU (a fault drops the
-//! copy, counted once, and ends the burst), the receive enables and the queue's RXDCTL.ENABLE
-//! are checked before its buffer is written (and that no register but a tail was written since
-//! the burst began), its descriptor is written back with DD as a release
-//! store, and it is counted. One difference: the descriptors of a burst are read before the
-//! enables of its later copies are checked, so a descriptor that faults just as receive is turned
-//! off is refused by the IOMMU (and counted there) without a frame being dropped; the copy waits.
-//! What a copy skips is only what cannot differ from the first: the judging, and the copy that
-//! strips the tag or appends the FCS (made once per batch). Fault injection (RXE, split
-//! frames), checked once per burst, sends every frame down the whole path.
+//! The source's frame goes through the whole receive path (`rx.rs`) when no verdict is kept for
+//! it: the first time, and again after any register other than a tail is written (or a reset,
+//! or a new source). That path judges it (size, filters, parse and checksums, queue) under the
+//! registers' snapshot (`rx_config.rs`). The frame is the same every time, so that verdict holds
+//! for every copy the snapshot serves, and the copies go to the ring in bursts
+//! ([`SimRegs::source_copies`]), from one run of the engine to the next.
+//!
+//! A burst is what a part that fetches and writes back descriptors in bursts does: the
+//! receive enables (bus master, RXCTRL.RXEN, link), the queue's RXDCTL.ENABLE and the snapshot
+//! (no register but a tail written since) are checked once, then the burst's descriptors are
+//! read, then its buffers written, then its descriptors written back. Each copy's descriptor is
+//! read and its buffer written through the software IOMMU (a fault drops the copy, counted
+//! once, and ends the burst), its descriptor is written back with DD as a release store, and it
+//! is counted. A copy skips only what cannot differ from the frame judged: the judging, and the
+//! copy that strips the tag or appends the FCS (made once per burst). Fault injection (RXE,
+//! split frames), checked once per burst, sends every frame down the whole path.
+//!
+//! Receive turned off during a burst takes effect with the next one (at most 32 frames later,
+//! a microsecond or so), as the part finishes the descriptors it has fetched. A driver that
+//! turns receive off and then unmaps its memory is not hurt: its unmap waits for the IOMMU view
+//! the burst holds.
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
@@ -33,8 +37,8 @@ const SOURCE_BUDGET: usize = 4096;
 /// queues (its own and other ports') between runs, and a large budget would starve them while
 /// the driver keeps freeing descriptors.
 const THREADED_SOURCE_BUDGET: usize = 64;
-/// Copies a burst places at most after the first (`source_copies`).
-const BURST: usize = 31;
+/// Copies a burst places at most (`source_copies`).
+const BURST: usize = 32;
 
 impl SimRegs {
     /// Lets the source fill free descriptors; whether any frame was delivered.
@@ -53,24 +57,35 @@ impl SimRegs {
             if src.remaining == Some(0) || !self.rx_ready() {
                 break;
             }
-            let o = self.receive(dma, rx, &src.frame, true, true);
-            if matches!(o, Outcome::NoRoom(_) | Outcome::NotReady) {
-                break; // The source waits until the port can take its frame.
-            }
-            // This frame, and the copies placed after it under its verdict.
-            let left = src.remaining.map_or(usize::MAX, |n| n as usize) - 1;
-            let (copies, faulted) = if o == Outcome::Placed {
-                self.source_copies(dma, rx, &src.frame, (budget - done - 1).min(left))
-            } else {
-                (0, false)
-            };
-            let n = 1 + copies + usize::from(faulted);
+            let left = src.remaining.map_or(usize::MAX, |n| n as usize);
+            // Copies under the verdict kept for the frame; with none kept (or no room, or
+            // the queue off, or a fault injected) the whole path decides for the next frame,
+            // and copies follow it under the verdict it keeps.
+            // (`frames`: taken off the wire, placed or dropped.)
+            let (o, frames, faulted) =
+                match self.source_copies(dma, rx, &src.frame, (budget - done).min(left)) {
+                    (0, false) => {
+                        let o = self.receive(dma, rx, &src.frame, true, true);
+                        if matches!(o, Outcome::NoRoom(_) | Outcome::NotReady) {
+                            break; // The source waits until the port can take its frame.
+                        }
+                        let (c, f) = if o == Outcome::Placed {
+                            let k = (budget - done - 1).min(left - 1);
+                            self.source_copies(dma, rx, &src.frame, k)
+                        } else {
+                            (0, false)
+                        };
+                        (o, 1 + c, f)
+                    }
+                    (c, f) => (Outcome::Placed, c, f),
+                };
+            let n = frames + usize::from(faulted);
             done += n;
             self.counters.source_frames.add(n as u64);
             if let Some(r) = src.remaining.as_mut() {
                 *r -= n as u64;
             }
-            worked |= o == Outcome::Placed;
+            worked |= o == Outcome::Placed && frames > 0;
             if o == Outcome::Dropped || faulted {
                 // Every source frame is the same: the next one would be dropped too. Not
                 // progress either, so an idle device thread backs off.
@@ -81,8 +96,8 @@ impl SimRegs {
         worked
     }
 
-    /// Places up to `k` more copies of the source's frame `f` right after one was placed, under
-    /// that frame's verdict, snapshot and ring cursor (module doc). Returns the copies placed,
+    /// Places up to `k` copies of the source's frame `f` under the verdict kept for it, with
+    /// the snapshot and ring cursor it was judged under (module doc). Returns the copies placed,
     /// and whether one more was dropped by a DMA fault (counted as the whole path counts it).
     fn source_copies(
         &self,
@@ -120,45 +135,49 @@ impl SimRegs {
             ring.tail = self.get_off(rxq(ring.q) + 0x18) as usize;
         }
         let k = k.min(ring.free());
+        // The enables and the snapshot, once a burst (module doc).
+        let stale = self.config_epoch.load(Acquire) != c.epoch;
+        if k == 0 || stale || !self.rx_ready() || !self.rx_queue_on(ring.q) {
+            return (0, false);
+        }
         // Like the part, which fetches descriptors into its own cache in bursts and writes
         // them back in bursts: the batch's descriptors are read first, then its buffers are
         // written, then the descriptors are written back in ring order. The lines the driver
         // wrote (refilled descriptors) or read (frames it looked at) then cross to this core
         // together instead of one stall per frame.
         let descs = dma.window(ring.base, ring.n * 16);
-        let desc = |i: usize| ring.base + (ring.at(i) * 16) as u64;
+        // The IOVA of each copy's descriptor.
+        let mut slot = [0u64; BURST];
+        let mut at = ring.head;
+        for s in &mut slot[..k] {
+            *s = ring.base + (at * 16) as u64;
+            at = if at + 1 == ring.n { 0 } else { at + 1 };
+        }
         let mut addrs = [0u64; BURST];
-        // The copy (by index) whose descriptor or buffer could not be accessed.
-        let mut fault_at = None;
         let mut fetched = 0;
         while fetched < k {
-            let Ok(a) = descs.load_u64(desc(fetched), Acquire) else {
-                fault_at = Some(fetched);
+            let Ok(a) = descs.load_u64(slot[fetched], Acquire) else {
                 break;
             };
             addrs[fetched] = a;
             fetched += 1;
         }
-        // Each copy, in order: the enables, then its buffer (or the fault of its descriptor).
-        let (mut placed, mut faulted) = (0, false);
-        while placed < fetched || fault_at == Some(placed) {
-            let stale = self.config_epoch.load(Acquire) != c.epoch;
-            if !self.rx_ready() || !self.rx_queue_on(ring.q) || stale {
-                break;
-            }
-            if placed == fetched || dma.write(addrs[placed], data).is_err() {
-                faulted = true;
-                break;
-            }
+        // Each copy's buffer, in order; a descriptor that could not be read (`fetched < k`)
+        // or a buffer that could not be written drops that copy and ends the burst.
+        // (The buffers come from one pool, in one mapping: translated once for the burst.)
+        let pool = dma.window_around(addrs[0]);
+        let mut placed = 0;
+        while placed < fetched && pool.write(addrs[placed], data).is_ok() {
             placed += 1;
         }
+        let mut faulted = placed < k.min(fetched + 1);
         // Qword 0, then DD with the length and VLAN as a release store (as `rx_ring.rs` does).
         // A descriptor that cannot be written back drops its frame, and the copies after it
         // are not delivered (their buffers are written over later).
         let unwritten = (0..placed).find(|&i| {
             descs
-                .store_u64(desc(i), d.lo, Relaxed)
-                .and_then(|_| descs.store_u64(desc(i) + 8, hi, Release))
+                .store_u64(slot[i], d.lo, Relaxed)
+                .and_then(|_| descs.store_u64(slot[i] + 8, hi, Release))
                 .is_err()
         });
         if let Some(i) = unwritten {

@@ -53,6 +53,9 @@ struct Walk<'a> {
     /// The statistics counter TQSM maps the queue to.
     stat: usize,
     tally: &'a mut TxTally,
+    /// HLREG0 and DMATXCTL.VT, read once a run.
+    hlreg0: u32,
+    vt: u16,
 }
 
 const EOP: u32 = 1 << 24;
@@ -74,7 +77,8 @@ impl SimRegs {
     /// releasing this port's lock). Returns whether any descriptor was processed (a ring the
     /// device cannot read makes no progress, so the device thread does not spin on it).
     pub(super) fn run_tx(&self, q: usize) -> bool {
-        // Where this run's frames go: MAC loopback, the link and the peer are read once a run.
+        // Where this run's frames go, and how they are padded and tagged: MAC loopback, the
+        // link, the peer, HLREG0 and DMATXCTL.VT are read once a run.
         let peer = lock(&self.peer).upgrade();
         let lpbk = r::hlreg0::LPBK.is_set(self.get(r::HLREG0));
         let dest = match (lpbk, self.link_up(), peer.as_deref()) {
@@ -101,6 +105,8 @@ impl SimRegs {
                 dest,
                 stat: self.stat_index(TQSM, q),
                 tally: &mut tally,
+                hlreg0: self.get(r::HLREG0),
+                vt: r::dmatxctl::VT.get(self.get(r::DMATXCTL)) as u16,
             };
             let worked = self.walk(&mut queues[q], q, &mut w);
             (std::mem::take(out), worked)
@@ -222,20 +228,26 @@ impl SimRegs {
         q: usize,
         w: &mut Walk<'_>,
     ) {
+        let len = (cmd & 0xffff) as usize;
         if !st.in_frame {
-            st.in_frame = true;
-            st.vle = cmd & VLE != 0 && cmd & DEXT != 0;
-            st.idx = ((olinfo >> 4) & 1) as usize;
-            st.bad = false;
-            st.frame.clear();
             if cmd & TSE != 0 {
                 self.gap("TSO (DCMD.TSE) is not modelled; the buffers are sent as one frame");
             }
             if olinfo & (0x3 << 8) != 0 {
                 self.gap("checksum insertion (POPTS IXSM/TXSM) is not modelled; checksums are sent as they are");
             }
+            let vle = cmd & VLE != 0 && cmd & DEXT != 0;
+            if cmd & EOP != 0 && len >= 12 && matches!(w.dest, Dest::Void) && self.capture_cap == 0
+            {
+                self.void_frame(dma, addr, len, vle, w);
+                return;
+            }
+            st.in_frame = true;
+            st.vle = vle;
+            st.idx = ((olinfo >> 4) & 1) as usize;
+            st.bad = false;
+            st.frame.clear();
         }
-        let len = (cmd & 0xffff) as usize;
         if !st.bad {
             let at = st.frame.len();
             if at + len > MAX_FRAME {
@@ -260,11 +272,9 @@ impl SimRegs {
         }
         let f = &mut st.frame;
         if st.vle {
-            let vt = r::dmatxctl::VT.get(self.get(r::DMATXCTL)) as u16;
-            super::frame::insert_tag(f, vt, st.ctx[st.idx]);
+            super::frame::insert_tag(f, w.vt, st.ctx[st.idx]);
         }
-        let hl = self.get(r::HLREG0);
-        if r::hlreg0::TXPADEN.is_set(hl) && f.len() < 60 {
+        if r::hlreg0::TXPADEN.is_set(w.hlreg0) && f.len() < 60 {
             f.resize(60, 0);
         }
         self.count_tx(f, w.stat, w.tally);
@@ -272,8 +282,34 @@ impl SimRegs {
             return;
         }
         let data = std::mem::replace(f, w.spare.pop().unwrap_or_default());
-        let fcs_ok = r::hlreg0::TXCRCEN.is_set(hl);
+        let fcs_ok = r::hlreg0::TXCRCEN.is_set(w.hlreg0);
         w.out.push(WireFrame { data, fcs_ok });
+    }
+
+    /// A frame of one buffer (of 12 bytes or more) that goes nowhere (no peer, no capture):
+    /// counted as
+    /// [`data`](Self::data) counts it, from its length and destination address, without
+    /// gathering it. Its buffer is still checked whole by the IOMMU (a buffer that cannot be
+    /// read drops the frame, counted), but only its first bytes are copied: nothing reads the
+    /// rest. (A frame to a FIFO or a capture is gathered whole.)
+    fn void_frame(&self, dma: &DmaView<'_>, addr: u64, len: usize, vle: bool, w: &mut Walk<'_>) {
+        let mut dst = [0u8; 6];
+        if len > MAX_FRAME {
+            self.counters.tx_dropped.inc();
+            tracing::warn!(port = %self.name, "transmit frame longer than {MAX_FRAME} bytes dropped");
+            return;
+        }
+        let Ok(n) = dma.read_prefix(addr, len, &mut dst) else {
+            self.counters.dma_faults.inc();
+            self.counters.tx_dropped.inc();
+            return;
+        };
+        // The tag goes after the addresses, so it does not move them.
+        let mut wire = len + if vle { 4 } else { 0 };
+        if r::hlreg0::TXPADEN.is_set(w.hlreg0) {
+            wire = wire.max(60);
+        }
+        Self::count_tx_len(wire as u64, &dst[..n], w.stat, w.tally);
     }
 
     fn gap(&self, what: &'static str) {
@@ -287,17 +323,7 @@ impl SimRegs {
     /// Counts a frame that goes on the wire (statistics counter `s`), and captures it if the
     /// port captures.
     fn count_tx(&self, f: &[u8], s: usize, t: &mut TxTally) {
-        let len = f.len() as u64;
-        t.frames += 1;
-        t.bytes += len;
-        t.bucket[bucket_index(len + 4)] += 1;
-        if f.get(..6) == Some(&[0xff; 6]) {
-            t.bcast += 1;
-        } else if f.first().is_some_and(|b| b & 1 != 0) {
-            t.mcast += 1;
-        }
-        t.q_frames[s] += 1;
-        t.q_bytes[s] += len;
+        Self::count_tx_len(f.len() as u64, f.get(..6).unwrap_or(f), s, t);
         if self.capture_cap > 0 {
             let mut c = lock(&self.capture);
             if c.len() == self.capture_cap {
@@ -305,6 +331,20 @@ impl SimRegs {
             }
             c.push_back(f.to_vec());
         }
+    }
+
+    /// Counts a frame of `len` bytes (no FCS) whose first bytes (up to six) are `dst`.
+    fn count_tx_len(len: u64, dst: &[u8], s: usize, t: &mut TxTally) {
+        t.frames += 1;
+        t.bytes += len;
+        t.bucket[bucket_index(len + 4)] += 1;
+        if dst == [0xff; 6] {
+            t.bcast += 1;
+        } else if dst.first().is_some_and(|b| b & 1 != 0) {
+            t.mcast += 1;
+        }
+        t.q_frames[s] += 1;
+        t.q_bytes[s] += len;
     }
 
     /// The device thread's work: every enabled transmit queue with descriptors, then the

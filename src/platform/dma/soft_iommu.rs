@@ -228,6 +228,20 @@ impl<'a> DmaView<'a> {
         })
     }
 
+    /// Checks that all of `iova..iova+len` may be read, as a DMA read of it would be, and
+    /// copies its first bytes into `dst` (as many as fit, at most `len`); returns how many.
+    /// For a device that needs only a frame's header (a frame the model sends nowhere).
+    #[inline]
+    pub fn read_prefix(&self, iova: u64, len: usize, dst: &mut [u8]) -> Result<usize, DmaFault> {
+        let n = dst.len().min(len);
+        self.with(iova, len, false, |p| {
+            // SAFETY: `p..p+len` lies inside a live mapping (as in `read`) and `n <= len`; `dst`
+            // is ordinary memory, so the ranges do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), n) };
+            n
+        })
+    }
+
     /// A window on `iova..iova+len` for a batch of accesses to it (a descriptor ring): it is
     /// translated here once, and an access inside it then costs a bounds check. A range that is
     /// not inside one mapping gives a window whose every access goes through the view, faults
@@ -239,6 +253,19 @@ impl<'a> DmaView<'a> {
             iova,
             len: if host.is_some() { len } else { 0 },
             host: host.unwrap_or(0),
+        }
+    }
+
+    /// A window on the whole mapping that holds `iova` (a buffer pool), for a batch of
+    /// accesses to its buffers; with no mapping there, a window whose every access goes
+    /// through the view (and faults there).
+    pub fn window_around(&self, iova: u64) -> DmaWindow<'_, 'a> {
+        let m = self.find(iova, 1).map(|(i, _)| &self.inner.maps[i]);
+        DmaWindow {
+            view: self,
+            iova: m.map_or(0, |m| m.iova),
+            len: m.map_or(0, |m| m.len),
+            host: m.map_or(0, |m| m.vaddr),
         }
     }
 
@@ -314,16 +341,34 @@ pub struct DmaWindow<'v, 'a> {
 }
 
 impl DmaWindow<'_, '_> {
+    /// The host address of `iova..iova+len` when it is inside the window.
+    #[inline(always)]
+    fn range(&self, iova: u64, len: usize) -> Option<*mut u8> {
+        let off = iova.wrapping_sub(self.iova);
+        let inside = len <= self.len && off <= (self.len - len) as u64;
+        inside.then(|| (self.host + off as usize) as *mut u8)
+    }
+
     /// The host address of `iova..iova+len` when it is inside the window and `len`-aligned.
     #[inline(always)]
     fn word(&self, iova: u64, len: usize) -> Option<*mut u8> {
-        let off = iova.wrapping_sub(self.iova);
-        let inside = len <= self.len && off <= (self.len - len) as u64;
-        (inside && iova % len as u64 == 0).then(|| (self.host + off as usize) as *mut u8)
+        self.range(iova, len).filter(|_| iova % len as u64 == 0)
+    }
+
+    /// Copies `src` into device memory at `iova`.
+    #[inline(always)]
+    pub fn write(&self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
+        let Some(p) = self.range(iova, src.len()) else {
+            return self.view.write(iova, src);
+        };
+        // SAFETY: inside the window, so inside a live mapping (the window borrows the view,
+        // which holds the read lock); `src` is ordinary memory, so the ranges do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+        Ok(())
     }
 
     /// Loads an aligned 64-bit word.
-    #[inline]
+    #[inline(always)]
     pub fn load_u64(&self, iova: u64, order: Ordering) -> Result<u64, DmaFault> {
         match self.word(iova, 8) {
             // SAFETY: inside the window, so inside a live mapping (the window borrows the view,
@@ -335,7 +380,7 @@ impl DmaWindow<'_, '_> {
     }
 
     /// Stores an aligned 64-bit word.
-    #[inline]
+    #[inline(always)]
     pub fn store_u64(&self, iova: u64, value: u64, order: Ordering) -> Result<(), DmaFault> {
         let Some(p) = self.word(iova, 8) else {
             return self.view.store_u64(iova, value, order);
@@ -346,7 +391,7 @@ impl DmaWindow<'_, '_> {
     }
 
     /// Stores an aligned 32-bit word.
-    #[inline]
+    #[inline(always)]
     pub fn store_u32(&self, iova: u64, value: u32, order: Ordering) -> Result<(), DmaFault> {
         let Some(p) = self.word(iova, 4) else {
             return self.view.store_u32(iova, value, order);
