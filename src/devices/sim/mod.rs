@@ -126,6 +126,7 @@ mod port;
 mod regs;
 mod rx;
 mod rx_config;
+mod rx_quick;
 mod rx_ring;
 mod source;
 mod tx;

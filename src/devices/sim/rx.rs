@@ -155,7 +155,18 @@ impl SimRegs {
             // Bytes of the frames this batch took out of the packet buffer, given back to its
             // count once per batch.
             let mut freed = 0;
-            while let Some(f) = pending.pop_front() {
+            while !pending.is_empty() {
+                // Frames the quick path can place (`rx_quick.rs`), then one by the whole path.
+                let (placed, bytes) = self.receive_quick(&dma, rx, &mut pending);
+                if placed > 0 {
+                    freed += bytes;
+                    rx.blocked = false;
+                    worked = true;
+                    continue;
+                }
+                let Some(f) = pending.pop_front() else {
+                    break;
+                };
                 let outcome = self.receive(&dma, rx, &f.data, f.fcs_ok, false);
                 let Outcome::NoRoom(q) = outcome else {
                     freed += f.data.len();
@@ -248,7 +259,7 @@ impl SimRegs {
 
     /// The registers' snapshot ([`rx_config`](super::rx_config)), read afresh when a register
     /// other than a tail was written since it was taken (the ring cursor goes with it).
-    fn config(&self, rx: &mut RxEngine) -> RxConfig {
+    pub(super) fn config(&self, rx: &mut RxEngine) -> RxConfig {
         match rx.config {
             Some(c) if c.epoch == self.config_epoch.load(Acquire) => c,
             _ => {
@@ -350,7 +361,7 @@ impl SimRegs {
 
     /// What becomes of frame `f` under the snapshot `c`, from its bytes and the filter
     /// registers: dropped (size, filters), or delivered with these write-back fields.
-    fn judge(&self, rx: &mut RxEngine, c: &RxConfig, f: &[u8]) -> Verdict {
+    pub(super) fn judge(&self, rx: &mut RxEngine, c: &RxConfig, f: &[u8]) -> Verdict {
         let a = Self::analyse(&mut rx.analyses, f, [c.vet, c.outer.unwrap_or(c.vet)]);
         // Judged before, under the same registers (no write but a tail since): the same verdict.
         if let Some((epoch, v)) = a.verdict {
@@ -517,7 +528,7 @@ impl SimRegs {
     }
 
     /// Counts a placed frame (statistics counter `s`) in the run's tally.
-    fn count_rx(t: &mut RxTally, s: usize, f: &[u8], delivered: usize) {
+    pub(super) fn count_rx(t: &mut RxTally, s: usize, f: &[u8], delivered: usize) {
         Self::count_rx_n(t, s, f, delivered, 1);
     }
 

@@ -274,6 +274,53 @@ fn full_ring_drops_and_counts() {
 }
 
 #[test]
+fn one_run_hands_the_frames_the_quick_path_cannot_take_to_the_whole_path() {
+    // Six frames from one transmit run reach the receive engine together (`rx_quick.rs`):
+    // good, filtered, good, good, then two whose descriptor points nowhere.
+    let mut rig = pair_rig(SimConfig::default());
+    let (good, stranger) = (mac_of(&rig.b), [0x02, 9, 9, 9, 9, 9]);
+    let frames = [
+        udp(good, 1, 64),
+        udp(stranger, 2, 64),
+        udp(good, 3, 200),
+        udp(good, 4, 64),
+        udp(good, 5, 64),
+        udp(good, 6, 64),
+    ];
+    rig.b_rx.desc.store_u64(3 * 16, 0x1000, Relaxed);
+    for f in &frames {
+        let a = rig.a_tx.stage(f);
+        let len = f.len() as u32;
+        rig.a_tx.put(a, DATA | EOP | RS | len, len << 14);
+    }
+    rig.a_tx.kick(&rig.a);
+    let got = rig.b_rx.drain(&rig.b);
+    let data: Vec<_> = got.iter().map(|g| g.data.clone()).collect();
+    assert_eq!(
+        data,
+        [&frames[0], &frames[2], &frames[3]].map(|f| f.clone())
+    );
+    assert_eq!(rig.b.counters().rx_filtered, 1);
+    assert_eq!(
+        rig.b.counters().dma_faults,
+        2,
+        "both frames meet the bad descriptor"
+    );
+    assert_eq!(rig.b.counters().rx_frames, 3);
+    let b = rig.b.regs();
+    assert_eq!(b.read(r::GPRC), 3);
+    assert_eq!(b.read(r::TPR), 6, "every frame's fate is final");
+    assert_eq!(b.read(r::QPRC.at(0)), 3);
+    // The descriptor repaired, the next run goes on from it.
+    let good_buf = rig.b_rx.bufs.iova() + (3 * rig.b_rx.buf) as u64;
+    rig.b_rx.desc.store_u64(3 * 16, good_buf, Relaxed);
+    rig.a_tx.send(&rig.a, &frames[5], None);
+    let got = rig.b_rx.drain(&rig.b);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].data, frames[5]);
+}
+
+#[test]
 fn rss_spreads_flows_deterministically() {
     let (a, b) = SimPort::pair(SimConfig::default());
     init(&a);

@@ -1,0 +1,107 @@
+//! The receive engine's quick path for frames from the wire (the inbound FIFO).
+//!
+//! The whole path (`rx.rs`) takes one frame at a time: the enables, the snapshot, the verdict,
+//! the ring cursor and its queue, then four IOMMU accesses (descriptor, buffer, two
+//! write-back words), each translated on its own. Most frames of a run are alike: good, judged
+//! before (their verdict is kept with their analysis), for the queue the engine already has a
+//! cursor on, one buffer each. For those, a run checks the enables, the fault injections, the
+//! snapshot and the queue's RXDCTL.ENABLE once, translates the ring once (`DmaView::window`)
+//! and the buffer pool once (`DmaView::window_around`, from the first buffer), and places frame
+//! after frame in the whole path's order: descriptor read, buffer written, qword 0, then DD
+//! with length and VLAN as one release store. It writes RDH once, at the end of the run.
+//!
+//! It stops at the first frame that needs more: a bad FCS or a runt, a verdict that drops it or
+//! sends it to another queue, several buffers, no free descriptor, or a descriptor or buffer
+//! outside the run's windows. The whole path then takes that frame (and counts, drops or
+//! faults it as it always does), and the quick path is tried again for the next. So nothing a
+//! frame's fate depends on is decided differently here; only the checks that cannot change
+//! within a run are made once. (As for the traffic source's bursts, receive turned off during a
+//! run takes effect with the next run; a driver's unmap waits for the IOMMU view the run holds.)
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+use super::engine::{RxEngine, Verdict, WireFrame};
+use super::layout::rxq;
+use super::regs::SimRegs;
+use super::rx::EOP;
+use crate::platform::dma::{DmaView, DmaWindow};
+
+impl SimRegs {
+    /// Places frames from the front of `pending` while the quick path can (module doc);
+    /// returns how many it placed (taken off `pending`, their buffers in `rx.used`) and their
+    /// bytes as they arrived.
+    pub(super) fn receive_quick(
+        &self,
+        dma: &DmaView<'_>,
+        rx: &mut RxEngine,
+        pending: &mut VecDeque<WireFrame>,
+    ) -> (usize, usize) {
+        let injecting =
+            self.faults.rx_errors.load(Relaxed) > 0 || self.faults.split_frames.load(Relaxed) > 0;
+        if pending.is_empty() || injecting || !self.rx_ready() {
+            return (0, 0);
+        }
+        let c = self.config(rx);
+        let Some(mut ring) = rx.cursor.filter(|r| self.rx_queue_on(r.q)) else {
+            return (0, 0);
+        };
+        let descs = dma.window(ring.base, ring.n * 16);
+        let mut pool: Option<DmaWindow<'_, '_>> = None;
+        let (mut placed, mut bytes) = (0, 0);
+        while let Some(f) = pending.front() {
+            if !f.fcs_ok || f.data.len() < 60 {
+                break;
+            }
+            let Verdict::Deliver(d) = self.judge(rx, &c, &f.data) else {
+                break;
+            };
+            let strip = d.tag.filter(|_| ring.vme);
+            let data = Self::bytes_written(&mut rx.scratch, &f.data, strip, c.keep_fcs);
+            if d.q != ring.q || data.len() > ring.chunk {
+                break;
+            }
+            if ring.free() == 0 {
+                ring.tail = self.get_off(rxq(ring.q) + 0x18) as usize;
+                if ring.free() == 0 {
+                    break;
+                }
+            }
+            let slot = ring.base + (ring.head * 16) as u64;
+            if !descs.contains(slot, 16) {
+                break;
+            }
+            let Ok(addr) = descs.load_u64(slot, Acquire) else {
+                break;
+            };
+            let pool = pool.get_or_insert_with(|| dma.window_around(addr));
+            if !pool.contains(addr, data.len()) {
+                break; // (The whole path reads the descriptor again, and faults if it must.)
+            }
+            let vlan = strip.map_or(0, |(_, tci)| tci);
+            let len_vlan = data.len() as u32 | u32::from(vlan) << 16;
+            let hi = u64::from(d.staterr | EOP) | u64::from(len_vlan) << 32;
+            // (Inside the windows, checked above: these cannot fault.)
+            let written = pool
+                .write(addr, data)
+                .and_then(|_| descs.store_u64(slot, d.lo, Relaxed))
+                .and_then(|_| descs.store_u64(slot + 8, hi, Release));
+            if written.is_err() {
+                break;
+            }
+            ring.head = ring.at(1);
+            Self::count_rx(&mut rx.tally, ring.stat, &f.data, data.len());
+            Self::count_total(&mut rx.tally, f.data.len());
+            if let Some(f) = pending.pop_front() {
+                bytes += f.data.len();
+                rx.used.push(f.data);
+            }
+            placed += 1;
+        }
+        if placed > 0 {
+            self.set_off(rxq(ring.q) + 0x10, ring.head as u32);
+        }
+        rx.cursor = Some(ring);
+        (placed, bytes)
+    }
+}
