@@ -35,8 +35,10 @@ use crate::platform::dma::DmaView;
 const SOURCE_BUDGET: usize = 4096;
 /// The same per poll of a device thread (threaded mode): a device thread serves transmit
 /// queues (its own and other ports') between runs, and a large budget would starve them while
-/// the driver keeps freeing descriptors.
-const THREADED_SOURCE_BUDGET: usize = 64;
+/// the driver keeps freeing descriptors. 128 frames (four bursts, about 1.5 us) beat 64 in 11
+/// of 14 alternating runs of `examples/model_cost.rs` (a poll's fixed cost is spread over
+/// twice the frames); 256 was better or much worse depending on the run.
+const THREADED_SOURCE_BUDGET: usize = 128;
 /// Copies a burst places at most (`source_copies`).
 const BURST: usize = 32;
 
