@@ -8,6 +8,9 @@
 //! DMATXCTL.VT as TPID, and HLREG0.TXPADEN pads it to 60 bytes. Descriptors with RS get DD
 //! (dword 3 bit 0) written back with a release store, unless TDWBAL.HEAD_WB_EN asks for head
 //! write-back instead (the head index is then stored at TDWBAH:TDWBAL after each run).
+//! HLREG0 and DMATXCTL.VT are read once a run. A port with no peer sends into the void: a frame
+//! of one buffer is then counted from its descriptor and first bytes without being gathered,
+//! its buffer still checked whole by the IOMMU (`void_frame`).
 //!
 //! A data descriptor of length 0 hangs the queue, as it hangs the part's transmit DMA: TDH stays
 //! on it and nothing more is sent until a reset or the queue is disabled
@@ -287,9 +290,8 @@ impl SimRegs {
     }
 
     /// A frame of one buffer (of 12 bytes or more) that goes nowhere (no peer, no capture):
-    /// counted as
-    /// [`data`](Self::data) counts it, from its length and destination address, without
-    /// gathering it. Its buffer is still checked whole by the IOMMU (a buffer that cannot be
+    /// counted as [`data`](Self::data) counts it, from its length and destination address,
+    /// without gathering it. Its buffer is still checked whole by the IOMMU (a buffer that cannot be
     /// read drops the frame, counted), but only its first bytes are copied: nothing reads the
     /// rest. (A frame to a FIFO or a capture is gathered whole.)
     fn void_frame(&self, dma: &DmaView<'_>, addr: u64, len: usize, vle: bool, w: &mut Walk<'_>) {
