@@ -40,14 +40,12 @@ pub(super) struct RxEngine {
     /// capacity).
     pub(super) pending: std::collections::VecDeque<WireFrame>,
     /// The registers' snapshot (`rx_config.rs`), kept from run to run until a register other
-    /// than a tail is written (or the device is reset, or the source replaced).
+    /// than a tail is written (or the device is reset).
     pub(super) config: Option<RxConfig>,
     /// The ring being filled (`rx_ring.rs`); dropped with the snapshot.
     pub(super) cursor: Option<RingCursor>,
     /// The RSS key of the snapshot (with RSS on).
     pub(super) rss_key: RssKey,
-    /// The traffic source's frame's verdict under the snapshot; dropped with it.
-    pub(super) source_verdict: Option<Verdict>,
 }
 
 /// Entries of [`RxEngine::analyses`].
@@ -107,7 +105,6 @@ impl RxEngine {
     pub(super) fn forget_config(&mut self) {
         self.config = None;
         self.cursor = None;
-        self.source_verdict = None;
     }
 }
 

@@ -255,10 +255,7 @@ impl SimPort {
     /// Replaces the traffic source (or removes it); in inline mode it starts producing on the
     /// next RDT write.
     pub fn set_source(&self, source: Option<Source>) {
-        let mut rx = lock(&self.dev.rx);
-        rx.source = source.as_ref().map(Source::state);
-        // The kept verdict was the old source frame's.
-        rx.forget_config();
+        lock(&self.dev.rx).source = source.as_ref().map(Source::state);
     }
 
     /// The next `frames` received frames are written back with RXE (b29, a MAC error) set in

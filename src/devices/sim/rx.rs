@@ -167,7 +167,7 @@ impl SimRegs {
                 let Some(f) = pending.pop_front() else {
                     break;
                 };
-                let outcome = self.receive(&dma, rx, &f.data, f.fcs_ok, false);
+                let outcome = self.receive(&dma, rx, &f.data, f.fcs_ok);
                 let Outcome::NoRoom(q) = outcome else {
                     freed += f.data.len();
                     if outcome == Outcome::NotReady {
@@ -286,16 +286,14 @@ impl SimRegs {
 
     /// Runs one frame through the receive path. TPR/TORL count every frame whose fate is
     /// final (placed or dropped); a frame that waits or is not taken is not counted yet.
-    /// `from_source`: `f` is the traffic source's frame, whose verdict is kept.
     pub(super) fn receive(
         &self,
         dma: &DmaView<'_>,
         rx: &mut RxEngine,
         f: &[u8],
         fcs_ok: bool,
-        from_source: bool,
     ) -> Outcome {
-        let o = self.receive_inner(dma, rx, f, fcs_ok, from_source);
+        let o = self.receive_inner(dma, rx, f, fcs_ok);
         if matches!(o, Outcome::Placed | Outcome::Dropped) {
             Self::count_total(&mut rx.tally, f.len());
         }
@@ -318,7 +316,6 @@ impl SimRegs {
         rx: &mut RxEngine,
         f: &[u8],
         fcs_ok: bool,
-        from_source: bool,
     ) -> Outcome {
         if !self.rx_ready() {
             return Outcome::NotReady;
@@ -334,18 +331,7 @@ impl SimRegs {
             return Outcome::Dropped;
         }
         let c = self.config(rx);
-        // The source repeats one frame: its verdict holds for the whole snapshot.
-        let v = match rx.source_verdict {
-            Some(v) if from_source => v,
-            _ => {
-                let v = self.judge(rx, &c, f);
-                if from_source {
-                    rx.source_verdict = Some(v);
-                }
-                v
-            }
-        };
-        match v {
+        match self.judge(rx, &c, f) {
             Verdict::Oversize => {
                 self.bump(r::ROC, 1);
                 self.counters.rx_errors.inc();

@@ -1,12 +1,14 @@
 //! The built-in traffic source: a sender on the wire that offers one frame back to back, so a
 //! benchmark's receive side needs no transmitting port (and no second copy of every frame).
 //!
-//! The source's frame goes through the whole receive path (`rx.rs`) when no verdict is kept for
-//! it: the first time, and again after any register other than a tail is written (or a reset,
-//! or a new source). That path judges it (size, filters, parse and checksums, queue) under the
-//! registers' snapshot (`rx_config.rs`). The frame is the same every time, so that verdict holds
-//! for every copy the snapshot serves, and the copies go to the ring in bursts
-//! ([`SimRegs::source_copies`]), from one run of the engine to the next.
+//! The source's frame goes through the whole receive path (`rx.rs`) when the engine has no
+//! snapshot or ring cursor to place copies under: the first time, and again after any register
+//! other than a tail is written (or a reset). That path judges it (size, filters, parse and
+//! checksums, queue) under the registers' snapshot (`rx_config.rs`), and the verdict is kept
+//! with the frame's analysis, as every frame's is. The frame is the same every time, so each
+//! burst takes that verdict (`SimRegs::judge`, a lookup) and places copies under it
+//! ([`SimRegs::source_copies`]), from one run of the engine to the next; a new source frame is
+//! judged for itself.
 //!
 //! A burst is what a part that fetches and writes back descriptors in bursts does: the
 //! receive enables (bus master, RXCTRL.RXEN, link), the queue's RXDCTL.ENABLE and the snapshot
@@ -67,7 +69,7 @@ impl SimRegs {
             let (o, frames, faulted) =
                 match self.source_copies(dma, rx, &src.frame, (budget - done).min(left)) {
                     (0, false) => {
-                        let o = self.receive(dma, rx, &src.frame, true, true);
+                        let o = self.receive(dma, rx, &src.frame, true);
                         if matches!(o, Outcome::NoRoom(_) | Outcome::NotReady) {
                             break; // The source waits until the port can take its frame.
                         }
@@ -98,8 +100,8 @@ impl SimRegs {
         worked
     }
 
-    /// Places up to `k` copies of the source's frame `f` under the verdict kept for it, with
-    /// the snapshot and ring cursor it was judged under (module doc). Returns the copies placed,
+    /// Places up to `k` copies of the source's frame `f` under its verdict, with the snapshot
+    /// and ring cursor the engine holds (module doc). Returns the copies placed,
     /// and whether one more was dropped by a DMA fault (counted as the whole path counts it).
     fn source_copies(
         &self,
@@ -108,10 +110,19 @@ impl SimRegs {
         f: &[u8],
         k: usize,
     ) -> (usize, bool) {
+        // The snapshot, then the frame's verdict under it (kept with its analysis, `rx.rs`;
+        // a runt never gets that far on the whole path).
+        let Some(c) = rx.config else {
+            return (0, false);
+        };
+        if self.config_epoch.load(Acquire) != c.epoch || f.len() < 60 {
+            return (0, false);
+        }
+        let Verdict::Deliver(d) = self.judge(rx, &c, f) else {
+            return (0, false);
+        };
         let RxEngine {
-            config: Some(c),
             cursor: Some(ring),
-            source_verdict: Some(Verdict::Deliver(d)),
             scratch,
             tally,
             ..
@@ -137,9 +148,8 @@ impl SimRegs {
             ring.tail = self.get_off(rxq(ring.q) + 0x18) as usize;
         }
         let k = k.min(ring.free());
-        // The enables and the snapshot, once a burst (module doc).
-        let stale = self.config_epoch.load(Acquire) != c.epoch;
-        if k == 0 || stale || !self.rx_ready() || !self.rx_queue_on(ring.q) {
+        // The enables, once a burst (module doc).
+        if k == 0 || !self.rx_ready() || !self.rx_queue_on(ring.q) {
             return (0, false);
         }
         // Like the part, which fetches descriptors into its own cache in bursts and writes

@@ -571,8 +571,8 @@ fn traffic_source_fills_posted_descriptors() {
 
 #[test]
 fn a_new_source_frame_is_judged_afresh() {
-    // The source's verdict is kept from run to run (`source.rs`); replacing the source must
-    // end it, though no register was written.
+    // The source's verdict is kept with its frame's analysis from run to run (`source.rs`);
+    // a replaced source's frame must get its own, though no register was written.
     let p = SimPort::with_source(
         SimConfig::default(),
         Source::udp(MacAddr::BROADCAST, 64).with_count(3),
