@@ -25,6 +25,7 @@ use super::engine::{RxEngine, Verdict, WireFrame};
 use super::layout::rxq;
 use super::regs::SimRegs;
 use super::rx::EOP;
+use super::rx_ring::wb_hi;
 use crate::platform::dma::{DmaView, DmaWindow};
 
 impl SimRegs {
@@ -79,8 +80,7 @@ impl SimRegs {
                 break; // (The whole path reads the descriptor again, and faults if it must.)
             }
             let vlan = strip.map_or(0, |(_, tci)| tci);
-            let len_vlan = data.len() as u32 | u32::from(vlan) << 16;
-            let hi = u64::from(d.staterr | EOP) | u64::from(len_vlan) << 32;
+            let hi = wb_hi(d.staterr | EOP, data.len(), vlan);
             // (Inside the windows, checked above: these cannot fault.)
             let written = pool
                 .write(addr, data)

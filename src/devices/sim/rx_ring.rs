@@ -98,12 +98,9 @@ impl SimRegs {
             } else {
                 (0, DD | (staterr & RXE))
             };
-            let len_vlan = part.len() as u32 | u32::from(vlan) << 16;
-            // Dwords 2 (status, with DD) and 3 (length, VLAN) in one release store: the driver
-            // sees DD only together with the length (little-endian: dword 2 is the low half).
-            let ok = dma.store_u64(d, wb_lo, Relaxed).and_then(|_| {
-                dma.store_u64(d + 8, u64::from(st) | u64::from(len_vlan) << 32, Release)
-            });
+            let ok = dma
+                .store_u64(d, wb_lo, Relaxed)
+                .and_then(|_| dma.store_u64(d + 8, wb_hi(st, part.len(), vlan), Release));
             if ok.is_err() {
                 self.counters.dma_faults.inc();
                 return Outcome::Dropped;
@@ -129,19 +126,11 @@ impl SimRegs {
         vlan: u16,
     ) -> Outcome {
         let d = ring.base + (ring.head * 16) as u64;
-        let len_vlan = data.len() as u32 | u32::from(vlan) << 16;
-        // As in `place`: dwords 2 and 3 (status with DD, length and VLAN) in one release store.
         let ok = dma
             .load_u64(d, Acquire)
             .and_then(|addr| dma.write(addr, data))
             .and_then(|_| dma.store_u64(d, lo, Relaxed))
-            .and_then(|_| {
-                dma.store_u64(
-                    d + 8,
-                    u64::from(staterr) | u64::from(len_vlan) << 32,
-                    Release,
-                )
-            });
+            .and_then(|_| dma.store_u64(d + 8, wb_hi(staterr, data.len(), vlan), Release));
         if ok.is_err() {
             self.counters.dma_faults.inc();
             return Outcome::Dropped;
@@ -155,4 +144,12 @@ impl SimRegs {
         ring.head = ring.at(k);
         self.set_off(rxq(ring.q) + 0x10, ring.head as u32);
     }
+}
+
+/// A write-back's second qword: dword 2 (status and errors, with DD) and dword 3 (length and
+/// VLAN), stored together as one release store so that the driver sees DD only together with
+/// the length (little-endian: dword 2 is the low half).
+pub(super) fn wb_hi(staterr: u32, len: usize, vlan: u16) -> u64 {
+    let len_vlan = len as u32 | u32::from(vlan) << 16;
+    u64::from(staterr) | u64::from(len_vlan) << 32
 }

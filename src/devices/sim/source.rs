@@ -31,6 +31,7 @@ use super::engine::{RxEngine, Verdict};
 use super::layout::rxq;
 use super::regs::SimRegs;
 use super::rx::{Outcome, EOP};
+use super::rx_ring::wb_hi;
 use crate::platform::dma::DmaView;
 
 /// Frames the source produces per service call at most (inline mode).
@@ -142,8 +143,7 @@ impl SimRegs {
             return (0, false); // Several buffers per frame: the whole path handles them.
         }
         let vlan = strip.map_or(0, |(_, tci)| tci);
-        let len_vlan = data.len() as u32 | u32::from(vlan) << 16;
-        let hi = u64::from(d.staterr | EOP) | u64::from(len_vlan) << 32;
+        let hi = wb_hi(d.staterr | EOP, data.len(), vlan);
         if ring.free() < k {
             ring.tail = self.get_off(rxq(ring.q) + 0x18) as usize;
         }
