@@ -83,7 +83,8 @@ impl SimRegs {
         // Where this run's frames go, and how they are padded and tagged: MAC loopback, the
         // link, the peer, HLREG0 and DMATXCTL.VT are read once a run.
         let peer = lock(&self.peer).upgrade();
-        let lpbk = r::hlreg0::LPBK.is_set(self.get(r::HLREG0));
+        let hlreg0 = self.get(r::HLREG0);
+        let lpbk = r::hlreg0::LPBK.is_set(hlreg0);
         let dest = match (lpbk, self.link_up(), peer.as_deref()) {
             (true, _, _) => Dest::Fifo(self),
             (false, false, _) => Dest::Down,
@@ -108,7 +109,7 @@ impl SimRegs {
                 dest,
                 stat: self.stat_index(TQSM, q),
                 tally: &mut tally,
-                hlreg0: self.get(r::HLREG0),
+                hlreg0,
                 vt: r::dmatxctl::VT.get(self.get(r::DMATXCTL)) as u16,
             };
             let worked = self.walk(&mut queues[q], q, &mut w);
