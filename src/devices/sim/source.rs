@@ -13,10 +13,12 @@
 //! A burst is what a part that fetches and writes back descriptors in bursts does: the
 //! receive enables (bus master, RXCTRL.RXEN, link), the queue's RXDCTL.ENABLE and the snapshot
 //! (no register but a tail written since) are checked once, then the burst's descriptors are
-//! read, then its buffers written, then its descriptors written back. Each copy's descriptor is
-//! read and its buffer written through the software IOMMU (a fault drops the copy, counted
-//! once, and ends the burst), its descriptor is written back with DD as a release store, and it
-//! is counted. A copy skips only what cannot differ from the frame judged: the judging, and the
+//! read, then its buffers written, then its descriptors written back. The ring is translated once
+//! (`DmaView::ring`) and the buffers through one window on their pool's mapping; each copy's
+//! descriptor is written back with DD as a release store, and it is counted. A buffer outside
+//! that window ends the burst before it; what a burst cannot place at all (a ring not inside one
+//! mapping, a first buffer not inside its mapping) goes down the whole path, which faults,
+//! drops and counts it as it does any frame. A copy skips only what cannot differ from the frame judged: the judging, and the
 //! copy that strips the tag or appends the FCS (made once per burst). Fault injection (RXE,
 //! split frames), checked once per burst, sends every frame down the whole path.
 //!
@@ -67,31 +69,30 @@ impl SimRegs {
             // the queue off, or a fault injected) the whole path decides for the next frame,
             // and copies follow it under the verdict it keeps.
             // (`frames`: taken off the wire, placed or dropped.)
-            let (o, frames, faulted) =
+            let (o, frames) =
                 match self.source_copies(dma, rx, &src.frame, (budget - done).min(left)) {
-                    (0, false) => {
+                    0 => {
                         let o = self.receive(dma, rx, &src.frame, true);
                         if matches!(o, Outcome::NoRoom(_) | Outcome::NotReady) {
                             break; // The source waits until the port can take its frame.
                         }
-                        let (c, f) = if o == Outcome::Placed {
+                        let c = if o == Outcome::Placed {
                             let k = (budget - done - 1).min(left - 1);
                             self.source_copies(dma, rx, &src.frame, k)
                         } else {
-                            (0, false)
+                            0
                         };
-                        (o, 1 + c, f)
+                        (o, 1 + c)
                     }
-                    (c, f) => (Outcome::Placed, c, f),
+                    c => (Outcome::Placed, c),
                 };
-            let n = frames + usize::from(faulted);
-            done += n;
-            self.counters.source_frames.add(n as u64);
+            done += frames;
+            self.counters.source_frames.add(frames as u64);
             if let Some(r) = src.remaining.as_mut() {
-                *r -= n as u64;
+                *r -= frames as u64;
             }
-            worked |= o == Outcome::Placed && frames > 0;
-            if o == Outcome::Dropped || faulted {
+            worked |= o == Outcome::Placed;
+            if o == Outcome::Dropped {
                 // Every source frame is the same: the next one would be dropped too. Not
                 // progress either, so an idle device thread backs off.
                 break;
@@ -102,25 +103,20 @@ impl SimRegs {
     }
 
     /// Places up to `k` copies of the source's frame `f` under its verdict, with the snapshot
-    /// and ring cursor the engine holds (module doc). Returns the copies placed,
-    /// and whether one more was dropped by a DMA fault (counted as the whole path counts it).
-    fn source_copies(
-        &self,
-        dma: &DmaView<'_>,
-        rx: &mut RxEngine,
-        f: &[u8],
-        k: usize,
-    ) -> (usize, bool) {
+    /// and ring cursor the engine holds (module doc); returns the copies placed. Anything it
+    /// cannot place without a doubt (no verdict or room, a fault to detect) it leaves to the
+    /// whole path.
+    fn source_copies(&self, dma: &DmaView<'_>, rx: &mut RxEngine, f: &[u8], k: usize) -> usize {
         // The snapshot, then the frame's verdict under it (kept with its analysis, `rx.rs`;
         // a runt never gets that far on the whole path).
         let Some(c) = rx.config else {
-            return (0, false);
+            return 0;
         };
         if self.config_epoch.load(Acquire) != c.epoch || f.len() < 60 {
-            return (0, false);
+            return 0;
         }
         let Verdict::Deliver(d) = self.judge(rx, &c, f) else {
-            return (0, false);
+            return 0;
         };
         let RxEngine {
             cursor: Some(ring),
@@ -129,18 +125,18 @@ impl SimRegs {
             ..
         } = rx
         else {
-            return (0, false);
+            return 0;
         };
         let k = k.min(BURST);
         let injecting =
             self.faults.rx_errors.load(Relaxed) > 0 || self.faults.split_frames.load(Relaxed) > 0;
         if k == 0 || ring.q != d.q || injecting {
-            return (0, false);
+            return 0;
         }
         let strip = d.tag.filter(|_| ring.vme);
         let data = Self::bytes_written(scratch, f, strip, c.keep_fcs);
         if data.len() > ring.chunk {
-            return (0, false); // Several buffers per frame: the whole path handles them.
+            return 0; // Several buffers per frame: the whole path handles them.
         }
         let vlan = strip.map_or(0, |(_, tci)| tci);
         let hi = wb_hi(d.staterr | EOP, data.len(), vlan);
@@ -150,54 +146,38 @@ impl SimRegs {
         let k = k.min(ring.free());
         // The enables, once a burst (module doc).
         if k == 0 || !self.rx_ready() || !self.rx_queue_on(ring.q) {
-            return (0, false);
+            return 0;
         }
         // Like the part, which fetches descriptors into its own cache in bursts and writes
         // them back in bursts: the batch's descriptors are read first, then its buffers are
         // written, then the descriptors are written back in ring order. The lines the driver
         // wrote (refilled descriptors) or read (frames it looked at) then cross to this core
-        // together instead of one stall per frame.
-        let descs = dma.window(ring.base, ring.n * 16);
-        // The IOVA of each copy's descriptor.
-        let mut slot = [0u64; BURST];
+        // together instead of one stall per frame. The ring is translated once (a ring not in
+        // one mapping goes down the whole path, which faults where it is not mapped), and the
+        // buffers, which come from one pool in one mapping, through one window.
+        let Some(descs) = dma.ring(ring.base, ring.n) else {
+            return 0;
+        };
+        let mut addrs = [0u64; BURST];
         let mut at = ring.head;
-        for s in &mut slot[..k] {
-            *s = ring.base + (at * 16) as u64;
+        for a in &mut addrs[..k] {
+            *a = descs.load_u64(at, 0, Acquire);
             at = if at + 1 == ring.n { 0 } else { at + 1 };
         }
-        let mut addrs = [0u64; BURST];
-        let mut fetched = 0;
-        while fetched < k {
-            let Ok(a) = descs.load_u64(slot[fetched], Acquire) else {
-                break;
-            };
-            addrs[fetched] = a;
-            fetched += 1;
-        }
-        // Each copy's buffer, in order; a descriptor that could not be read (`fetched < k`)
-        // or a buffer that could not be written drops that copy and ends the burst.
-        // (The buffers come from one pool, in one mapping: translated once for the burst.)
+        // Each copy's buffer, in order, while it is inside the pool's window; the first one
+        // outside ends the burst unplaced. The next burst takes it (a window on its own
+        // mapping), or the whole path, which faults where nothing is mapped.
         let pool = dma.window_around(addrs[0]);
-        let mut placed = 0;
-        while placed < fetched && pool.write(addrs[placed], data).is_ok() {
-            placed += 1;
-        }
-        let mut faulted = placed < k.min(fetched + 1);
+        let placed = addrs[..k]
+            .iter()
+            .take_while(|&&a| pool.write_inside(a, data))
+            .count();
         // Qword 0, then DD with the length and VLAN as a release store (as `rx_ring.rs` does).
-        // A descriptor that cannot be written back drops its frame, and the copies after it
-        // are not delivered (their buffers are written over later).
-        let unwritten = (0..placed).find(|&i| {
-            descs
-                .store_u64(slot[i], d.lo, Relaxed)
-                .and_then(|_| descs.store_u64(slot[i] + 8, hi, Release))
-                .is_err()
-        });
-        if let Some(i) = unwritten {
-            (placed, faulted) = (i, true);
-        }
-        if faulted {
-            self.counters.dma_faults.inc();
-            Self::count_total(tally, f.len());
+        let mut at = ring.head;
+        for _ in 0..placed {
+            descs.store_u64(at, 0, d.lo, Relaxed);
+            descs.store_u64(at, 8, hi, Release);
+            at = if at + 1 == ring.n { 0 } else { at + 1 };
         }
         ring.head = ring.at(placed);
         if placed > 0 {
@@ -205,6 +185,6 @@ impl SimRegs {
             Self::count_rx_n(tally, ring.stat, f, data.len(), placed as u32);
             Self::count_total_n(tally, f.len(), placed as u32);
         }
-        (placed, faulted)
+        placed
     }
 }

@@ -16,4 +16,4 @@ pub use iova::IovaAllocator;
 pub use memory::{DmaMapper, DmaMemory, IdentityMapper, HUGE_PAGE};
 pub use pool::{Meta, Packet, Pool, PoolConfig, PoolStats};
 pub use slots::{RxSlots, TxSlots};
-pub use soft_iommu::{DmaFault, DmaView, DmaWindow, SoftIommu};
+pub use soft_iommu::{DmaFault, DmaRing, DmaView, DmaWindow, SoftIommu};

@@ -269,6 +269,20 @@ impl<'a> DmaView<'a> {
         }
     }
 
+    /// A descriptor ring of `n` 16-byte slots at `iova`, translated once, when all of it lies in
+    /// one mapping and starts 16-byte aligned; `None` otherwise (the caller then goes through
+    /// the view, which faults where the ring is not mapped). Its slots are then reached by
+    /// index with one bounds check, no translation.
+    pub fn ring(&self, iova: u64, n: usize) -> Option<DmaRing<'_, 'a>> {
+        let bytes = n.checked_mul(16)?;
+        let (_, host) = self.find(iova, bytes)?;
+        (n > 0 && host % 16 == 0).then_some(DmaRing {
+            _view: self,
+            host,
+            n,
+        })
+    }
+
     /// Copies `src` into device memory at `iova`.
     #[inline]
     pub fn write(&self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
@@ -373,6 +387,32 @@ impl DmaWindow<'_, '_> {
         Ok(())
     }
 
+    /// Copies `src` into device memory at `iova` if all of it is inside the window; whether it
+    /// did (nothing is written otherwise, and nothing is counted: the caller sends that access
+    /// the whole way, where a fault is detected).
+    #[inline(always)]
+    pub fn write_inside(&self, iova: u64, src: &[u8]) -> bool {
+        let Some(p) = self.range(iova, src.len()) else {
+            return false;
+        };
+        // SAFETY: as in `write`.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+        true
+    }
+
+    /// If all of `iova..iova+len` is inside the window (a DMA read of it cannot fault), copies
+    /// its first bytes into `dst` (as many as fit, at most `len`) and returns how many; `None`
+    /// otherwise, with nothing copied or counted (as [`write_inside`](Self::write_inside)).
+    #[inline(always)]
+    pub fn read_prefix_inside(&self, iova: u64, len: usize, dst: &mut [u8]) -> Option<usize> {
+        let p = self.range(iova, len)?;
+        let n = dst.len().min(len);
+        // SAFETY: `p..p+len` is inside the window, so inside a live mapping (as in `write`), and
+        // `n <= len`; `dst` is ordinary memory, so the ranges do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), n) };
+        Some(n)
+    }
+
     /// Loads an aligned 64-bit word.
     #[inline(always)]
     pub fn load_u64(&self, iova: u64, order: Ordering) -> Result<u64, DmaFault> {
@@ -405,6 +445,67 @@ impl DmaWindow<'_, '_> {
         // SAFETY: as in `load_u64`, for a 4-byte aligned word.
         unsafe { AtomicU32::from_ptr(p.cast()) }.store(value, order);
         Ok(())
+    }
+}
+
+/// A descriptor ring inside one mapping, translated once ([`DmaView::ring`]): `n` slots of 16
+/// bytes, each reached by its index. It borrows its view, so the mapping cannot go away while
+/// it lives. A slot index at or past `n`, or a word not inside its 16-byte slot or not aligned,
+/// panics (like a slice index): the caller computes indices modulo the ring, so it never does.
+pub struct DmaRing<'v, 'a> {
+    _view: &'v DmaView<'a>,
+    /// Host address of slot 0 (16-byte aligned).
+    host: usize,
+    n: usize,
+}
+
+impl DmaRing<'_, '_> {
+    /// Slots in the ring.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Always false: a ring has at least one slot.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The host address of the `W`-byte word at byte `off` of slot `slot`.
+    #[inline(always)]
+    fn word<const W: usize>(&self, slot: usize, off: usize) -> *mut u8 {
+        assert!(
+            slot < self.n && off % W == 0 && off + W <= 16,
+            "descriptor word {off} of slot {slot} in a ring of {}",
+            self.n
+        );
+        (self.host + slot * 16 + off) as *mut u8
+    }
+
+    /// Loads the 64-bit word at byte `off` (0 or 8) of slot `slot`.
+    #[inline(always)]
+    pub fn load_u64(&self, slot: usize, off: usize, order: Ordering) -> u64 {
+        let p = self.word::<8>(slot, off);
+        // SAFETY: the slot is inside the ring (checked by `word`), which lies in a live mapping
+        // (checked by `DmaView::ring`; the ring borrows the view, which holds the read lock),
+        // and the word is 8-byte aligned: slot 0 is 16-byte aligned and `off % 8 == 0`.
+        // Shared words are accessed atomically.
+        unsafe { AtomicU64::from_ptr(p.cast()) }.load(order)
+    }
+
+    /// Stores the 64-bit word at byte `off` (0 or 8) of slot `slot`.
+    #[inline(always)]
+    pub fn store_u64(&self, slot: usize, off: usize, value: u64, order: Ordering) {
+        let p = self.word::<8>(slot, off);
+        // SAFETY: as in `load_u64`.
+        unsafe { AtomicU64::from_ptr(p.cast()) }.store(value, order)
+    }
+
+    /// Stores the 32-bit word at byte `off` (0, 4, 8 or 12) of slot `slot`.
+    #[inline(always)]
+    pub fn store_u32(&self, slot: usize, off: usize, value: u32, order: Ordering) {
+        let p = self.word::<4>(slot, off);
+        // SAFETY: as in `load_u64`, for a 4-byte aligned word.
+        unsafe { AtomicU32::from_ptr(p.cast()) }.store(value, order)
     }
 }
 
@@ -513,6 +614,13 @@ mod tests {
         assert!(w.load_u64(mem.iova() - 8, Ordering::Relaxed).is_err());
         assert!(w.load_u64(mem.iova() + 4, Ordering::Relaxed).is_err());
         let nowhere = view.window(0x1000, 64);
+        // Writes and reads that stay inside the window, or do nothing.
+        assert!(w.write_inside(mem.iova() + 200, b"abc"));
+        assert!(!w.write_inside(mem.iova() + 4095, b"abc"));
+        let mut six = [0u8; 6];
+        assert_eq!(w.read_prefix_inside(mem.iova() + 200, 3, &mut six), Some(3));
+        assert_eq!(&six[..3], b"abc");
+        assert_eq!(w.read_prefix_inside(mem.iova() + 4094, 3, &mut six), None);
         assert!(nowhere.store_u32(0x1000, 1, Ordering::Relaxed).is_err());
         assert_eq!(iommu.faults(), 3);
         // Appending reads: the bytes are added; a fault leaves the vector as it was.
@@ -523,5 +631,32 @@ mod tests {
         let end = mem.iova() + mem.len() as u64;
         assert!(view.read_append(end - 2, 5, &mut v).is_err());
         assert_eq!(v, b"abframe");
+    }
+
+    #[test]
+    fn a_ring_is_translated_once_and_only_where_it_is_mapped_whole() {
+        let iommu = Arc::new(SoftIommu::new("t"));
+        let mem = DmaMemory::allocate(8192, iommu.clone()).unwrap();
+        let view = iommu.view();
+        // The ring fills the mapping's last 4 KiB (the mapping may be larger than asked for).
+        let at = mem.len() - 4096;
+        let ring = view.ring(mem.iova() + at as u64, 256).unwrap();
+        assert_eq!(ring.len(), 256);
+        ring.store_u64(255, 8, 0x77, Ordering::Release);
+        ring.store_u32(3, 12, 0x5, Ordering::Release);
+        assert_eq!(mem.load_u64(at + 255 * 16 + 8, Ordering::Acquire), 0x77);
+        assert_eq!(mem.load_u32(at + 3 * 16 + 12, Ordering::Acquire), 0x5);
+        mem.store_u64(at + 16, 0xabc, Ordering::Release);
+        assert_eq!(ring.load_u64(1, 0, Ordering::Acquire), 0xabc);
+        // One slot too many, misaligned, nowhere, empty: no ring (and no fault counted).
+        assert!(view.ring(mem.iova() + at as u64, 257).is_none());
+        assert!(view.ring(mem.iova() + 8, 4).is_none());
+        assert!(view.ring(0x1000, 4).is_none());
+        assert!(view.ring(mem.iova(), 0).is_none());
+        assert_eq!(iommu.faults(), 0);
+        let past = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ring.load_u64(256, 0, Ordering::Relaxed)
+        }));
+        assert!(past.is_err(), "a slot past the ring panics");
     }
 }
