@@ -130,6 +130,7 @@ mod rx_quick;
 mod rx_ring;
 mod source;
 mod tx;
+mod tx_void;
 mod worker;
 
 #[cfg(test)]

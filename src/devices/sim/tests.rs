@@ -439,6 +439,67 @@ fn frames_into_the_void_are_counted_as_frames_to_a_peer() {
 }
 
 #[test]
+fn one_void_walk_hands_what_it_cannot_count_to_the_whole_walk() {
+    // One doorbell for a run that mixes what the void path counts itself (`tx_void.rs`) with
+    // what it leaves to the whole walk: a frame of two buffers, a context descriptor and a
+    // tagged frame, a TSO request, a buffer nobody mapped. Port a (a peer: every frame is
+    // gathered) and port v (no peer) must count the run identically.
+    let mut rig = pair_rig(SimConfig::default());
+    let v = SimPort::with_source(
+        SimConfig::default(),
+        Source::udp(MacAddr([0x02, 0, 0, 0, 0, 1]), 64).with_count(0),
+    );
+    init(&v);
+    let mut v_tx = Tx::new(&v, 0, 64);
+    let bcast = udp([0xff; 6], 1, 100);
+    let mcast = udp([0x01, 0, 0x5e, 0, 0, 1], 2, 300);
+    let short = udp(mac_of(&rig.b), 3, 42);
+    let mut last = Vec::new();
+    for (port, tx) in [(&rig.a, &mut rig.a_tx), (&v, &mut v_tx)] {
+        let len = |f: &[u8]| f.len() as u32;
+        let a = tx.stage(&bcast);
+        tx.put(a, DATA | EOP | len(&bcast), len(&bcast) << 14);
+        let (head, rest) = mcast.split_at(30);
+        let (a1, a2) = (tx.stage(head), tx.stage(rest));
+        tx.put(a1, DATA | 30, len(&mcast) << 14);
+        tx.put(a2, DATA | EOP | len(rest), 0);
+        tx.context(200, 1);
+        let a = tx.stage(&mcast);
+        tx.put(
+            a,
+            DATA | EOP | VLE | len(&mcast),
+            len(&mcast) << 14 | 1 << 4,
+        );
+        let a = tx.stage(&bcast);
+        tx.put(a, DATA | EOP | (1 << 31) | len(&bcast), len(&bcast) << 14);
+        tx.put(0x2000, DATA | EOP | 64, 64 << 14);
+        let a = tx.stage(&short);
+        last.push(tx.put(a, DATA | EOP | RS | len(&short), len(&short) << 14));
+        tx.kick(port);
+    }
+    assert!(rig.a_tx.done(last[0]) && v_tx.done(last[1]));
+    let mut regs = vec![r::GPTC, r::TPT, r::BPTC, r::MPTC, r::GOTCL, r::QPTC.at(0)];
+    regs.extend(super::layout::TX_BUCKETS);
+    let counts = |p: &SimPort| {
+        let c = p.counters();
+        let own = [c.tx_frames, c.tx_bytes, c.tx_dropped, c.dma_faults];
+        let regs = regs.iter().map(|&reg| u64::from(p.regs().read(reg)));
+        regs.chain(own).collect::<Vec<_>>()
+    };
+    let (a, vc) = (counts(&rig.a), counts(&v));
+    assert_eq!(
+        a, vc,
+        "{regs:?}, tx_frames, tx_bytes, tx_dropped, dma_faults"
+    );
+    assert_eq!(&a[..4], [5, 5, 2, 2], "GPTC, TPT, BPTC, MPTC");
+    assert_eq!(
+        &a[a.len() - 2..],
+        [1, 1],
+        "the unmapped buffer: dropped, faulted"
+    );
+}
+
+#[test]
 fn injected_faults_behave_as_documented() {
     let mut rig = pair_rig(SimConfig::default());
     let f = udp(mac_of(&rig.b), 1, 64);

@@ -10,7 +10,8 @@
 //! write-back instead (the head index is then stored at TDWBAH:TDWBAL after each run).
 //! HLREG0 and DMATXCTL.VT are read once a run. A port with no peer sends into the void: a frame
 //! of one buffer is then counted from its descriptor and first bytes without being gathered,
-//! its buffer still checked whole by the IOMMU (`void_frame`).
+//! its buffer still checked whole by the IOMMU (`void_frame`); runs of such frames take a quick
+//! path with the ring translated once (`tx_void.rs`).
 //!
 //! A data descriptor of length 0 hangs the queue, as it hangs the part's transmit DMA: TDH stays
 //! on it and nothing more is sent until a reset or the queue is disabled
@@ -29,15 +30,16 @@ use super::regs::{lock, SimRegs};
 
 use super::engine::{TxEngine, TxQueue, TxTally, WireFrame};
 use super::layout::{bucket_index, TX_BUCKETS};
+use super::tx_void::VoidRun;
 use crate::platform::dma::DmaView;
 use crate::platform::regs::ixgbe as r;
 
 /// Largest frame the engine gathers (the 82599 limit without TSO is about 15.5 KB).
-const MAX_FRAME: usize = 16 * 1024;
+pub(super) const MAX_FRAME: usize = 16 * 1024;
 
 /// Where the frames of a transmit run go (decided once a run).
 #[derive(Clone, Copy, Debug)]
-enum Dest<'p> {
+pub(super) enum Dest<'p> {
     /// Into an inbound FIFO: the peer's, or this port's own with MAC loopback.
     Fifo(&'p SimRegs),
     /// Nowhere, counted as sent: the port has no peer.
@@ -47,26 +49,26 @@ enum Dest<'p> {
 }
 
 /// What a transmit walk carries along: where its frames go and what it counts.
-struct Walk<'a> {
+pub(super) struct Walk<'a> {
     /// Frames for a FIFO (`Dest::Fifo`).
     out: &'a mut Vec<WireFrame>,
     /// Buffers that take the place of frames moved to `out`.
     spare: &'a mut Vec<Vec<u8>>,
     dest: Dest<'a>,
     /// The statistics counter TQSM maps the queue to.
-    stat: usize,
-    tally: &'a mut TxTally,
+    pub(super) stat: usize,
+    pub(super) tally: &'a mut TxTally,
     /// HLREG0 and DMATXCTL.VT, read once a run.
-    hlreg0: u32,
+    pub(super) hlreg0: u32,
     vt: u16,
 }
 
-const EOP: u32 = 1 << 24;
-const RS: u32 = 1 << 27;
-const DEXT: u32 = 1 << 29;
-const VLE: u32 = 1 << 30;
-const TSE: u32 = 1 << 31;
-const DD: u32 = 1;
+pub(super) const EOP: u32 = 1 << 24;
+pub(super) const RS: u32 = 1 << 27;
+pub(super) const DEXT: u32 = 1 << 29;
+pub(super) const VLE: u32 = 1 << 30;
+pub(super) const TSE: u32 = 1 << 31;
+pub(super) const DD: u32 = 1;
 
 impl SimRegs {
     fn tx_ready(&self, q: usize) -> bool {
@@ -178,7 +180,19 @@ impl SimRegs {
         let dma = self.iommu.view();
         // The ring is translated once for the walk (faults are still detected per access).
         let ring = dma.window(base, n * 16);
+        // Frames into the void take the quick path where they can (`tx_void.rs`).
+        let void = matches!(w.dest, Dest::Void) && self.capture_cap == 0;
+        let mut quick = dma
+            .ring(base, n)
+            .filter(|_| void)
+            .map(|ring| VoidRun { ring, pool: None });
         while head != tail {
+            if let Some(run) = quick.as_mut().filter(|_| !st.in_frame) {
+                head = Self::void_run(&dma, run, st, (head, tail), head_wb, w);
+                if head == tail {
+                    break;
+                }
+            }
             let d = base + (head * 16) as u64;
             let (Ok(addr), Ok(hi)) = (ring.load_u64(d, Acquire), ring.load_u64(d + 8, Acquire))
             else {
@@ -337,7 +351,7 @@ impl SimRegs {
     }
 
     /// Counts a frame of `len` bytes (no FCS) whose first bytes (up to six) are `dst`.
-    fn count_tx_len(len: u64, dst: &[u8], s: usize, t: &mut TxTally) {
+    pub(super) fn count_tx_len(len: u64, dst: &[u8], s: usize, t: &mut TxTally) {
         t.frames += 1;
         t.bytes += len;
         t.bucket[bucket_index(len + 4)] += 1;

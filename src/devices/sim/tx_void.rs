@@ -1,0 +1,85 @@
+//! The transmit engine's quick path for frames into the void (a port with no peer, nothing
+//! captured): what the benchmarks' transmitting port does with every frame.
+//!
+//! The whole walk (`tx.rs`) takes one descriptor at a time through the general decoder: legacy
+//! and unknown types, TSO and checksum requests logged, frames of several buffers gathered,
+//! lengths checked, each access translated through the ring's window. A frame that goes
+//! nowhere needs only its length, whether it is tagged, and its first six bytes (broadcast and
+//! multicast counts), and its buffer checked readable whole. A run here takes the ring
+//! translated once (`DmaView::ring`) and the buffer pool once (`DmaView::window_around`, from
+//! the first buffer), and per descriptor: a context descriptor's tag is kept; a one-buffer data
+//! frame (DEXT, DTYP 0011, EOP, no TSE or POPTS, 12 bytes to `MAX_FRAME`) inside the pool's
+//! window is counted as the whole walk counts it (`void_frame`); RS gets DD as there.
+//!
+//! It stops at the first descriptor that needs more, and the whole walk takes that descriptor
+//! (logging, gathering, hanging, dropping or faulting as it always does), then this path is
+//! tried again. Nothing a frame's fate depends on is decided differently here.
+
+use std::sync::atomic::Ordering::{Acquire, Release};
+
+use super::engine::TxQueue;
+use super::regs::SimRegs;
+use super::tx::{Walk, DD, DEXT, EOP, MAX_FRAME, RS, TSE, VLE};
+use crate::platform::dma::{DmaRing, DmaView, DmaWindow};
+use crate::platform::regs::ixgbe as r;
+
+/// DTYP (dword 2 bits 23:20) of advanced context and data descriptors.
+const DTYP: u32 = 0xf << 20;
+const DTYP_CONTEXT: u32 = 0x2 << 20;
+const DTYP_DATA: u32 = 0x3 << 20;
+/// POPTS IXSM/TXSM (olinfo bits 9:8): checksum insertion, which the whole walk logs.
+const POPTS: u32 = 0x3 << 8;
+
+/// A walk's quick-path state: the ring and, once a buffer was seen, the pool's window.
+pub(super) struct VoidRun<'v, 'a> {
+    pub(super) ring: DmaRing<'v, 'a>,
+    pub(super) pool: Option<DmaWindow<'v, 'a>>,
+}
+
+impl SimRegs {
+    /// Counts descriptors from `head` towards `tail` while each is one the void path takes
+    /// (module doc); returns where it stopped. `st` must not be inside a frame.
+    pub(super) fn void_run<'v, 'a>(
+        dma: &'v DmaView<'a>,
+        run: &mut VoidRun<'v, 'a>,
+        st: &mut TxQueue,
+        (mut head, tail): (usize, usize),
+        head_wb: bool,
+        w: &mut Walk<'_>,
+    ) -> usize {
+        let n = run.ring.len();
+        let pad = r::hlreg0::TXPADEN.is_set(w.hlreg0);
+        while head != tail {
+            let addr = run.ring.load_u64(head, 0, Acquire);
+            let hi = run.ring.load_u64(head, 8, Acquire);
+            let (cmd, olinfo) = (hi as u32, (hi >> 32) as u32);
+            if cmd & (DEXT | DTYP) == DEXT | DTYP_CONTEXT {
+                st.ctx[((olinfo >> 4) & 1) as usize] = (addr >> 16) as u16;
+            } else {
+                let len = (cmd & 0xffff) as usize;
+                let simple = cmd & (DEXT | DTYP | EOP | TSE) == DEXT | DTYP_DATA | EOP
+                    && olinfo & POPTS == 0
+                    && (12..=MAX_FRAME).contains(&len);
+                if !simple {
+                    break;
+                }
+                let pool = run.pool.get_or_insert_with(|| dma.window_around(addr));
+                let mut dst = [0u8; 6];
+                let Some(k) = pool.read_prefix_inside(addr, len, &mut dst) else {
+                    break;
+                };
+                // The tag goes after the addresses, so it does not move them.
+                let mut wire = len + if cmd & VLE != 0 { 4 } else { 0 };
+                if pad {
+                    wire = wire.max(60);
+                }
+                Self::count_tx_len(wire as u64, &dst[..k], w.stat, w.tally);
+            }
+            if cmd & RS != 0 && !head_wb {
+                run.ring.store_u32(head, 12, olinfo | DD, Release);
+            }
+            head = if head + 1 == n { 0 } else { head + 1 };
+        }
+        head
+    }
+}
