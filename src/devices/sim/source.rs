@@ -13,14 +13,15 @@
 //! A burst is what a part that fetches and writes back descriptors in bursts does: the
 //! receive enables (bus master, RXCTRL.RXEN, link), the queue's RXDCTL.ENABLE and the snapshot
 //! (no register but a tail written since) are checked once, then the burst's descriptors are
-//! read, then its buffers written, then its descriptors written back. The ring is translated once
-//! (`DmaView::ring`) and the buffers through one window on their pool's mapping; each copy's
-//! descriptor is written back with DD as a release store, and it is counted. A buffer outside
-//! that window ends the burst before it; what a burst cannot place at all (a ring not inside one
-//! mapping, a first buffer not inside its mapping) goes down the whole path, which faults,
-//! drops and counts it as it does any frame. A copy skips only what cannot differ from the frame judged: the judging, and the
-//! copy that strips the tag or appends the FCS (made once per burst). Fault injection (RXE,
-//! split frames), checked once per burst, sends every frame down the whole path.
+//! read, then its buffers written, then its descriptors written back. The ring is translated
+//! once (`DmaView::ring`) and the buffers through one window on their pool's mapping; each
+//! copy's descriptor is written back with DD as a release store, and it is counted. A buffer
+//! outside that window ends the burst before it; what a burst cannot place at all (a ring not
+//! inside one mapping, a first buffer not inside its mapping) goes down the whole path, which
+//! faults, drops and counts it as it does any frame. A copy skips only what cannot differ from
+//! the frame judged: the judging, and the copy that strips the tag or appends the FCS (made
+//! once per burst). Fault injection (RXE, split frames), checked once per burst, sends every
+//! frame down the whole path.
 //!
 //! Receive turned off during a burst takes effect with the next one (at most 32 frames later,
 //! a microsecond or so), as the part finishes the descriptors it has fetched. A driver that

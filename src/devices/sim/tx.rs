@@ -39,7 +39,7 @@ pub(super) const MAX_FRAME: usize = 16 * 1024;
 
 /// Where the frames of a transmit run go (decided once a run).
 #[derive(Clone, Copy, Debug)]
-pub(super) enum Dest<'p> {
+enum Dest<'p> {
     /// Into an inbound FIFO: the peer's, or this port's own with MAC loopback.
     Fifo(&'p SimRegs),
     /// Nowhere, counted as sent: the port has no peer.
@@ -182,9 +182,9 @@ impl SimRegs {
         let ring = dma.window(base, n * 16);
         // Frames into the void take the quick path where they can (`tx_void.rs`).
         let void = matches!(w.dest, Dest::Void) && self.capture_cap == 0;
-        let mut quick = dma
-            .ring(base, n)
-            .filter(|_| void)
+        let mut quick = void
+            .then(|| dma.ring(base, n))
+            .flatten()
             .map(|ring| VoidRun { ring, pool: None });
         while head != tail {
             if let Some(run) = quick.as_mut().filter(|_| !st.in_frame) {
