@@ -20,7 +20,9 @@
 //! - `sim`: the ixgbe driver on the software 82599 in threaded mode. Port A has a traffic
 //!   source (64-byte UDP frames, tagged or not) and port B transmits into the void; both are
 //!   served by ONE device thread on the other core, so frames arrive in cache lines another core
-//!   wrote, as DMA writes do. The model's own transmit counter must match what was sent.
+//!   wrote, as DMA writes do. The model's own transmit counter must match what was sent. Each
+//!   comparison also prints the model's busy time per frame and, from one extra repetition of
+//!   A and of B, the forwarder's busy time per packet: the larger of the two sets the pace.
 //!
 //! On the null device, `fwd` also runs as a pipeline: receive on this thread, transmit on a
 //! second one (on the second `--pin` CPU), bursts handed over through a lock-free queue
@@ -215,32 +217,65 @@ fn timed<R: RxQueue, T: SwVlanTx>(
     burst: usize,
     dur: Duration,
 ) -> Result<(FwdStats, Duration)> {
+    run_for(rx, tx, work, burst, dur, false)
+}
+
+/// As [`timed`], but the time returned is the loop's busy time: the bursts that received
+/// something, each from its clock read to the next (one clock read a burst, which `timed`
+/// does not pay: a separate repetition, not one of the compared samples).
+fn busy_for<R: RxQueue, T: SwVlanTx>(
+    rx: &mut VlanRx<R>,
+    tx: &mut VlanTx<T>,
+    work: Work,
+    burst: usize,
+    dur: Duration,
+) -> Result<(FwdStats, Duration)> {
+    run_for(rx, tx, work, burst, dur, true)
+}
+
+/// The loop of [`timed`] and [`busy_for`].
+fn run_for<R: RxQueue, T: SwVlanTx>(
+    rx: &mut VlanRx<R>,
+    tx: &mut VlanTx<T>,
+    work: Work,
+    burst: usize,
+    dur: Duration,
+    busy: bool,
+) -> Result<(FwdStats, Duration)> {
     let mut batch = Vec::with_capacity(burst);
     let mut st = FwdStats::default();
     let mut acc = 0u64;
     let start = Instant::now();
     let deadline = start + dur;
+    let (mut busy_time, mut last, mut got) = (Duration::ZERO, start, 0);
     let err = |e: vfio_nic::device::QueueError| Error::InvalidConfig(format!("burst failed: {e}"));
     loop {
-        match work {
-            Work::Fwd => {
-                for _ in 0..256 {
-                    forward_burst(rx, tx, &mut batch, burst, &mut st).map_err(err)?;
+        for _ in 0..256 {
+            if busy {
+                let t = Instant::now();
+                if got > 0 {
+                    busy_time += t - last;
                 }
+                last = t;
             }
-            Work::L2 => {
-                for _ in 0..256 {
-                    l2_burst(rx, tx, &mut batch, burst, &mut st, &mut acc).map_err(err)?;
-                }
+            let before = st.rx;
+            match work {
+                Work::Fwd => forward_burst(rx, tx, &mut batch, burst, &mut st).map(drop),
+                Work::L2 => l2_burst(rx, tx, &mut batch, burst, &mut st, &mut acc),
             }
+            .map_err(err)?;
+            got = st.rx - before;
         }
         if Instant::now() >= deadline {
             break;
         }
     }
     let took = start.elapsed();
+    if got > 0 {
+        busy_time += start + took - last;
+    }
     std::hint::black_box(acc);
-    Ok((st, took))
+    Ok((st, if busy { busy_time } else { took }))
 }
 
 /// Two ports of one device and traffic, with their VLAN control handles and wrapped queues:
@@ -569,6 +604,22 @@ impl Rig {
         Ok(took.as_secs_f64() * 1e9 / st.tx as f64)
     }
 
+    /// The forwarder's busy time per packet in placement `p` (software 82599, threaded: read
+    /// beside the model's time per frame, the larger sets the pace): one repetition of
+    /// [`busy_for`], not one of the compared samples.
+    fn rep_busy(
+        &mut self,
+        p: Placement,
+        work: Work,
+        args: &BenchArgs,
+        dur: Duration,
+    ) -> Result<f64> {
+        self.set(p)?;
+        let (st, busy) = busy_for(&mut self.rx, &mut self.tx, work, args.burst, dur)?;
+        self.sent += st.tx;
+        Ok(busy.as_secs_f64() * 1e9 / st.tx.max(1) as f64)
+    }
+
     /// One repetition of `fwd` in placement `p` as a pipeline: receive on this thread,
     /// transmit on another (pinned to the second `--pin` CPU); ns per packet transmitted.
     fn rep_pipeline(&mut self, p: Placement, args: &BenchArgs, dur: Duration) -> Result<f64> {
@@ -695,6 +746,10 @@ struct Comparison {
     /// Software 82599: the model's own time per frame on the device core (its busy time over
     /// the comparison's frames, both placements), next to the forwarder's ns per packet.
     model_ns_per_frame: Option<f64>,
+    /// Software 82599, threaded: the forwarder's busy time per packet (bursts that received
+    /// something) in A and B, from one extra repetition of each; beside the model's time per
+    /// frame, the larger of the two sets the pace.
+    driver_busy_ns: Option<[f64; 2]>,
 }
 
 /// The comparisons run on one device: the A/A first (its floor judges the others).
@@ -957,6 +1012,15 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
                         }
                         _ => None,
                     };
+                    // Which side sets the pace: the forwarder's own busy time in A and B,
+                    // from one more repetition of each (not samples of the comparison).
+                    let driver_busy_ns = match model_ns_per_frame {
+                        Some(_) if !piped => Some([
+                            rig.rep_busy(pa, work, args, dur)?,
+                            rig.rep_busy(pb, work, args, dur)?,
+                        ]),
+                        _ => None,
+                    };
                     let diff = paired_t_95(&a_ns, &b_ns);
                     if kind == "A/A" {
                         floor = noise_floor(&diff);
@@ -990,6 +1054,7 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
                         diff,
                         floor,
                         model_ns_per_frame,
+                        driver_busy_ns,
                         pipeline: piped.then(|| {
                             let per = |(s, n): (u64, u64)| s as f64 / n.max(1) as f64;
                             format!(
@@ -1054,7 +1119,12 @@ fn print_comparison(c: &Comparison) -> Result<()> {
     };
     let model = c
         .model_ns_per_frame
-        .map(|m| format!("  (model: {m:.0} ns per frame on the device core)"))
+        .map(|m| {
+            let driver = c.driver_busy_ns.map_or(String::new(), |[a, b]| {
+                format!("; driver busy: A {a:.0}, B {b:.0} ns per packet")
+            });
+            format!("  (model: {m:.0} ns per frame on the device core{driver})")
+        })
         .or_else(|| c.pipeline.as_ref().map(|p| format!("  ({p})")))
         .unwrap_or_default();
     outln!(
