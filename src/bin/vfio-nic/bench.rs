@@ -209,38 +209,25 @@ fn l2_burst<R: RxQueue, T: SwVlanTx>(
     Ok(())
 }
 
-/// Forwards for `dur`; returns the stats and the time taken.
+/// What [`timed`] returns as its time.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Clock {
+    /// The time the loop took.
+    Elapsed,
+    /// The loop's busy time: the bursts that received something, each from its clock read to
+    /// the next (a clock read a burst, which `Elapsed` does not pay: for a separate repetition,
+    /// not one of the compared samples).
+    Busy,
+}
+
+/// Forwards for `dur`; returns the stats and the time taken (or busy, see [`Clock`]).
 fn timed<R: RxQueue, T: SwVlanTx>(
     rx: &mut VlanRx<R>,
     tx: &mut VlanTx<T>,
     work: Work,
     burst: usize,
     dur: Duration,
-) -> Result<(FwdStats, Duration)> {
-    run_for(rx, tx, work, burst, dur, false)
-}
-
-/// As [`timed`], but the time returned is the loop's busy time: the bursts that received
-/// something, each from its clock read to the next (one clock read a burst, which `timed`
-/// does not pay: a separate repetition, not one of the compared samples).
-fn busy_for<R: RxQueue, T: SwVlanTx>(
-    rx: &mut VlanRx<R>,
-    tx: &mut VlanTx<T>,
-    work: Work,
-    burst: usize,
-    dur: Duration,
-) -> Result<(FwdStats, Duration)> {
-    run_for(rx, tx, work, burst, dur, true)
-}
-
-/// The loop of [`timed`] and [`busy_for`].
-fn run_for<R: RxQueue, T: SwVlanTx>(
-    rx: &mut VlanRx<R>,
-    tx: &mut VlanTx<T>,
-    work: Work,
-    burst: usize,
-    dur: Duration,
-    busy: bool,
+    clock: Clock,
 ) -> Result<(FwdStats, Duration)> {
     let mut batch = Vec::with_capacity(burst);
     let mut st = FwdStats::default();
@@ -251,7 +238,7 @@ fn run_for<R: RxQueue, T: SwVlanTx>(
     let err = |e: vfio_nic::device::QueueError| Error::InvalidConfig(format!("burst failed: {e}"));
     loop {
         for _ in 0..256 {
-            if busy {
+            if clock == Clock::Busy {
                 let t = Instant::now();
                 if got > 0 {
                     busy_time += t - last;
@@ -275,7 +262,14 @@ fn run_for<R: RxQueue, T: SwVlanTx>(
         busy_time += start + took - last;
     }
     std::hint::black_box(acc);
-    Ok((st, if busy { busy_time } else { took }))
+    Ok((
+        st,
+        if clock == Clock::Busy {
+            busy_time
+        } else {
+            took
+        },
+    ))
 }
 
 /// Two ports of one device and traffic, with their VLAN control handles and wrapped queues:
@@ -591,8 +585,16 @@ impl Rig {
             work,
             args.burst,
             Duration::from_millis(20),
+            Clock::Elapsed,
         )?;
-        let (st, took) = timed(&mut self.rx, &mut self.tx, work, args.burst, dur)?;
+        let (st, took) = timed(
+            &mut self.rx,
+            &mut self.tx,
+            work,
+            args.burst,
+            dur,
+            Clock::Elapsed,
+        )?;
         self.sent += warm.tx + st.tx;
         if st.tx == 0 {
             return Err(Error::InvalidConfig(format!(
@@ -606,7 +608,7 @@ impl Rig {
 
     /// The forwarder's busy time per packet in placement `p` (software 82599, threaded: read
     /// beside the model's time per frame, the larger sets the pace): one repetition of
-    /// [`busy_for`], not one of the compared samples.
+    /// [`timed`] with [`Clock::Busy`], not one of the compared samples.
     fn rep_busy(
         &mut self,
         p: Placement,
@@ -615,7 +617,14 @@ impl Rig {
         dur: Duration,
     ) -> Result<f64> {
         self.set(p)?;
-        let (st, busy) = busy_for(&mut self.rx, &mut self.tx, work, args.burst, dur)?;
+        let (st, busy) = timed(
+            &mut self.rx,
+            &mut self.tx,
+            work,
+            args.burst,
+            dur,
+            Clock::Busy,
+        )?;
         self.sent += st.tx;
         Ok(busy.as_secs_f64() * 1e9 / st.tx.max(1) as f64)
     }

@@ -3,6 +3,8 @@
 //! `rx.rs` (with `rx_config.rs`, `rx_ring.rs` and `source.rs`) and `tx.rs`, so that the register
 //! file (`regs.rs`) can hold it without the engines and the register file importing each other.
 
+use crate::platform::dma::{DmaRing, DmaWindow};
+
 /// Largest number of queues the transmit engine keeps state for.
 const TX_QUEUES: usize = 128;
 
@@ -121,6 +123,13 @@ pub(super) struct TxQueue {
     /// A zero-length data descriptor was fetched: the queue's DMA is hung (the part needs a
     /// reset); cleared by a reset or by disabling the queue.
     pub(super) hung: bool,
+}
+
+/// A transmit walk's state for its quick path into the void (`tx_void.rs`): the ring and, once
+/// a buffer was seen, the pool's window.
+pub(super) struct VoidRun<'v, 'a> {
+    pub(super) ring: DmaRing<'v, 'a>,
+    pub(super) pool: Option<DmaWindow<'v, 'a>>,
 }
 
 /// Transmit-side state of a port (held under its `tx` lock).

@@ -28,9 +28,8 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use super::layout::{txq, TQSM, W_GOTC, W_QBTC};
 use super::regs::{lock, SimRegs};
 
-use super::engine::{TxEngine, TxQueue, TxTally, WireFrame};
+use super::engine::{TxEngine, TxQueue, TxTally, VoidRun, WireFrame};
 use super::layout::{bucket_index, TX_BUCKETS};
-use super::tx_void::VoidRun;
 use crate::platform::dma::DmaView;
 use crate::platform::regs::ixgbe as r;
 

@@ -17,10 +17,10 @@
 
 use std::sync::atomic::Ordering::{Acquire, Release};
 
-use super::engine::TxQueue;
+use super::engine::{TxQueue, VoidRun};
 use super::regs::SimRegs;
 use super::tx::{Walk, DD, DEXT, EOP, MAX_FRAME, RS, TSE, VLE};
-use crate::platform::dma::{DmaRing, DmaView, DmaWindow};
+use crate::platform::dma::DmaView;
 use crate::platform::regs::ixgbe as r;
 
 /// DTYP (dword 2 bits 23:20) of advanced context and data descriptors.
@@ -29,12 +29,6 @@ const DTYP_CONTEXT: u32 = 0x2 << 20;
 const DTYP_DATA: u32 = 0x3 << 20;
 /// POPTS IXSM/TXSM (olinfo bits 9:8): checksum insertion, which the whole walk logs.
 const POPTS: u32 = 0x3 << 8;
-
-/// A walk's quick-path state: the ring and, once a buffer was seen, the pool's window.
-pub(super) struct VoidRun<'v, 'a> {
-    pub(super) ring: DmaRing<'v, 'a>,
-    pub(super) pool: Option<DmaWindow<'v, 'a>>,
-}
 
 impl SimRegs {
     /// Counts descriptors from `head` towards `tail` while each is one the void path takes
