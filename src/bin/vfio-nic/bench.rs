@@ -932,8 +932,21 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
     if let Some(&cpu) = args.pin.first() {
         pin_current_thread(cpu)?;
     }
+    // Each threaded sim comparison runs one more repetition of A and of B: the driver's busy
+    // time (`Rig::rep_busy`).
+    let busy_reps: usize = devices
+        .iter()
+        .filter(|&&d| d == "sim")
+        .map(|d| {
+            let plain = plan(d)
+                .iter()
+                .filter(|c| c.0 != "pipeline" && c.0 != "return")
+                .count();
+            plain * works.len() * traffic.len() * 2
+        })
+        .sum();
     let mut progress = Progress {
-        total_reps: comparisons * args.pairs * 2,
+        total_reps: comparisons * args.pairs * 2 + busy_reps,
         done_reps: 0,
         started: Instant::now(),
         tty: std::io::stderr().is_terminal(),
@@ -1024,10 +1037,14 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
                     // Which side sets the pace: the forwarder's own busy time in A and B,
                     // from one more repetition of each (not samples of the comparison).
                     let driver_busy_ns = match model_ns_per_frame {
-                        Some(_) if !piped => Some([
-                            rig.rep_busy(pa, work, args, dur)?,
-                            rig.rep_busy(pb, work, args, dur)?,
-                        ]),
+                        Some(_) if !piped => {
+                            let busy = [
+                                rig.rep_busy(pa, work, args, dur)?,
+                                rig.rep_busy(pb, work, args, dur)?,
+                            ];
+                            progress.done_reps += 2;
+                            Some(busy)
+                        }
                         _ => None,
                     };
                     let diff = paired_t_95(&a_ns, &b_ns);
