@@ -485,10 +485,10 @@ impl DmaRing<'_, '_> {
     #[inline(always)]
     pub fn load_u64(&self, slot: usize, off: usize, order: Ordering) -> u64 {
         let p = self.word::<8>(slot, off);
-        // SAFETY: the slot is inside the ring (checked by `word`), which lies in a live mapping
-        // (checked by `DmaView::ring`; the ring borrows the view, which holds the read lock),
-        // and the word is 8-byte aligned: slot 0 is 16-byte aligned and `off % 8 == 0`.
         // Shared words are accessed atomically.
+        // SAFETY: the slot is inside the ring (`word` checks), which lies in a live mapping
+        // (`DmaView::ring` checks; the ring borrows the view, which holds the read lock), and
+        // the word is 8-byte aligned: slot 0 is 16-byte aligned and `off % 8 == 0`.
         unsafe { AtomicU64::from_ptr(p.cast()) }.load(order)
     }
 
