@@ -55,10 +55,10 @@ pub(super) struct Walk<'a> {
     spare: &'a mut Vec<Vec<u8>>,
     dest: Dest<'a>,
     /// The statistics counter TQSM maps the queue to.
-    pub(super) stat: usize,
-    pub(super) tally: &'a mut TxTally,
+    stat: usize,
+    tally: &'a mut TxTally,
     /// HLREG0 and DMATXCTL.VT, read once a run.
-    pub(super) hlreg0: u32,
+    hlreg0: u32,
     vt: u16,
 }
 
@@ -68,6 +68,8 @@ pub(super) const DEXT: u32 = 1 << 29;
 pub(super) const VLE: u32 = 1 << 30;
 pub(super) const TSE: u32 = 1 << 31;
 pub(super) const DD: u32 = 1;
+/// POPTS IXSM/TXSM (olinfo bits 9:8): checksum insertion, which is not modelled.
+pub(super) const POPTS: u32 = 0x3 << 8;
 
 impl SimRegs {
     fn tx_ready(&self, q: usize) -> bool {
@@ -250,7 +252,7 @@ impl SimRegs {
             if cmd & TSE != 0 {
                 self.gap("TSO (DCMD.TSE) is not modelled; the buffers are sent as one frame");
             }
-            if olinfo & (0x3 << 8) != 0 {
+            if olinfo & POPTS != 0 {
                 self.gap("checksum insertion (POPTS IXSM/TXSM) is not modelled; checksums are sent as they are");
             }
             let vle = cmd & VLE != 0 && cmd & DEXT != 0;
@@ -320,12 +322,19 @@ impl SimRegs {
             self.counters.tx_dropped.inc();
             return;
         };
+        Self::count_void(len, vle, &dst[..n], w);
+    }
+
+    /// Counts a frame into the void from its buffer's length, whether a tag is inserted, and
+    /// its first bytes (`void_frame`, and the quick path in `tx_void.rs`): the tag and the
+    /// padding HLREG0.TXPADEN asks for are added as the gathered frame would have them.
+    pub(super) fn count_void(len: usize, vle: bool, dst: &[u8], w: &mut Walk<'_>) {
         // The tag goes after the addresses, so it does not move them.
         let mut wire = len + if vle { 4 } else { 0 };
         if r::hlreg0::TXPADEN.is_set(w.hlreg0) {
             wire = wire.max(60);
         }
-        Self::count_tx_len(wire as u64, &dst[..n], w.stat, w.tally);
+        Self::count_tx_len(wire as u64, dst, w.stat, w.tally);
     }
 
     fn gap(&self, what: &'static str) {
@@ -350,7 +359,7 @@ impl SimRegs {
     }
 
     /// Counts a frame of `len` bytes (no FCS) whose first bytes (up to six) are `dst`.
-    pub(super) fn count_tx_len(len: u64, dst: &[u8], s: usize, t: &mut TxTally) {
+    fn count_tx_len(len: u64, dst: &[u8], s: usize, t: &mut TxTally) {
         t.frames += 1;
         t.bytes += len;
         t.bucket[bucket_index(len + 4)] += 1;

@@ -19,16 +19,13 @@ use std::sync::atomic::Ordering::{Acquire, Release};
 
 use super::engine::{TxQueue, VoidRun};
 use super::regs::SimRegs;
-use super::tx::{Walk, DD, DEXT, EOP, MAX_FRAME, RS, TSE, VLE};
+use super::tx::{Walk, DD, DEXT, EOP, MAX_FRAME, POPTS, RS, TSE, VLE};
 use crate::platform::dma::DmaView;
-use crate::platform::regs::ixgbe as r;
 
 /// DTYP (dword 2 bits 23:20) of advanced context and data descriptors.
 const DTYP: u32 = 0xf << 20;
 const DTYP_CONTEXT: u32 = 0x2 << 20;
 const DTYP_DATA: u32 = 0x3 << 20;
-/// POPTS IXSM/TXSM (olinfo bits 9:8): checksum insertion, which the whole walk logs.
-const POPTS: u32 = 0x3 << 8;
 
 impl SimRegs {
     /// Counts descriptors from `head` towards `tail` while each is one the void path takes
@@ -42,7 +39,6 @@ impl SimRegs {
         w: &mut Walk<'_>,
     ) -> usize {
         let n = run.ring.len();
-        let pad = r::hlreg0::TXPADEN.is_set(w.hlreg0);
         while head != tail {
             let addr = run.ring.load_u64(head, 0, Acquire);
             let hi = run.ring.load_u64(head, 8, Acquire);
@@ -62,12 +58,7 @@ impl SimRegs {
                 let Some(k) = pool.read_prefix_inside(addr, len, &mut dst) else {
                     break;
                 };
-                // The tag goes after the addresses, so it does not move them.
-                let mut wire = len + if cmd & VLE != 0 { 4 } else { 0 };
-                if pad {
-                    wire = wire.max(60);
-                }
-                Self::count_tx_len(wire as u64, &dst[..k], w.stat, w.tally);
+                Self::count_void(len, cmd & VLE != 0, &dst[..k], w);
             }
             if cmd & RS != 0 && !head_wb {
                 run.ring.store_u32(head, 12, olinfo | DD, Release);
