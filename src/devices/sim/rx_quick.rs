@@ -1,22 +1,22 @@
 //! The receive engine's quick path for frames from the wire (the inbound FIFO).
 //!
-//! The whole path (`rx.rs`) takes one frame at a time: the enables, the snapshot, the verdict,
-//! the ring cursor and its queue, then four IOMMU accesses (descriptor, buffer, two
-//! write-back words), each translated on its own. Most frames of a run are alike: good, judged
-//! before (their verdict is kept with their analysis), for the queue the engine already has a
-//! cursor on, one buffer each. For those, a run checks the enables, the fault injections, the
-//! snapshot and the queue's RXDCTL.ENABLE once, translates the ring once (`DmaView::window`)
-//! and the buffer pool once (`DmaView::window_around`, from the first buffer), and places frame
-//! after frame in the whole path's order: descriptor read, buffer written, qword 0, then DD
-//! with length and VLAN as one release store. It writes RDH once, at the end of the run.
+//! The whole path (`rx.rs`) takes one frame at a time: the enables, the snapshot, the verdict, the
+//! ring cursor and its queue, then four IOMMU accesses (descriptor, buffer, two write-back words),
+//! each translated on its own. Most frames of a run are alike: good, judged before (their verdict
+//! is kept with their analysis), for the queue the engine already has a cursor on, one buffer each.
+//! For those, a run checks the enables, the fault injections, the snapshot and the queue's
+//! RXDCTL.ENABLE once, translates the ring once (`DmaView::ring`; a ring not mapped whole is left
+//! to the whole path) and the buffer pool once (`DmaView::window_around`, from the first buffer),
+//! and places frame after frame in the whole path's order: descriptor read, buffer written, qword
+//! 0, then DD with length and VLAN as one release store. It writes RDH once, at the end of the run.
 //!
 //! It stops at the first frame that needs more: a bad FCS or a runt, a verdict that drops it or
-//! sends it to another queue, several buffers, no free descriptor, or a descriptor or buffer
-//! outside the run's windows. The whole path then takes that frame (and counts, drops or
-//! faults it as it always does), and the quick path is tried again for the next. So nothing a
-//! frame's fate depends on is decided differently here; only the checks that cannot change
-//! within a run are made once. (As for the traffic source's bursts, receive turned off during a
-//! run takes effect with the next run; a driver's unmap waits for the IOMMU view the run holds.)
+//! sends it to another queue, several buffers, no free descriptor, or a buffer outside the pool's
+//! window. The whole path then takes that frame (and counts, drops or faults it as it always does),
+//! and the quick path is tried again for the next. So nothing a frame's fate depends on is decided
+//! differently here; only the checks that cannot change within a run are made once. (As for the
+//! traffic source's bursts, receive turned off during a run takes effect with the next run; a
+//! driver's unmap waits for the IOMMU view the run holds.)
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
@@ -47,7 +47,9 @@ impl SimRegs {
         let Some(mut ring) = rx.cursor.filter(|r| self.rx_queue_on(r.q)) else {
             return (0, 0);
         };
-        let descs = dma.window(ring.base, ring.n * 16);
+        let Some(descs) = dma.ring(ring.base, ring.n) else {
+            return (0, 0); // Not mapped whole: the whole path reads (and faults) per frame.
+        };
         let mut pool: Option<DmaWindow<'_, '_>> = None;
         let (mut placed, mut bytes) = (0, 0);
         while let Some(f) = pending.front() {
@@ -68,27 +70,15 @@ impl SimRegs {
                     break;
                 }
             }
-            let slot = ring.base + (ring.head * 16) as u64;
-            if !descs.contains(slot, 16) {
-                break;
-            }
-            let Ok(addr) = descs.load_u64(slot, Acquire) else {
-                break;
-            };
+            let addr = descs.load_u64(ring.head, 0, Acquire);
             let pool = pool.get_or_insert_with(|| dma.window_around(addr));
-            if !pool.contains(addr, data.len()) {
+            if !pool.write_inside(addr, data) {
                 break; // (The whole path reads the descriptor again, and faults if it must.)
             }
             let vlan = strip.map_or(0, |(_, tci)| tci);
             let hi = wb_hi(d.staterr | EOP, data.len(), vlan);
-            // (Inside the windows, checked above: these cannot fault.)
-            let written = pool
-                .write(addr, data)
-                .and_then(|_| descs.store_u64(slot, d.lo, Relaxed))
-                .and_then(|_| descs.store_u64(slot + 8, hi, Release));
-            if written.is_err() {
-                break;
-            }
+            descs.store_u64(ring.head, 0, d.lo, Relaxed);
+            descs.store_u64(ring.head, 8, hi, Release);
             ring.head = ring.at(1);
             Self::count_rx(&mut rx.tally, ring.stat, &f.data, data.len());
             Self::count_total(&mut rx.tally, f.data.len());
