@@ -369,12 +369,6 @@ impl DmaWindow<'_, '_> {
         self.range(iova, len).filter(|_| iova % len as u64 == 0)
     }
 
-    /// Whether all of `iova..iova+len` is inside the window (an access there cannot fault).
-    #[inline(always)]
-    pub fn contains(&self, iova: u64, len: usize) -> bool {
-        self.range(iova, len).is_some()
-    }
-
     /// Copies `src` into device memory at `iova`.
     #[inline(always)]
     pub fn write(&self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
