@@ -506,10 +506,36 @@ fn bench_reports_paired_comparisons_with_their_intervals() {
         "tagged",
     ]);
     assert_eq!(v["interval"], "95 % paired t");
-    let c = v["comparisons"].as_array().unwrap();
-    assert_eq!(c.len(), 4, "{v}");
+    let all = v["comparisons"].as_array().unwrap();
+    // A comparison whose baseline moved off the A/A's is followed by the A/A run anew (at
+    // 10 ms a repetition that may happen or not); the planned ones come in their order.
+    let c: Vec<&Value> = all.iter().filter(|c| c["kind"] != "A/A anew").collect();
     let kinds: Vec<&str> = c.iter().map(|c| c["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["A/A", "receive", "pipeline", "return"]);
+    assert_eq!(kinds, ["A/A", "receive", "pipeline", "return"], "{v}");
+    for (i, row) in all.iter().enumerate() {
+        let moved = !row["baseline_moved"].is_null();
+        let anew_next = all.get(i + 1).is_some_and(|n| n["kind"] == "A/A anew");
+        assert_eq!(
+            moved, anew_next,
+            "a moved baseline, and only one, brings an A/A anew: {v}"
+        );
+        if moved {
+            let (f, g) = (
+                row["floor"].as_f64().unwrap(),
+                all[i + 1]["floor"].as_f64().unwrap(),
+            );
+            let own = if row["baseline_moved"]["anew_matches"] == true {
+                g
+            } else {
+                f.max(g)
+            };
+            assert_eq!(f, own, "judged by the new floor, or the larger of two: {v}");
+        }
+    }
+    assert!(
+        c[3]["baseline_moved"].is_null(),
+        "the pool-return row's A is not the A/A's loop: {v}"
+    );
     for piped in &c[2..] {
         let note = piped["pipeline"].as_str().unwrap();
         assert!(
@@ -533,8 +559,10 @@ fn bench_reports_paired_comparisons_with_their_intervals() {
         c[1]["diff"]["hi"].as_f64().unwrap(),
     );
     assert!(lo <= mean && mean <= hi, "{lo} {mean} {hi}");
-    assert_eq!(
-        c[1]["floor"], c[0]["floor"],
-        "judged with its group's A/A floor"
-    );
+    if c[1]["baseline_moved"].is_null() {
+        assert_eq!(
+            c[1]["floor"], c[0]["floor"],
+            "judged with its group's A/A floor"
+        );
+    }
 }

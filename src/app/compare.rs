@@ -160,6 +160,54 @@ pub fn verdict(diff: &Interval, a_mean: f64, floor: f64) -> Verdict {
     }
 }
 
+/// How far the baseline's mean may move from the floor's, as a share of it, before the floor
+/// is taken to describe another machine (with both means' intervals apart as well).
+pub const MOVED_SHARE: f64 = 0.05;
+
+/// Whether the machine moved since the A/A floor was measured: `now` (the baseline's samples
+/// in a later comparison) and `floor_samples` (the same configuration's samples in the A/A,
+/// both sides) have 95 % intervals that do not overlap, and means more than [`MOVED_SHARE`]
+/// apart. Returns the baseline's relative move (`now` over the floor's mean, minus one) if so.
+///
+/// The paired design cancels a slow drift out of each difference, but not out of the floor:
+/// a floor measured with the two CPUs sharing a cache says nothing of the noise after the host
+/// moved them apart. A moved baseline is the visible sign of that.
+pub fn baseline_moved(floor_samples: &[f64], now: &[f64]) -> Option<f64> {
+    let (then, now) = (mean_95(floor_samples), mean_95(now));
+    let apart = now.lo > then.hi || now.hi < then.lo;
+    let share = now.mean / then.mean - 1.0;
+    (apart && share.abs() > MOVED_SHARE).then_some(share)
+}
+
+/// Which side of a two-core benchmark sets its pace: the forwarder (its busy time per packet
+/// in A and in B) or the device model on the other core (its busy time per packet over both).
+/// Where the model is the slower stage, the forwarder waits for it, and a difference between
+/// A and B is the whole system's (work moved between model and driver shows up as a change),
+/// not the driver's cost alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pace {
+    /// The driver is the slower stage in both A and B: B - A is the driver's.
+    Driver,
+    /// The model is as slow as the driver, or slower, in A, in B, or in both.
+    Model {
+        /// In A.
+        a: bool,
+        /// In B.
+        b: bool,
+    },
+}
+
+/// The pace of a comparison from the model's busy ns per packet and the driver's in A and B.
+pub fn pace(model_ns: f64, driver_ns: [f64; 2]) -> Pace {
+    let (a, b) = (model_ns >= driver_ns[0], model_ns >= driver_ns[1]);
+    if a || b {
+        Pace::Model { a, b }
+    } else {
+        Pace::Driver
+    }
+}
+
 impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -240,6 +288,35 @@ mod tests {
         // One pair proves nothing.
         let v = verdict(&paired_t_95(&[1.0], &[9.0]), 1.0, 0.0);
         assert!(matches!(v, Verdict::NoDifference { .. }));
+    }
+
+    #[test]
+    fn a_baseline_that_moved_is_seen_and_one_that_did_not_is_not() {
+        let floor: Vec<f64> = (0..20).map(|k| 45.0 + f64::from(k % 5) * 0.5).collect();
+        // The same spread around the same mean: not moved.
+        let same: Vec<f64> = (0..10).map(|k| 45.2 + f64::from(k % 4) * 0.6).collect();
+        assert_eq!(baseline_moved(&floor, &same), None);
+        // Three times slower (the tagged l2 rows of the third-round matrix): moved, by +200 %.
+        let slow: Vec<f64> = floor.iter().take(10).map(|x| 3.0 * x).collect();
+        let share = baseline_moved(&floor, &slow).expect("a baseline three times slower moved");
+        assert!((share - 2.0).abs() < 1e-9, "{share}");
+        // Intervals apart but by less than MOVED_SHARE: a slow drift the pairs cancel.
+        let drift: Vec<f64> = floor.iter().take(10).map(|x| x * 1.03).collect();
+        assert!(mean_95(&drift).lo > mean_95(&floor).hi);
+        assert_eq!(baseline_moved(&floor, &drift), None);
+        // A large move with intervals that overlap (too noisy to tell): not claimed.
+        let noisy: Vec<f64> = (0..10)
+            .map(|k| if k % 2 == 0 { 20.0 } else { 90.0 })
+            .collect();
+        assert_eq!(baseline_moved(&floor, &noisy), None);
+    }
+
+    #[test]
+    fn the_slower_stage_sets_the_pace() {
+        assert_eq!(pace(12.0, [18.0, 19.0]), Pace::Driver);
+        assert_eq!(pace(23.0, [18.0, 19.0]), Pace::Model { a: true, b: true });
+        assert_eq!(pace(20.0, [18.0, 22.0]), Pace::Model { a: true, b: false });
+        assert_eq!(pace(22.0, [22.0, 30.0]), Pace::Model { a: true, b: false });
     }
 
     #[test]
