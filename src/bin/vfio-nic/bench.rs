@@ -14,13 +14,13 @@
 //! interval (paired t), and the relative difference. A difference whose interval includes zero,
 //! or that is within the A/A floor, is printed as "no difference measurable here".
 //!
-//! The floor is the machine's noise when it was measured. When a later comparison's baseline
-//! (the A/A's configuration) runs clearly off the A/A's figure (`compare::baseline_moved`: the
-//! host moved the vCPUs, say), the A/A is run again at once ("A/A anew"); its floor judges that
-//! comparison and the group's next ones if the baseline matches it, the larger of the two
-//! floors if it matches neither; the row says so. On the threaded software 82599 each row also
-//! says when the model, not the driver, set the pace (`compare::pace`): B - A is then the
-//! whole system's.
+//! The floor is the machine's noise when it was measured. When a comparison's baseline A runs
+//! clearly off where the same placement ran in the group's comparison before
+//! (`compare::baseline_moved`: the host moved the vCPUs, say), an A/A of that baseline is run
+//! at once ("A/A anew"); its floor judges that comparison and the group's next ones if the
+//! baseline matches it, the larger of the two floors if it matches neither; the row says so.
+//! On the threaded software 82599 each row also says when the model, not the driver, set the
+//! pace (`compare::pace`): B - A is then the whole system's.
 //!
 //! Devices:
 //! - `null`: the null device (copy mode, so every received buffer holds the template frame and
@@ -748,6 +748,10 @@ struct Comparison {
     kind: &'static str,
     a: String,
     b: String,
+    #[serde(skip)]
+    pa: Placement,
+    #[serde(skip)]
+    pb: Placement,
     /// ns per packet of every repetition, pair by pair.
     a_ns: Vec<f64>,
     b_ns: Vec<f64>,
@@ -758,9 +762,9 @@ struct Comparison {
     /// The A/A floor of the group this comparison belongs to, ns.
     floor: f64,
     verdict: Verdict,
-    /// The baseline's move from the group's A/A (A's mean over the A/A's, minus one), when it
-    /// moved (`compare::baseline_moved`): the A/A was then run again and the larger floor
-    /// judges.
+    /// The baseline's move from the same placement's run before in the group (A's mean over
+    /// that one's, minus one), when it moved (`compare::baseline_moved`): an A/A of A was then
+    /// run anew.
     #[serde(skip_serializing_if = "Option::is_none")]
     baseline_moved: Option<Moved>,
     /// Threaded software 82599: which stage set the pace (`compare::pace`). Where the model
@@ -1002,54 +1006,48 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
                 _ => Rig::sim(args, tagged, Mode::Inline)?,
             };
             for &work in &works {
-                // The group's A/A: its floor judges the others, its samples tell whether the
-                // machine moved since (`compare::baseline_moved`).
-                let mut aa: Option<(Placement, Vec<f64>, f64)> = None;
+                let g = Group { dev, t, work };
+                // The group's floor (its A/A's, or the A/A run anew's), and each placement's
+                // latest samples, which tell whether the machine moved since.
+                let mut floor = 0.0;
+                let mut seen = Baselines::default();
                 for (kind, pa, pb) in plan(dev) {
                     let piped = kind == "pipeline" || kind == "return";
                     if piped && work != Work::Fwd {
                         continue;
                     }
-                    let g = Group { dev, t, work };
                     let m = measure(&mut rig, g, (kind, pa, pb), args, &stop, &mut progress)?;
-                    let mut c = m.judged(g, (kind, pa, pb), aa.as_ref().map_or(0.0, |x| x.2));
+                    let mut c = m.judged(g, (kind, pa, pb), floor);
+                    let moved = seen
+                        .latest(pa)
+                        .filter(|_| kind != "return") // (its A is not a forwarding loop)
+                        .and_then(|then| compare::baseline_moved(then, &c.a_ns));
+                    let mut anew = None;
                     if kind == "A/A" {
-                        aa = Some((pa, [c.a_ns.clone(), c.b_ns.clone()].concat(), c.floor));
-                    } else if let Some((aa_p, aa_ns, floor)) = aa
-                        .as_mut()
-                        // (The pool-return comparison's A is not the A/A's loop.)
-                        .filter(|x| x.0 == pa && kind != "return")
-                    {
-                        if let Some(share) = compare::baseline_moved(aa_ns, &c.a_ns) {
-                            // The floor was measured on another machine than this one: measure
-                            // it again now. Its floor judges this comparison (and the group's
-                            // next ones) if this baseline matches it; if it matches neither,
-                            // the larger of the two floors judges.
-                            let again = ("A/A anew", *aa_p, *aa_p);
-                            progress.total_reps +=
-                                args.pairs * 2 + if rig.model_time().is_some() { 2 } else { 0 };
-                            let m = measure(&mut rig, g, again, args, &stop, &mut progress)?;
-                            let r = m.judged(g, again, 0.0);
-                            let matches = compare::baseline_moved(&r.a_ns, &c.a_ns).is_none();
-                            let both = [r.a_ns.clone(), r.b_ns.clone()].concat();
-                            *floor = if matches { r.floor } else { floor.max(r.floor) };
-                            *aa_ns = both;
-                            c = c.rejudged(*floor, share, matches);
-                            if !json_out {
-                                progress.end();
-                                print_comparison(&c)?;
-                                print_comparison(&r)?;
-                            }
-                            results.push(c);
-                            results.push(r);
-                            continue;
+                        floor = c.floor;
+                    } else if let Some(share) = moved {
+                        // The floor was measured on another machine than this one: an A/A of
+                        // this baseline now. Its floor judges this comparison (and the group's
+                        // next ones) if the baseline matches it, else the larger floor does.
+                        let again = ("A/A anew", pa, pa);
+                        progress.total_reps +=
+                            args.pairs * 2 + 2 * usize::from(rig.model_time().is_some());
+                        let m = measure(&mut rig, g, again, args, &stop, &mut progress)?;
+                        let r = m.judged(g, again, 0.0);
+                        let both = [r.a_ns.clone(), r.b_ns.clone()].concat();
+                        let matches = compare::baseline_moved(&both, &c.a_ns).is_none();
+                        floor = if matches { r.floor } else { floor.max(r.floor) };
+                        c = c.rejudged(floor, share, matches);
+                        anew = Some(r);
+                    }
+                    for row in std::iter::once(c).chain(anew) {
+                        seen.record(&row, row.kind);
+                        if !json_out {
+                            progress.end();
+                            print_comparison(&row)?;
                         }
+                        results.push(row);
                     }
-                    if !json_out {
-                        progress.end();
-                        print_comparison(&c)?;
-                    }
-                    results.push(c);
                 }
             }
             rig.check_model()?;
@@ -1092,10 +1090,42 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
 /// A comparison's baseline that moved from its group's A/A (`compare::baseline_moved`).
 #[derive(Clone, Copy, Debug, Serialize)]
 struct Moved {
-    /// A's mean over the A/A's, minus one.
+    /// A's mean over the same placement's run before, minus one.
     share: f64,
     /// Whether A matches the A/A run anew (then that floor judges; else the larger one).
     anew_matches: bool,
+}
+
+/// Each placement's latest samples in a group, from whichever comparison ran it last.
+#[derive(Default)]
+struct Baselines(Vec<(Placement, Vec<f64>)>);
+
+impl Baselines {
+    fn latest(&self, p: Placement) -> Option<&[f64]> {
+        self.0.iter().find(|x| x.0 == p).map(|x| x.1.as_slice())
+    }
+
+    fn set(&mut self, p: Placement, ns: Vec<f64>) {
+        self.0.retain(|x| x.0 != p);
+        self.0.push((p, ns));
+    }
+
+    /// Keeps what `c` ran of the forwarding loop: both sides of an A/A (one placement), A and
+    /// B of a placement comparison, A alone of the pipeline (its B is the two-core loop),
+    /// nothing of the pool-return comparison.
+    fn record(&mut self, c: &Comparison, kind: &str) {
+        match kind {
+            "return" => {}
+            "pipeline" => self.set(c.pa, c.a_ns.clone()),
+            _ if kind.starts_with("A/A") => {
+                self.set(c.pa, [c.a_ns.clone(), c.b_ns.clone()].concat())
+            }
+            _ => {
+                self.set(c.pa, c.a_ns.clone());
+                self.set(c.pb, c.b_ns.clone());
+            }
+        }
+    }
 }
 
 /// The group a comparison belongs to: device, traffic, work.
@@ -1233,6 +1263,8 @@ impl Measured {
             kind,
             a,
             b,
+            pa,
+            pb,
             verdict: compare::verdict(&diff, a_mean.mean, floor),
             a_mean,
             b_mean: mean_95(&self.b_ns),
@@ -1289,7 +1321,7 @@ fn print_comparison(c: &Comparison) -> Result<()> {
             "A matches neither: the larger floor judges"
         };
         verdict += &format!(
-            " [the machine moved: A ran {:+.0} % off the A/A; A/A run anew, {judge}]",
+            " [the machine moved: A ran {:+.0} % off its run before; A/A run anew, {judge}]",
             100.0 * m.share
         );
     }
