@@ -18,7 +18,9 @@
 //! copy's descriptor is written back with DD as a release store, and it is counted. A buffer
 //! outside that window ends the burst before it; what a burst cannot place at all (a ring not
 //! inside one mapping, a first buffer not inside its mapping) goes down the whole path, which
-//! faults, drops and counts it as it does any frame. A copy skips only what cannot differ from
+//! faults, drops and counts it as it does any frame. A ring with no free descriptor makes the
+//! source wait, as the whole path would (it re-reads the same tail and counts nothing): an idle
+//! poll then costs a verdict lookup and a tail read, not a trip down the whole path. A copy skips only what cannot differ from
 //! the frame judged: the judging, and the copy that strips the tag or appends the FCS (made
 //! once per burst). Fault injection (RXE, split frames), checked once per burst, sends every
 //! frame down the whole path.
@@ -72,20 +74,22 @@ impl SimRegs {
             // (`frames`: taken off the wire, placed or dropped.)
             let (o, frames) =
                 match self.source_copies(dma, rx, &src.frame, (budget - done).min(left)) {
-                    0 => {
+                    Burst::Wait => break, // No free descriptor: as the whole path would find.
+                    Burst::Whole => {
                         let o = self.receive(dma, rx, &src.frame, true);
                         if matches!(o, Outcome::NoRoom(_) | Outcome::NotReady) {
                             break; // The source waits until the port can take its frame.
                         }
-                        let c = if o == Outcome::Placed {
-                            let k = (budget - done - 1).min(left - 1);
-                            self.source_copies(dma, rx, &src.frame, k)
-                        } else {
-                            0
+                        let c = match o {
+                            Outcome::Placed => {
+                                let k = (budget - done - 1).min(left - 1);
+                                self.source_copies(dma, rx, &src.frame, k).placed()
+                            }
+                            _ => 0,
                         };
                         (o, 1 + c)
                     }
-                    c => (Outcome::Placed, c),
+                    Burst::Placed(c) => (Outcome::Placed, c),
                 };
             done += frames;
             self.counters.source_frames.add(frames as u64);
@@ -104,20 +108,20 @@ impl SimRegs {
     }
 
     /// Places up to `k` copies of the source's frame `f` under its verdict, with the snapshot
-    /// and ring cursor the engine holds (module doc); returns the copies placed. Anything it
-    /// cannot place without a doubt (no verdict or room, a fault to detect) it leaves to the
-    /// whole path.
-    fn source_copies(&self, dma: &DmaView<'_>, rx: &mut RxEngine, f: &[u8], k: usize) -> usize {
+    /// and ring cursor the engine holds (module doc). Anything it cannot place without a doubt
+    /// (no verdict, a fault to detect) it leaves to the whole path; a ring with no free
+    /// descriptor, where the whole path would find none either, makes the source wait.
+    fn source_copies(&self, dma: &DmaView<'_>, rx: &mut RxEngine, f: &[u8], k: usize) -> Burst {
         // The snapshot, then the frame's verdict under it (kept with its analysis, `rx.rs`;
         // a runt never gets that far on the whole path).
         let Some(c) = rx.config else {
-            return 0;
+            return Burst::Whole;
         };
         if self.config_epoch.load(Acquire) != c.epoch || f.len() < 60 {
-            return 0;
+            return Burst::Whole;
         }
         let Verdict::Deliver(d) = self.judge(rx, &c, f) else {
-            return 0;
+            return Burst::Whole;
         };
         let RxEngine {
             cursor: Some(ring),
@@ -126,28 +130,31 @@ impl SimRegs {
             ..
         } = rx
         else {
-            return 0;
+            return Burst::Whole;
         };
         let k = k.min(BURST);
         let injecting =
             self.faults.rx_errors.load(Relaxed) > 0 || self.faults.split_frames.load(Relaxed) > 0;
         if k == 0 || ring.q != d.q || injecting {
-            return 0;
+            return Burst::Whole;
+        }
+        if ring.free() < k {
+            ring.tail = self.get_off(rxq(ring.q) + 0x18) as usize;
+        }
+        if ring.free() == 0 {
+            return Burst::Wait;
         }
         let strip = d.tag.filter(|_| ring.vme);
         let data = Self::bytes_written(scratch, f, strip, c.keep_fcs);
         if data.len() > ring.chunk {
-            return 0; // Several buffers per frame: the whole path handles them.
+            return Burst::Whole; // Several buffers per frame: the whole path handles them.
         }
         let vlan = strip.map_or(0, |(_, tci)| tci);
         let hi = wb_hi(d.staterr | EOP, data.len(), vlan);
-        if ring.free() < k {
-            ring.tail = self.get_off(rxq(ring.q) + 0x18) as usize;
-        }
         let k = k.min(ring.free());
         // The enables, once a burst (module doc).
-        if k == 0 || !self.rx_ready() || !self.rx_queue_on(ring.q) {
-            return 0;
+        if !self.rx_ready() || !self.rx_queue_on(ring.q) {
+            return Burst::Whole;
         }
         // Like the part, which fetches descriptors into its own cache in bursts and writes
         // them back in bursts: the batch's descriptors are read first, then its buffers are
@@ -157,7 +164,7 @@ impl SimRegs {
         // one mapping goes down the whole path, which faults where it is not mapped), and the
         // buffers, which come from one pool in one mapping, through one window.
         let Some(descs) = dma.ring(ring.base, ring.n) else {
-            return 0;
+            return Burst::Whole;
         };
         let mut addrs = [0u64; BURST];
         // A running slot index rather than `RxRing::at(i)` per copy, which cost 6-9 more
@@ -188,6 +195,29 @@ impl SimRegs {
             Self::count_rx_n(tally, ring.stat, f, data.len(), placed as u32);
             Self::count_total_n(tally, f.len(), placed as u32);
         }
-        placed
+        if placed == 0 {
+            return Burst::Whole;
+        }
+        Burst::Placed(placed)
+    }
+}
+
+/// What a burst of the source's copies did.
+enum Burst {
+    /// Placed this many (at least one).
+    Placed(usize),
+    /// Placed none: the ring has no free descriptor for the frame's queue (the whole path
+    /// would find none either: it re-reads the same tail), so the source waits.
+    Wait,
+    /// Placed none for another reason: the whole path decides the next frame.
+    Whole,
+}
+
+impl Burst {
+    fn placed(&self) -> usize {
+        match self {
+            Burst::Placed(n) => *n,
+            _ => 0,
+        }
     }
 }
