@@ -507,7 +507,7 @@ fn bench_reports_paired_comparisons_with_their_intervals() {
     ]);
     assert_eq!(v["interval"], "95 % paired t");
     let all = v["comparisons"].as_array().unwrap();
-    // A comparison whose baseline moved off the A/A's is followed by the A/A run anew (at
+    // A comparison whose baseline moved off its run before is followed by an A/A anew (at
     // 10 ms a repetition that may happen or not); the planned ones come in their order.
     let c: Vec<&Value> = all.iter().filter(|c| c["kind"] != "A/A anew").collect();
     let kinds: Vec<&str> = c.iter().map(|c| c["kind"].as_str().unwrap()).collect();

@@ -1087,7 +1087,8 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
     Ok(())
 }
 
-/// A comparison's baseline that moved from its group's A/A (`compare::baseline_moved`).
+/// A comparison's baseline that moved from the same placement's run before in its group
+/// (`compare::baseline_moved`).
 #[derive(Clone, Copy, Debug, Serialize)]
 struct Moved {
     /// A's mean over the same placement's run before, minus one.
