@@ -65,7 +65,7 @@ impl SimRegs {
                 break;
             }
             if ring.free() == 0 {
-                ring.tail = self.get_off(rxq(ring.q) + 0x18) as usize;
+                self.reread_tail(&mut ring);
                 if ring.free() == 0 {
                     break;
                 }

@@ -68,8 +68,7 @@ impl SimRegs {
             data.len().div_ceil(chunk)
         };
         if needed > ring.free() {
-            // The descriptors known of are used up: has the driver given more?
-            ring.tail = self.get_off(rxq(ring.q) + 0x18) as usize;
+            self.reread_tail(ring);
             if ring.n == 0 || needed > ring.free() {
                 return Outcome::NoRoom(ring.q);
             }
@@ -139,8 +138,15 @@ impl SimRegs {
         Outcome::Placed
     }
 
+    /// Reads RDT again into `ring`, when the descriptors it knows of are used up: has the
+    /// driver given more? (`place`, the quick path and the source's bursts.)
+    #[inline]
+    pub(super) fn reread_tail(&self, ring: &mut RingCursor) {
+        ring.tail = self.get_off(rxq(ring.q) + 0x18) as usize;
+    }
+
     /// Moves the ring's head past `k` written-back descriptors (RDH too).
-    fn advance(&self, ring: &mut RingCursor, k: usize) {
+    pub(super) fn advance(&self, ring: &mut RingCursor, k: usize) {
         ring.head = ring.at(k);
         self.set_off(rxq(ring.q) + 0x10, ring.head as u32);
     }

@@ -20,10 +20,10 @@
 //! inside one mapping, a first buffer not inside its mapping) goes down the whole path, which
 //! faults, drops and counts it as it does any frame. A ring with no free descriptor makes the
 //! source wait, as the whole path would (it re-reads the same tail and counts nothing): an idle
-//! poll then costs a verdict lookup and a tail read, not a trip down the whole path. A copy skips only what cannot differ from
-//! the frame judged: the judging, and the copy that strips the tag or appends the FCS (made
-//! once per burst). Fault injection (RXE, split frames), checked once per burst, sends every
-//! frame down the whole path.
+//! poll then costs a verdict lookup and a tail read, not a trip down the whole path. A copy
+//! skips only what cannot differ from the frame judged: the judging, and the copy that strips
+//! the tag or appends the FCS (made once per burst). Fault injection (RXE, split frames),
+//! checked once per burst, sends every frame down the whole path.
 //!
 //! Receive turned off during a burst takes effect with the next one (at most 32 frames later,
 //! a microsecond or so), as the part finishes the descriptors it has fetched. A driver that
@@ -33,7 +33,6 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::engine::{RxEngine, Verdict};
-use super::layout::rxq;
 use super::regs::SimRegs;
 use super::rx::{Outcome, EOP};
 use super::rx_ring::wb_hi;
@@ -139,7 +138,7 @@ impl SimRegs {
             return Burst::Whole;
         }
         if ring.free() < k {
-            ring.tail = self.get_off(rxq(ring.q) + 0x18) as usize;
+            self.reread_tail(ring);
         }
         if ring.free() == 0 {
             return Burst::Wait;
@@ -189,15 +188,12 @@ impl SimRegs {
             descs.store_u64(at, 8, hi, Release);
             at = if at + 1 == ring.n { 0 } else { at + 1 };
         }
-        ring.head = ring.at(placed);
-        if placed > 0 {
-            self.set_off(rxq(ring.q) + 0x10, ring.head as u32);
-            Self::count_rx_n(tally, ring.stat, f, data.len(), placed as u32);
-            Self::count_total_n(tally, f.len(), placed as u32);
-        }
         if placed == 0 {
             return Burst::Whole;
         }
+        self.advance(ring, placed);
+        Self::count_rx_n(tally, ring.stat, f, data.len(), placed as u32);
+        Self::count_total_n(tally, f.len(), placed as u32);
         Burst::Placed(placed)
     }
 }
