@@ -70,6 +70,10 @@ pub(super) const TSE: u32 = 1 << 31;
 pub(super) const DD: u32 = 1;
 /// POPTS IXSM/TXSM (olinfo bits 9:8): checksum insertion, which is not modelled.
 pub(super) const POPTS: u32 = 0x3 << 8;
+/// DTYP (dword 2 bits 23:20) of advanced context and data descriptors.
+pub(super) const DTYP: u32 = 0xf << 20;
+pub(super) const DTYP_CONTEXT: u32 = 0x2 << 20;
+pub(super) const DTYP_DATA: u32 = 0x3 << 20;
 
 impl SimRegs {
     fn tx_ready(&self, q: usize) -> bool {
@@ -201,11 +205,10 @@ impl SimRegs {
                 break;
             };
             let (cmd, olinfo) = (hi as u32, (hi >> 32) as u32);
-            let dtyp = (cmd >> 20) & 0xf;
-            if cmd & DEXT != 0 && dtyp == 2 {
-                st.ctx[((olinfo >> 4) & 1) as usize] = (addr >> 16) as u16;
+            if cmd & (DEXT | DTYP) == DEXT | DTYP_CONTEXT {
+                Self::keep_context(st, addr, olinfo);
             } else {
-                if cmd & DEXT == 0 || dtyp != 3 {
+                if cmd & (DEXT | DTYP) != DEXT | DTYP_DATA {
                     self.gap("legacy or unknown transmit descriptor type; sent as a plain buffer");
                 }
                 if cmd & 0xffff == 0 {
@@ -323,6 +326,13 @@ impl SimRegs {
             return;
         };
         Self::count_void(len, vle, &dst[..n], w);
+    }
+
+    /// Keeps a context descriptor's VLAN tag (qword 0 bits 31:16) in its slot (IDX, olinfo
+    /// bit 4) for the data descriptors that name it.
+    #[inline]
+    pub(super) fn keep_context(st: &mut TxQueue, addr: u64, olinfo: u32) {
+        st.ctx[((olinfo >> 4) & 1) as usize] = (addr >> 16) as u16;
     }
 
     /// Counts a frame into the void from its buffer's length, whether a tag is inserted, and

@@ -19,13 +19,10 @@ use std::sync::atomic::Ordering::{Acquire, Release};
 
 use super::engine::{TxQueue, VoidRun};
 use super::regs::SimRegs;
-use super::tx::{Walk, DD, DEXT, EOP, MAX_FRAME, POPTS, RS, TSE, VLE};
+use super::tx::{
+    Walk, DD, DEXT, DTYP, DTYP_CONTEXT, DTYP_DATA, EOP, MAX_FRAME, POPTS, RS, TSE, VLE,
+};
 use crate::platform::dma::DmaView;
-
-/// DTYP (dword 2 bits 23:20) of advanced context and data descriptors.
-const DTYP: u32 = 0xf << 20;
-const DTYP_CONTEXT: u32 = 0x2 << 20;
-const DTYP_DATA: u32 = 0x3 << 20;
 
 impl SimRegs {
     /// Counts descriptors from `head` towards `tail` while each is one the void path takes
@@ -44,7 +41,7 @@ impl SimRegs {
             let hi = run.ring.load_u64(head, 8, Acquire);
             let (cmd, olinfo) = (hi as u32, (hi >> 32) as u32);
             if cmd & (DEXT | DTYP) == DEXT | DTYP_CONTEXT {
-                st.ctx[((olinfo >> 4) & 1) as usize] = (addr >> 16) as u16;
+                Self::keep_context(st, addr, olinfo);
             } else {
                 let len = (cmd & 0xffff) as usize;
                 let simple = cmd & (DEXT | DTYP | EOP | TSE) == DEXT | DTYP_DATA | EOP
