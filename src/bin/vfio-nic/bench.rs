@@ -1041,7 +1041,7 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
                         anew = Some(r);
                     }
                     for row in std::iter::once(c).chain(anew) {
-                        seen.record(&row, row.kind);
+                        seen.record(&row);
                         if !json_out {
                             progress.end();
                             print_comparison(&row)?;
@@ -1114,11 +1114,11 @@ impl Baselines {
     /// Keeps what `c` ran of the forwarding loop: both sides of an A/A (one placement), A and
     /// B of a placement comparison, A alone of the pipeline (its B is the two-core loop),
     /// nothing of the pool-return comparison.
-    fn record(&mut self, c: &Comparison, kind: &str) {
-        match kind {
+    fn record(&mut self, c: &Comparison) {
+        match c.kind {
             "return" => {}
             "pipeline" => self.set(c.pa, c.a_ns.clone()),
-            _ if kind.starts_with("A/A") => {
+            kind if kind.starts_with("A/A") => {
                 self.set(c.pa, [c.a_ns.clone(), c.b_ns.clone()].concat())
             }
             _ => {
