@@ -37,6 +37,31 @@ struct MapFile {
     /// The statistics the port reports, in order: see [`generate_stats`].
     #[serde(default)]
     stats: Option<StatsDef>,
+    /// Management-complex commands (queue-manager devices): see [`generate_commands`].
+    #[serde(rename = "command", default)]
+    commands: Vec<CommandDef>,
+}
+
+/// One management-complex command: its id before the version, the version sent, and its
+/// parameter fields as (64-bit parameter word 0..6, bits).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommandDef {
+    name: String,
+    id: u16,
+    version: u8,
+    description: String,
+    #[serde(default)]
+    params: Vec<ParamDef>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ParamDef {
+    name: String,
+    word: u8,
+    lo: u8,
+    hi: u8,
 }
 
 #[derive(Debug, Deserialize)]
@@ -191,6 +216,9 @@ fn process(path: &Path) -> (String, String) {
     let mut code = generate(&map, &registers);
     if let Some(stats) = &map.stats {
         code.push_str(&generate_stats(path, stats, &registers));
+    }
+    if !map.commands.is_empty() {
+        code.push_str(&generate_commands(path, &map.commands));
     }
     (map.family.clone(), code)
 }
@@ -755,4 +783,104 @@ fn addr_summary(r: &Register) -> String {
         parts.push(format!("alias n=0..={}: {off:#07x} + {s:#x}*n", c - 1));
     }
     parts.join("; ")
+}
+
+/// The `[[command]]` tables as `pub mod cmd`: a `McCommand` per command, a module per command
+/// with an `McParam` per parameter field, and `COMMANDS` listing them all. Checked: names are
+/// identifiers and unique, the id fits 12 bits and the version 4, every field lies in one of
+/// the 7 parameter words with `lo <= hi < 64`, and no two fields of a command overlap.
+fn generate_commands(path: &Path, cmds: &[CommandDef]) -> String {
+    let bad = |what: String| -> ! { panic!("{}: {what}", path.display()) };
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "/// Management-complex commands, from `[[command]]` of the map."
+    );
+    let _ = writeln!(o, "pub mod cmd {{");
+    let _ = writeln!(o, "    use crate::platform::regs::{{McCommand, McParam}};");
+    let mut names = Vec::new();
+    for c in cmds {
+        if !is_ident_like(&c.name) || names.contains(&c.name) {
+            bad(format!(
+                "command name `{}` is not an identifier or is repeated",
+                c.name
+            ));
+        }
+        names.push(c.name.clone());
+        if c.id > 0xfff || c.version > 0xf {
+            bad(format!(
+                "command `{}`: id {:#x} must fit 12 bits and version {} 4 bits",
+                c.name, c.id, c.version
+            ));
+        }
+        let _ = writeln!(
+            o,
+            "    /// `{}` ({:#05x} v{}) - {}",
+            c.name,
+            c.id,
+            c.version,
+            doc_escape(&c.description)
+        );
+        let _ = writeln!(
+            o,
+            "    pub const {}: McCommand = McCommand {{ name: {}, id: {:#05x}, version: {} }};",
+            c.name,
+            lit(&c.name),
+            c.id,
+            c.version
+        );
+        if c.params.is_empty() {
+            continue;
+        }
+        let mut used = [0u64; 7];
+        let _ = writeln!(o, "    /// Parameter fields of [`{}`].", c.name);
+        let _ = writeln!(o, "    pub mod {} {{", c.name.to_ascii_lowercase());
+        let _ = writeln!(o, "        use super::McParam;");
+        let mut pnames = Vec::new();
+        for p in &c.params {
+            if !is_ident_like(&p.name) || pnames.contains(&p.name) {
+                bad(format!(
+                    "command `{}`: parameter `{}` is not an identifier or is repeated",
+                    c.name, p.name
+                ));
+            }
+            pnames.push(p.name.clone());
+            if p.word > 6 || p.lo > p.hi || p.hi > 63 {
+                bad(format!(
+                    "command `{}`: parameter `{}` must lie in words 0..6 with lo <= hi < 64",
+                    c.name, p.name
+                ));
+            }
+            let width = u32::from(p.hi - p.lo) + 1;
+            let mask = if width == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << width) - 1) << p.lo
+            };
+            if used[p.word as usize] & mask != 0 {
+                bad(format!(
+                    "command `{}`: parameter `{}` overlaps another",
+                    c.name, p.name
+                ));
+            }
+            used[p.word as usize] |= mask;
+            let _ = writeln!(o, "        /// Word {}, bits {}:{}.", p.word, p.hi, p.lo);
+            let _ = writeln!(
+                o,
+                "        pub const {}: McParam = McParam {{ word: {}, lo: {}, width: {width} }};",
+                p.name.to_ascii_uppercase(),
+                p.word,
+                p.lo
+            );
+        }
+        let _ = writeln!(o, "    }}");
+    }
+    let _ = writeln!(o, "    /// Every command of the map, in file order.");
+    let _ = writeln!(
+        o,
+        "    pub static COMMANDS: &[McCommand] = &[{}];",
+        names.join(", ")
+    );
+    let _ = writeln!(o, "}}");
+    o
 }

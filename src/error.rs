@@ -181,6 +181,23 @@ pub enum Error {
         waited_ms: u64,
     },
 
+    /// A management-complex command (DPAA2-like devices) came back with an error status.
+    #[error(
+        "{device}: management command {command} failed with status {status} ({code:#x}): {hint}"
+    )]
+    McCommand {
+        device: String,
+        command: &'static str,
+        status: &'static str,
+        code: u8,
+        hint: &'static str,
+    },
+
+    /// A device broke its own protocol at bring-up (a portal not clean, a reply that makes no
+    /// sense): what it did, and what to check.
+    #[error("{device}: {what}")]
+    DeviceState { device: String, what: String },
+
     /// A configuration value out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),

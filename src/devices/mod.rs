@@ -16,6 +16,7 @@ pub mod igb;
 pub mod intel;
 pub mod ixgbe;
 pub mod null;
+pub mod qm;
 pub mod sim;
 
 pub use any::{open, AnyPort, AnyRx, AnyTx, PortConfig, PortName};

@@ -5,6 +5,7 @@
 
 mod desc;
 pub mod iova;
+mod lent;
 mod memory;
 pub mod pool;
 mod recycle;
@@ -13,6 +14,7 @@ mod soft_iommu;
 
 pub use desc::{Desc, DescTable, DescView, DESC_BYTES};
 pub use iova::IovaAllocator;
+pub use lent::{LentBuffers, NotLent};
 pub use memory::{DmaMapper, DmaMemory, IdentityMapper, HUGE_PAGE};
 pub use pool::{Meta, Packet, Pool, PoolConfig, PoolStats};
 pub use slots::{RxSlots, TxSlots};

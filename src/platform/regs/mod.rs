@@ -499,19 +499,84 @@ pub mod ixgbe {
     include!(concat!(env!("OUT_DIR"), "/regs_ixgbe.rs"));
 }
 
+/// The QBMan software portal and the management-complex commands of the queue-manager
+/// device (`qm:N`), generated from `regs/qbman.toml`.
+#[allow(
+    dead_code,
+    non_snake_case,
+    non_upper_case_globals,
+    clippy::unreadable_literal
+)]
+pub mod qbman {
+    include!(concat!(env!("OUT_DIR"), "/regs_qbman.rs"));
+}
+
 /// Every known family.
 pub fn families() -> &'static [&'static RegisterMap] {
-    static ALL: [&RegisterMap; 2] = [&igb::MAP, &ixgbe::MAP];
+    static ALL: [&RegisterMap; 3] = [&igb::MAP, &ixgbe::MAP, &qbman::MAP];
     &ALL
 }
 
-/// The register map of a family: `igb` (82576) or `ixgbe` (82599), case-insensitive.
+/// A management-complex command (DPAA2's MC): the header's `cmd_id` is `id << 4 | version`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct McCommand {
+    /// Name, as in the map (`DPNI_OPEN`).
+    pub name: &'static str,
+    /// Command id before the version (`0x801`).
+    pub id: u16,
+    /// Command version.
+    pub version: u8,
+}
+
+impl McCommand {
+    /// The header's `cmd_id` field.
+    pub const fn cmd_id(&self) -> u16 {
+        self.id << 4 | self.version as u16
+    }
+}
+
+/// A field of a management command's seven 64-bit parameter words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct McParam {
+    /// Parameter word (0..6).
+    pub word: u8,
+    /// Lowest bit.
+    pub lo: u8,
+    /// Width in bits.
+    pub width: u8,
+}
+
+impl McParam {
+    const fn mask(&self) -> u64 {
+        if self.width >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.width) - 1
+        }
+    }
+
+    /// The field's value in `params`.
+    pub const fn get(&self, params: &[u64; 7]) -> u64 {
+        params[self.word as usize] >> self.lo & self.mask()
+    }
+
+    /// Writes `value` (cut to the field's width) into `params`.
+    pub fn put(&self, params: &mut [u64; 7], value: u64) {
+        let w = &mut params[self.word as usize];
+        *w = *w & !(self.mask() << self.lo) | (value & self.mask()) << self.lo;
+    }
+}
+
+/// The register map of a family: `igb` (82576), `ixgbe` (82599) or `qbman` (the `qm` device's
+/// software portal), case-insensitive.
 pub fn family(name: &str) -> Option<&'static RegisterMap> {
     let n = name.trim();
     if n.eq_ignore_ascii_case("igb") || n.eq_ignore_ascii_case("82576") {
         Some(&igb::MAP)
     } else if n.eq_ignore_ascii_case("ixgbe") || n.eq_ignore_ascii_case("82599") {
         Some(&ixgbe::MAP)
+    } else if n.eq_ignore_ascii_case("qbman") || n.eq_ignore_ascii_case("qm") {
+        Some(&qbman::MAP)
     } else {
         None
     }

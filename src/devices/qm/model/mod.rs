@@ -1,0 +1,447 @@
+//! The software queue-manager device ("qm"): a model of NXP's DPAA2 (QBMan and a WRIOP
+//! network interface, a DPNI) close enough that the driver's portal, frame-descriptor and
+//! command code is the code a real LX2160A needs. It is not proof of what the hardware does;
+//! every format comes from Linux's and DPDK's drivers (cited in [`layout`](super::layout) and
+//! `regs/qbman.toml`), and what only a board can confirm is said where it is used.
+//!
+//! # Packaging (ours)
+//! DPAA2 is not PCI: its objects (DPNI, DPBP, DPIO portals, the MC command portal) sit on the
+//! fsl-mc bus and VFIO exposes each as regions. The model presents one port as a [`Bus`]:
+//! BAR0 (`regs()`) is the port's MC command portal, and software portal `p` is two further
+//! regions, its cache-enabled memory ([`QmDevice::portal`]'s first) and its cache-inhibited
+//! registers. Portal `2q` serves receive queue `q`, portal `2q + 1` transmit queue `q`. A
+//! later fsl-mc bus adapter implements the same traits from a DPRC scan.
+//!
+//! # What it does
+//! - MC commands (`mc.rs`): open, close, reset, attributes, buffer layout, pools, queues, tail
+//!   drop, max frame length, enable, disable, link state, primary MAC, VLAN filter on/off,
+//!   add/remove VID, statistics; DPBP open, enable, attributes, fill count.
+//! - Portals (`engine.rs`): the enqueue ring (32 entries, valid bit flipping on every wrap,
+//!   EQCR_PI doorbell, EQCR_CI written back at CENA 0x1840), pull dequeue into a storage
+//!   array in the driver's memory (results written through the software IOMMU, the first word
+//!   last), release through RAR and RCR_AM_RT, acquire through CR/RR.
+//! - BMan pools: a free list per DPBP; a frame that finds its pool empty is dropped and
+//!   counted (page 2, no-buffer discards). Frame queues with tail drop (in frames).
+//! - Receive: a buffer from the pool, the 64-byte annotation (parse-result word with the L2
+//!   and VLAN-present bits at +0x10, the first TCI's offset at +0x22), the frame behind the
+//!   annotation and the head room, the FD on the receive queue. VLAN in hardware is a filter
+//!   table only (no strip, no insert), as on a DPNI. Frames longer than the max frame length
+//!   are discarded. MAC filtering is not modelled: every frame is accepted, as with unicast
+//!   promiscuous on.
+//! - Transmit: the frame (padded to 60 bytes) goes to the wired peer; its buffer goes back to
+//!   the FD's pool unless IVP is set.
+//!
+//! # When work happens
+//! Inline: inside the driver's register writes (a doorbell, a read trigger, an MC command),
+//! under one lock for the whole model, so that no two ports can deadlock and every test is
+//! deterministic. Portal memory is atomics outside the lock.
+//!
+//! # Not modelled
+//! Push (static) dequeue and the DQRR, array-mode enqueue (EQAR reads "no slot"), order
+//! restoration, congestion groups, interrupts, flow steering and RSS (one queue per port),
+//! frame lists and scatter/gather, checksum offload, timestamps.
+
+mod engine;
+mod mc;
+mod state;
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+pub use state::DpniCounters;
+use state::SocState;
+
+use super::layout::{cena, RT};
+use super::mc::{header, McStatus, PORTAL_BYTES};
+use crate::device::MacAddr;
+use crate::error::{Error, Result};
+use crate::platform::bus::Bus;
+use crate::platform::dma::{DmaMapper, SoftIommu};
+use crate::platform::mmio::Mmio;
+use crate::platform::regs::qbman as r;
+
+/// Software portals per port: one for the receive queue, one for the transmit queue.
+pub const PORTALS_PER_PORT: usize = 2;
+/// Ports of the process-wide set behind `qm:N` names.
+pub const NAMED_PORTS: usize = 64;
+
+struct Inner {
+    iommu: Arc<SoftIommu>,
+    state: Mutex<SocState>,
+    /// CENA memory of each portal.
+    cena: Box<[Box<[AtomicU32]>]>,
+    /// The MC command portal of each port.
+    mcp: Box<[[AtomicU32; PORTAL_BYTES / 4]]>,
+    /// Ports surprise-removed: every read returns all ones.
+    gone: Box<[AtomicBool]>,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, SocState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A set of modelled ports sharing one queue manager, buffer manager and IOMMU (as the
+/// objects of one DPRC do). Ports 2k and 2k + 1 are wired to each other.
+#[derive(Clone)]
+pub struct QmSoc(Arc<Inner>);
+
+impl QmSoc {
+    /// A set of `ports` ports; port `d` has MAC 02:51:4d:00:hh:ll (`d` in the last two bytes).
+    pub fn new(ports: usize) -> QmSoc {
+        let macs: Vec<MacAddr> = (0..ports)
+            .map(|d| MacAddr([0x02, 0x51, 0x4d, 0, (d >> 8) as u8, d as u8]))
+            .collect();
+        let peers: Vec<Option<usize>> = (0..ports)
+            .map(|d| (d ^ 1 < ports).then_some(d ^ 1))
+            .collect();
+        let words = cena::SIZE / 4;
+        QmSoc(Arc::new(Inner {
+            iommu: Arc::new(SoftIommu::new("software queue manager")),
+            state: Mutex::new(SocState::new(&macs, &peers)),
+            cena: (0..ports * PORTALS_PER_PORT)
+                .map(|_| (0..words).map(|_| AtomicU32::new(0)).collect())
+                .collect(),
+            mcp: (0..ports).map(|_| Default::default()).collect(),
+            gone: (0..ports).map(|_| AtomicBool::new(false)).collect(),
+        }))
+    }
+
+    /// The process-wide set behind `qm:N`.
+    fn named() -> &'static QmSoc {
+        static SOC: OnceLock<QmSoc> = OnceLock::new();
+        SOC.get_or_init(|| QmSoc::new(NAMED_PORTS))
+    }
+
+    /// Port `d` of this set.
+    pub fn port(&self, d: usize) -> Result<QmDevice> {
+        if d >= self.0.gone.len() {
+            return Err(Error::InvalidConfig(format!(
+                "qm port {d} does not exist (this set has ports 0..{})",
+                self.0.gone.len()
+            )));
+        }
+        let region = |kind| {
+            Arc::new(QmRegion {
+                soc: self.0.clone(),
+                d,
+                kind,
+            })
+        };
+        let mut regions = vec![region(Kind::Mc)];
+        for p in d * PORTALS_PER_PORT..(d + 1) * PORTALS_PER_PORT {
+            regions.push(region(Kind::Cena(p)));
+            regions.push(region(Kind::Cinh(p)));
+        }
+        Ok(QmDevice {
+            soc: self.clone(),
+            d,
+            name: format!("qm:{d}"),
+            regions,
+        })
+    }
+}
+
+/// One modelled port: a cheap handle (every clone is the same device), the [`Bus`] the qm
+/// driver runs on, and the test's handle for faults and the model's own counters.
+#[derive(Clone)]
+pub struct QmDevice {
+    soc: QmSoc,
+    d: usize,
+    name: String,
+    /// The MC portal, then each software portal's CENA and CINH regions.
+    regions: Vec<Arc<QmRegion>>,
+}
+
+impl std::fmt::Debug for QmDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QmDevice({})", self.name)
+    }
+}
+
+impl QmDevice {
+    /// Port `qm:N` of the process-wide set (ports 2k and 2k + 1 are wired to each other;
+    /// opening an index again gives the same device).
+    pub fn open_named(index: u32) -> Result<QmDevice> {
+        QmSoc::named().port(index as usize)
+    }
+
+    /// A pair of wired ports of a set of their own (tests).
+    pub fn pair() -> (QmDevice, QmDevice) {
+        let soc = QmSoc::new(2);
+        (soc.port(0).expect("port 0"), soc.port(1).expect("port 1"))
+    }
+
+    /// The DPNI (and DPBP) object id of this port.
+    pub fn object_id(&self) -> u32 {
+        self.d as u32
+    }
+
+    /// Software portal `p` of this port (`0..PORTALS_PER_PORT`): its CENA memory and its
+    /// CINH registers.
+    pub fn portal(&self, p: usize) -> Option<super::PortalRegions<QmRegion>> {
+        (p < PORTALS_PER_PORT).then(|| {
+            (
+                self.regions[1 + 2 * p].clone(),
+                self.regions[2 + 2 * p].clone(),
+            )
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, SocState> {
+        self.soc.0.lock()
+    }
+
+    /// The DPNI's counters.
+    pub fn counters(&self) -> DpniCounters {
+        self.state().dpnis[self.d].counters
+    }
+
+    /// Frames waiting on the receive frame queue.
+    pub fn rx_queued(&self) -> usize {
+        self.state().dpnis[self.d].rx_fq.len()
+    }
+
+    /// Free buffers in this port's DPBP (its BMan pool's fill).
+    pub fn pool_fill(&self) -> usize {
+        self.state().dpbps[self.d].bufs.len()
+    }
+
+    /// Device accesses the IOMMU refused, commands with a stale valid bit, and commands the
+    /// model could not act on, over the whole set.
+    pub fn faults(&self) -> (u64, u64, u64) {
+        let f = &self.state().faults;
+        (f.dma_faults, f.stale_commands, f.bad_commands)
+    }
+
+    /// A frame arrives from the wire (as if the peer had sent it).
+    pub fn inject(&self, frame: &[u8]) {
+        let mut s = self.state();
+        engine::receive(&mut s, &self.soc.0.iommu, self.d, frame);
+    }
+
+    /// A frame descriptor lands on the receive frame queue as it is (a device that names a
+    /// buffer of its choosing).
+    pub fn inject_fd(&self, fd: super::layout::Fd) {
+        self.state().dpnis[self.d].rx_fq.push_back(fd);
+    }
+
+    /// The link goes down (frames are neither sent nor received) or comes back.
+    pub fn set_link(&self, up: bool) {
+        self.state().dpnis[self.d].link_up = up;
+    }
+
+    /// The port is surprise-removed: every read returns all ones, writes are ignored.
+    pub fn surprise_remove(&self) {
+        self.soc.0.gone[self.d].store(true, Release);
+    }
+
+    /// Leaves software portal `p` "not clean": DQPI reads nonzero, as after a process that
+    /// did not shut its portal down.
+    pub fn dirty_portal(&self, p: usize) {
+        self.state().portals[self.d * PORTALS_PER_PORT + p].dqpi = 3;
+    }
+
+    /// The next pull of the whole set is answered with a token that is not the pull's.
+    pub fn stale_token_next(&self) {
+        self.state().faults.stale_token_next = true;
+    }
+
+    /// The next command on a DPNI of the set answers `status` instead of doing its work.
+    pub fn fail_next_command(&self, status: McStatus) {
+        self.state().faults.fail_next_command = Some(status as u8);
+    }
+}
+
+impl Bus for QmDevice {
+    type Mmio = QmRegion;
+
+    fn regs(&self) -> &Arc<QmRegion> {
+        &self.regions[0]
+    }
+
+    fn dma_mapper(&self) -> Arc<dyn DmaMapper> {
+        self.soc.0.iommu.clone()
+    }
+
+    /// Freescale's (NXP's) PCI vendor id and device 0: DPAA2 objects are not PCI functions
+    /// and have no device id; the qm driver does not look at this.
+    fn pci_id(&self) -> (u16, u16) {
+        (0x1957, 0)
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn enable_bus_master(&self) -> Result<()> {
+        self.state().dpnis[self.d].master = true;
+        Ok(())
+    }
+
+    fn disable_bus_master(&self) -> Result<()> {
+        self.state().dpnis[self.d].master = false;
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Mc,
+    Cena(usize),
+    Cinh(usize),
+}
+
+/// One region of a modelled port: its MC command portal, or a software portal's CENA memory
+/// or CINH registers.
+pub struct QmRegion {
+    soc: Arc<Inner>,
+    d: usize,
+    kind: Kind,
+}
+
+const EQCR_PI: usize = r::EQCR_PI.offset();
+const EQCR_CI: usize = r::EQCR_CI.offset();
+const VDQCR_RT: usize = r::VDQCR_RT.offset();
+const CR_RT: usize = r::CR_RT.offset();
+const DQPI: usize = r::DQPI.offset();
+const RAR: usize = r::RAR.offset();
+const CFG: usize = r::CFG.offset();
+const SDQCR: usize = r::SDQCR.offset();
+const ISR: usize = r::ISR.offset();
+const IER: usize = r::IER.offset();
+const ISDR: usize = r::ISDR.offset();
+const IIR: usize = r::IIR.offset();
+const RCR_AM_RT: usize = r::RCR_AM_RT.at(0).offset();
+const RCR_AM_RT_END: usize = r::RCR_AM_RT.at(7).offset();
+
+impl QmRegion {
+    fn cinh_read(&self, p: usize, off: usize) -> u32 {
+        let mut s = self.soc.lock();
+        let port = &mut s.portals[p];
+        match off {
+            EQCR_PI => port.eqcr_ci | state::Portal::eqcr_vb(port.eqcr_ci),
+            EQCR_CI => port.eqcr_ci,
+            DQPI => port.dqpi,
+            RAR => engine::rar(port),
+            CFG => port.cfg,
+            SDQCR => port.sdqcr,
+            ISR => port.isr,
+            IER => port.ier,
+            ISDR => port.isdr,
+            IIR => port.iir,
+            _ => 0,
+        }
+    }
+
+    fn cinh_write(&self, p: usize, off: usize, v: u32) {
+        let mem = &self.soc.cena[p];
+        let mut s = self.soc.lock();
+        match off {
+            EQCR_PI => engine::eqcr_doorbell(&mut s, &self.soc.iommu, p, mem, v),
+            VDQCR_RT if v & RT != 0 => engine::pull(&mut s, &self.soc.iommu, mem),
+            CR_RT if v & RT != 0 => engine::command(&mut s, p, mem),
+            RCR_AM_RT..=RCR_AM_RT_END if v & RT != 0 => {
+                engine::release_slot(&mut s, mem, ((off - RCR_AM_RT) / 4) as u32)
+            }
+            CFG => {
+                // Configuring a portal is taken as its DPIO being enabled after a reset: the
+                // management response and release slots start over (the enqueue ring's
+                // position stays; drivers read it from EQCR_PI).
+                let port = &mut s.portals[p];
+                port.cfg = v;
+                port.rr_vb = super::layout::VALID_BIT;
+                port.rar_next = 0;
+            }
+            SDQCR => s.portals[p].sdqcr = v,
+            ISR => s.portals[p].isr &= !v,
+            IER => s.portals[p].ier = v,
+            ISDR => s.portals[p].isdr = v,
+            IIR => s.portals[p].iir = v,
+            _ => tracing::debug!(
+                offset = off,
+                value = v,
+                "qm model: write to a portal register it does not act on"
+            ),
+        }
+    }
+
+    /// A command written to the MC portal: answered in place, status last.
+    fn mc_command(&self) {
+        let m = &self.soc.mcp[self.d];
+        let w = |i: usize| {
+            u64::from(m[2 * i].load(Relaxed)) | u64::from(m[2 * i + 1].load(Relaxed)) << 32
+        };
+        let h = w(0);
+        let params: [u64; 7] = std::array::from_fn(|i| w(i + 1));
+        let a = mc::execute(
+            &mut self.soc.lock(),
+            header::cmd_id(h),
+            header::token(h),
+            params,
+        );
+        if a.status == McStatus::Ok {
+            for (i, p) in a.params.iter().enumerate() {
+                m[2 + 2 * i].store(*p as u32, Relaxed);
+                m[3 + 2 * i].store((*p >> 32) as u32, Relaxed);
+            }
+        }
+        let token = if a.token != 0 {
+            a.token
+        } else {
+            header::token(h)
+        };
+        let out = header::new(header::cmd_id(h), token, a.status as u8);
+        m[1].store((out >> 32) as u32, Relaxed);
+        m[0].store(out as u32, Release);
+    }
+}
+
+impl Mmio for QmRegion {
+    fn read32(&self, offset: usize) -> u32 {
+        if self.soc.gone[self.d].load(Relaxed) {
+            return u32::MAX;
+        }
+        match self.kind {
+            Kind::Mc => self.soc.mcp[self.d]
+                .get(offset / 4)
+                .map_or(0, |w| w.load(Acquire)),
+            Kind::Cena(p) => self.soc.cena[p]
+                .get(offset / 4)
+                .map_or(0, |w| w.load(Acquire)),
+            Kind::Cinh(p) => self.cinh_read(p, offset),
+        }
+    }
+
+    fn write32(&self, offset: usize, value: u32) {
+        if self.soc.gone[self.d].load(Relaxed) {
+            return;
+        }
+        match self.kind {
+            Kind::Mc => {
+                if let Some(w) = self.soc.mcp[self.d].get(offset / 4) {
+                    w.store(value, Release);
+                }
+                if offset == 0 && header::status(u64::from(value)) == McStatus::Ready as u8 {
+                    self.mc_command();
+                }
+            }
+            Kind::Cena(p) => {
+                if let Some(w) = self.soc.cena[p].get(offset / 4) {
+                    w.store(value, Release);
+                }
+            }
+            Kind::Cinh(p) => self.cinh_write(p, offset, value),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self.kind {
+            Kind::Mc => PORTAL_BYTES,
+            Kind::Cena(_) => cena::SIZE,
+            Kind::Cinh(_) => 0x1000,
+        }
+    }
+}

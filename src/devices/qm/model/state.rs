@@ -1,0 +1,236 @@
+//! The model's state: DPNIs (network interfaces), DPBPs (buffer pools with their BMan free
+//! lists), frame queues and the software portals' register state. One lock guards all of it
+//! (see the module documentation of [`super`] for why).
+
+use std::collections::VecDeque;
+
+use crate::device::MacAddr;
+use crate::devices::qm::layout::{Fd, EQCR_SIZE, VALID_BIT};
+
+/// Receive FQID of DPNI `d` (our numbering; a real MC assigns them at creation).
+pub const fn rx_fqid(d: usize) -> u32 {
+    0x100 + 2 * d as u32
+}
+/// Transmit FQID of DPNI `d`.
+pub const fn tx_fqid(d: usize) -> u32 {
+    0x101 + 2 * d as u32
+}
+/// BMan pool id of DPBP `b` (our numbering; 0 is never used).
+pub const fn bpid_of(b: usize) -> u16 {
+    b as u16 + 1
+}
+
+/// Entries in a DPNI's VLAN filter table (`vlan_filter_entries`; a DPNI's is set when it is
+/// created, ours is this).
+pub const VLAN_ENTRIES: usize = 32;
+/// Frames on the wire are at least this long: the MAC pads (as the Intel MACs do).
+pub const MIN_FRAME: usize = 60;
+/// The largest receive frame at creation, FCS excluded (`DPAA2_MAX_RX_PKT_LEN` is 10 KiB;
+/// after reset a DPNI takes standard frames plus a tag).
+pub const DEFAULT_MAX_FRAME: u16 = 1522;
+
+/// Counters of one DPNI, as `DPNI_GET_STATISTICS` pages 0-2 report them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DpniCounters {
+    /// Page 0: frames and bytes received, multicast, broadcast.
+    pub ingress: [u64; 6],
+    /// Page 1: frames and bytes sent, multicast, broadcast.
+    pub egress: [u64; 6],
+    /// Page 2: ingress filtered, ingress discarded, no-buffer discards, egress discarded,
+    /// egress confirmed.
+    pub drops: [u64; 5],
+}
+
+/// One DPNI.
+#[derive(Debug)]
+pub struct Dpni {
+    pub mac: MacAddr,
+    pub enabled: bool,
+    /// `(dpbp id, buffer size)` from `DPNI_SET_POOLS`.
+    pub pool: Option<(usize, u16)>,
+    /// Receive head room behind the 64-byte annotation.
+    pub head_room: u16,
+    pub max_frame: u16,
+    pub vlan_filter: bool,
+    pub vids: Vec<u16>,
+    /// The receive frame queue.
+    pub rx_fq: VecDeque<Fd>,
+    /// Tail-drop threshold of the receive queue in frames (`None`: off).
+    pub taildrop: Option<u32>,
+    pub link_up: bool,
+    pub counters: DpniCounters,
+    /// The DPNI wired to this one.
+    pub peer: Option<usize>,
+    /// Bus mastering: nothing is written to or read from memory while it is off.
+    pub master: bool,
+}
+
+impl Dpni {
+    pub fn new(mac: MacAddr, peer: Option<usize>) -> Dpni {
+        Dpni {
+            mac,
+            enabled: false,
+            pool: None,
+            head_room: 0,
+            max_frame: DEFAULT_MAX_FRAME,
+            vlan_filter: false,
+            vids: Vec::new(),
+            rx_fq: VecDeque::new(),
+            taildrop: None,
+            link_up: true,
+            counters: DpniCounters::default(),
+            peer,
+            master: false,
+        }
+    }
+
+    /// `DPNI_RESET`: back to the state after creation (the MAC and the wiring stay). Frames
+    /// still queued go back to their pools (returned by the caller).
+    pub fn reset(&mut self) -> Vec<Fd> {
+        let frames = self.rx_fq.drain(..).collect();
+        *self = Dpni {
+            counters: self.counters,
+            master: self.master,
+            ..Dpni::new(self.mac, self.peer)
+        };
+        frames
+    }
+}
+
+/// One DPBP and its BMan pool.
+#[derive(Debug, Default)]
+pub struct Dpbp {
+    pub enabled: bool,
+    /// Free buffer addresses (the pool's fill is their count), used last-in first-out.
+    pub bufs: Vec<u64>,
+}
+
+/// The register state of one software portal (its memory is outside the lock).
+#[derive(Debug)]
+pub struct Portal {
+    /// Next enqueue entry the portal consumes, with its wrap bit (0..2*EQCR_SIZE).
+    pub eqcr_ci: u32,
+    /// Next release slot handed out by RAR, with its wrap bit (0..16).
+    pub rar_next: u32,
+    /// The valid bit of the next management response.
+    pub rr_vb: u32,
+    pub cfg: u32,
+    pub sdqcr: u32,
+    pub ier: u32,
+    pub isdr: u32,
+    pub iir: u32,
+    pub isr: u32,
+    pub dqpi: u32,
+}
+
+impl Default for Portal {
+    fn default() -> Portal {
+        Portal {
+            eqcr_ci: 0,
+            rar_next: 0,
+            rr_vb: VALID_BIT,
+            cfg: 0,
+            sdqcr: 0,
+            ier: 0,
+            isdr: 0,
+            iir: 0,
+            isr: 0,
+            dqpi: 0,
+        }
+    }
+}
+
+impl Portal {
+    /// The valid bit of the enqueue entry at index `i` (with its wrap bit): 0x80 on the first
+    /// pass after reset, flipping on every wrap. (That EQCR_PI reads VB = 1 after reset is
+    /// our assumption; the drivers read it rather than assume it.)
+    pub fn eqcr_vb(i: u32) -> u32 {
+        if i & EQCR_SIZE == 0 {
+            VALID_BIT
+        } else {
+            0
+        }
+    }
+}
+
+/// Which object a token opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Obj {
+    Dpni(usize),
+    Dpbp(usize),
+}
+
+/// Everything the model knows, behind one lock.
+#[derive(Debug)]
+pub struct SocState {
+    pub dpnis: Vec<Dpni>,
+    pub dpbps: Vec<Dpbp>,
+    /// Two per DPNI: receive (2d) and transmit (2d + 1).
+    pub portals: Vec<Portal>,
+    pub tokens: Vec<(u16, Obj)>,
+    pub next_token: u16,
+    pub faults: Faults,
+}
+
+/// Faults armed by a test, and what the model counted of the driver's mistakes.
+#[derive(Clone, Debug, Default)]
+pub struct Faults {
+    /// The next pull's results carry a token that is not the pull's.
+    pub stale_token_next: bool,
+    /// The next management command on a DPNI answers this status instead.
+    pub fail_next_command: Option<u8>,
+    /// Device accesses the software IOMMU refused.
+    pub dma_faults: u64,
+    /// Commands whose valid bit was not the expected one (ignored).
+    pub stale_commands: u64,
+    /// Release or enqueue commands the model could not act on (bad count, unknown pool or
+    /// FQ, disabled pool).
+    pub bad_commands: u64,
+}
+
+impl SocState {
+    pub fn new(macs: &[MacAddr], peers: &[Option<usize>]) -> SocState {
+        let n = macs.len();
+        SocState {
+            dpnis: (0..n).map(|d| Dpni::new(macs[d], peers[d])).collect(),
+            dpbps: (0..n).map(|_| Dpbp::default()).collect(),
+            portals: (0..2 * n).map(|_| Portal::default()).collect(),
+            tokens: Vec::new(),
+            next_token: 1,
+            faults: Faults::default(),
+        }
+    }
+
+    /// The object `token` opens.
+    pub fn object(&self, token: u16) -> Option<Obj> {
+        self.tokens.iter().find(|t| t.0 == token).map(|t| t.1)
+    }
+
+    /// A new token for `obj`.
+    pub fn open(&mut self, obj: Obj) -> u16 {
+        let t = self.next_token;
+        self.next_token = self.next_token.wrapping_add(1).max(1);
+        self.tokens.push((t, obj));
+        t
+    }
+
+    /// The DPBP whose pool is `bpid`.
+    pub fn dpbp_of(&mut self, bpid: u16) -> Option<&mut Dpbp> {
+        let b = usize::from(bpid).checked_sub(1)?;
+        self.dpbps.get_mut(b)
+    }
+
+    /// Returns a buffer to pool `bpid`; false when there is no such enabled pool.
+    pub fn release(&mut self, bpid: u16, addr: u64) -> bool {
+        match self.dpbp_of(bpid) {
+            Some(p) if p.enabled => {
+                p.bufs.push(addr);
+                true
+            }
+            _ => {
+                self.faults.bad_commands += 1;
+                false
+            }
+        }
+    }
+}

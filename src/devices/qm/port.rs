@@ -1,0 +1,460 @@
+//! [`QmPort`]: a DPNI brought up through management commands, its buffer pool, link,
+//! counters and VLAN filter; and the shared part every queue keeps, whose drop stops the
+//! device and takes every buffer back.
+
+use std::sync::{Arc, Mutex, Weak};
+
+use super::mc::McPortal;
+use super::portal::SwPortal;
+use super::rx::QmRx;
+use super::tx::QmTx;
+use super::QmBus;
+use crate::device::{LinkStatus, MacAddr, Port, PortInfo, PortStats, QueueSet};
+use crate::error::{Error, Result};
+use crate::platform::dma::{LentBuffers, Meta, Packet, Pool, PoolConfig};
+use crate::platform::regs::qbman::cmd::*;
+use crate::platform::regs::{McCommand, McParam};
+use crate::vlan::{Tpid, Vid, VlanCaps, VlanFilter, VlanHardware};
+
+/// Configuration of a qm port.
+#[derive(Clone, Debug)]
+pub struct QmConfig {
+    /// The receive queue's pool (its buffers' headroom is where the device writes the frame,
+    /// behind the 64-byte annotation).
+    pub pool: PoolConfig,
+    /// Buffers kept with the device (Linux's `DPAA2_ETH_NUM_BUFS` is 1280); the queue tops the
+    /// hardware pool up when fewer than this minus 7 are there.
+    pub hw_buffers: usize,
+    /// Frames per pull (1 to 32; DPDK pulls 32 on an LX2160A).
+    pub pull: usize,
+    /// Largest frame received, FCS excluded.
+    pub max_frame: u16,
+    /// Tail drop of the receive frame queue, in frames.
+    pub taildrop: u32,
+    /// Queue pairs (only 1: flow distribution is not modelled).
+    pub queues: u16,
+}
+
+impl Default for QmConfig {
+    fn default() -> Self {
+        QmConfig {
+            pool: PoolConfig::default(),
+            hw_buffers: 1280,
+            pull: 32,
+            max_frame: 1522,
+            taildrop: 1024,
+            queues: 1,
+        }
+    }
+}
+
+/// What a qm receive queue counted of the device's mistakes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QmStats {
+    /// Dequeue results whose token was not the pull's (ignored; their buffers are not taken).
+    pub stale_results: u64,
+    /// Frame descriptors naming a buffer the device was not lent (refused).
+    pub refused_fds: u64,
+    /// Frames with error bits in their descriptor (dropped).
+    pub error_frames: u64,
+}
+
+/// Pools that some qm port lends to its queue manager, by DMA domain: how a transmit queue
+/// finds the pool id of a packet from another port's pool.
+static LENDERS: Mutex<Vec<(usize, u16, Weak<LentBuffers>)>> = Mutex::new(Vec::new());
+
+/// The lending table and pool id of `p`'s pool in DMA domain `domain`, if a port lends it.
+pub(super) fn lender_of(domain: usize, p: &Packet) -> Option<(Arc<LentBuffers>, u16)> {
+    let l = LENDERS.lock().unwrap_or_else(|e| e.into_inner());
+    l.iter().filter(|e| e.0 == domain).find_map(|e| {
+        let t = e.2.upgrade()?;
+        p.is_from(t.pool()).then_some((t, e.1))
+    })
+}
+
+/// What the port and its queues share; dropped with the last of them.
+pub(super) struct Shared<B: QmBus> {
+    pub bus: B,
+    pub name: String,
+    pub mc: McPortal<B::Mmio>,
+    pub dpni: u16,
+    pub dpbp: u16,
+    pub bpid: u16,
+    pub lent: Arc<LentBuffers>,
+    pub rx_fqid: u32,
+    pub tx_fqid: u32,
+    pub domain: usize,
+}
+
+impl<B: QmBus> Shared<B> {
+    /// Sends a command to the DPNI.
+    pub fn dpni_cmd(&self, c: McCommand, params: [u64; 7]) -> Result<[u64; 7]> {
+        Ok(self.mc.send(c, self.dpni, params)?.params)
+    }
+
+    /// Takes back every buffer the device's pool holds (acquire until it is empty).
+    fn drain_pool(&self, portal: &mut SwPortal<B::Mmio>) -> Result<usize> {
+        let mut n = 0;
+        loop {
+            let got = portal.acquire(self.bpid, 7)?;
+            if got.is_empty() {
+                return Ok(n);
+            }
+            for a in got {
+                let off = self.lent.pool().headroom() as u16;
+                match self.lent.take_back(a, off, 0, Meta::default()) {
+                    Ok(p) => drop(p),
+                    Err(e) => tracing::warn!(port = %self.name, error = %e, "pool drain: refused"),
+                }
+                n += 1;
+            }
+        }
+    }
+
+    fn teardown(&mut self) -> Result<()> {
+        self.dpni_cmd(DPNI_DISABLE, [0; 7])?;
+        // A reset of the DPNI returns the frames still queued to their pools (the model
+        // does; what an MC firmware does with them is not documented), then the pool is
+        // drained through the receive portal, whose queue is gone by now.
+        self.dpni_cmd(DPNI_RESET, [0; 7])?;
+        if let Some((c, i)) = self.bus.portal(0) {
+            let mut portal = SwPortal::init(c, i, self.name.clone())?;
+            self.drain_pool(&mut portal)?;
+        }
+        self.mc.send(DPBP_DISABLE, self.dpbp, [0; 7])?;
+        self.mc.send(DPBP_CLOSE, self.dpbp, [0; 7])?;
+        self.dpni_cmd(DPNI_CLOSE, [0; 7])?;
+        self.bus.disable_bus_master()
+    }
+}
+
+impl<B: QmBus> Drop for Shared<B> {
+    /// Stops the device and takes the buffers back: DMA stops before the pool can go.
+    fn drop(&mut self) {
+        LENDERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|e| e.2.strong_count() > 0 && !std::ptr::eq(e.2.as_ptr(), &*self.lent));
+        if let Err(e) = self.teardown() {
+            tracing::warn!(port = %self.name, error = %e, "qm port teardown incomplete");
+        }
+        let left = self.lent.lent();
+        if left > 0 {
+            tracing::warn!(port = %self.name, buffers = left, "buffers still with the device");
+        }
+    }
+}
+
+/// A DPAA2-like port on a queue-manager device.
+pub struct QmPort<B: QmBus> {
+    shared: Arc<Shared<B>>,
+    config: QmConfig,
+    mac: MacAddr,
+    vlan_entries: usize,
+    vlan: VlanFilter,
+    vlan_on: bool,
+    taken: bool,
+}
+
+fn param(f: McParam, v: u64) -> [u64; 7] {
+    let mut p = [0; 7];
+    f.put(&mut p, v);
+    p
+}
+
+impl<B: QmBus> QmPort<B> {
+    /// Opens the DPNI and its DPBP on `bus` and brings the interface up.
+    pub fn open(bus: B, config: QmConfig) -> Result<QmPort<B>> {
+        let name = bus.name().to_string();
+        if config.queues != 1 {
+            return Err(Error::NotSupported {
+                device: name,
+                what: format!("{} queue pairs", config.queues),
+                why: "flow distribution over several queues is not implemented; use 1".into(),
+            });
+        }
+        if !(1..=super::layout::pull::MAX_FRAMES).contains(&config.pull)
+            || config.hw_buffers < 8
+            || config.hw_buffers > config.pool.buffers
+            || config.max_frame < 64
+        {
+            return Err(Error::InvalidConfig(format!(
+                "{name}: pull must be 1..32 frames, hw_buffers 8..pool buffers ({}), max_frame >= 64",
+                config.pool.buffers
+            )));
+        }
+        let mc = McPortal::new(bus.regs().clone(), name.clone());
+        let dpni = mc
+            .send(
+                DPNI_OPEN,
+                0,
+                param(dpni_open::DPNI_ID, bus.dpni_id().into()),
+            )?
+            .token;
+        mc.send(DPNI_RESET, dpni, [0; 7])?;
+        let attr = mc.send(DPNI_GET_ATTR, dpni, [0; 7])?.params;
+        let m = dpni_get_primary_mac_addr::MAC
+            .get(&mc.send(DPNI_GET_PRIMARY_MAC_ADDR, dpni, [0; 7])?.params);
+        let mut mac = [0u8; 6];
+        mac.copy_from_slice(&m.to_le_bytes()[..6]);
+        mac.reverse();
+        let dpbp = mc
+            .send(
+                DPBP_OPEN,
+                0,
+                param(dpbp_open::DPBP_ID, bus.dpbp_id().into()),
+            )?
+            .token;
+        mc.send(DPBP_ENABLE, dpbp, [0; 7])?;
+        let bpid = dpbp_get_attr::BPID.get(&mc.send(DPBP_GET_ATTR, dpbp, [0; 7])?.params) as u16;
+        let fqid = |qtype| -> Result<u32> {
+            let r = mc.send(DPNI_GET_QUEUE, dpni, param(dpni_get_queue::QTYPE, qtype))?;
+            Ok(dpni_get_queue::FQID.get(&r.params) as u32)
+        };
+        let (rx_fqid, tx_fqid) = (fqid(0)?, fqid(1)?);
+        let pool = Pool::new(config.pool, bus.dma_mapper())?;
+        let lent = Arc::new(LentBuffers::new(&pool));
+        let domain = bus.dma_mapper().domain();
+        LENDERS.lock().unwrap_or_else(|e| e.into_inner()).push((
+            domain,
+            bpid,
+            Arc::downgrade(&lent),
+        ));
+        let shared = Arc::new(Shared {
+            bus,
+            name,
+            mc,
+            dpni,
+            dpbp,
+            bpid,
+            lent,
+            rx_fqid,
+            tx_fqid,
+            domain,
+        });
+        let mut port = QmPort {
+            shared,
+            config,
+            mac: MacAddr(mac),
+            vlan_entries: dpni_get_attr::VLAN_FILTER_ENTRIES.get(&attr) as usize,
+            vlan: VlanFilter::new(),
+            vlan_on: false,
+            taken: false,
+        };
+        port.configure()?;
+        Ok(port)
+    }
+
+    /// The DPNI's receive configuration, the VLAN filter from the shadow, and enable.
+    fn configure(&mut self) -> Result<()> {
+        let s = &self.shared;
+        let c = &self.config;
+        let mut p = [0u64; 7];
+        // Frame status, parser result, head room: the frame lands `headroom` bytes into the
+        // buffer, behind the 64-byte annotation (DPDK dpaa2_attach_bp_list).
+        dpni_set_buffer_layout::OPTIONS.put(&mut p, 0x04 | 0x02 | 0x20);
+        dpni_set_buffer_layout::FLAGS.put(&mut p, 0b110);
+        dpni_set_buffer_layout::DATA_ALIGN.put(&mut p, 64);
+        let head = c.pool.headroom - super::layout::hwa::SIZE;
+        dpni_set_buffer_layout::HEAD_ROOM.put(&mut p, head as u64);
+        s.dpni_cmd(DPNI_SET_BUFFER_LAYOUT, p)?;
+        let mut p = [0u64; 7];
+        dpni_set_pools::NUM_DPBP.put(&mut p, 1);
+        dpni_set_pools::DPBP_ID_0.put(&mut p, s.bus.dpbp_id().into());
+        dpni_set_pools::BUFFER_SIZE_0.put(&mut p, c.pool.buf_size as u64);
+        s.dpni_cmd(DPNI_SET_POOLS, p)?;
+        let len = dpni_set_max_frame_length::MAX_FRAME_LENGTH;
+        s.dpni_cmd(DPNI_SET_MAX_FRAME_LENGTH, param(len, c.max_frame.into()))?;
+        let mut p = [0u64; 7];
+        dpni_set_taildrop::ENABLE.put(&mut p, 1);
+        dpni_set_taildrop::UNITS.put(&mut p, 1);
+        dpni_set_taildrop::THRESHOLD.put(&mut p, c.taildrop.into());
+        s.dpni_cmd(DPNI_SET_TAILDROP, p)?;
+        for vid in self.vlan.iter() {
+            s.dpni_cmd(
+                DPNI_ADD_VLAN_ID,
+                param(dpni_add_vlan_id::VLAN_ID, vid.into()),
+            )?;
+        }
+        let en = dpni_enable_vlan_filter::EN;
+        s.dpni_cmd(DPNI_ENABLE_VLAN_FILTER, param(en, self.vlan_on.into()))?;
+        s.bus.enable_bus_master()?;
+        s.dpni_cmd(DPNI_ENABLE, [0; 7])?;
+        Ok(())
+    }
+
+    /// Resets the DPNI and configures it again, the VLAN filter table restored from the
+    /// shadow. Frames waiting in the receive queue are lost.
+    pub fn reset(&mut self) -> Result<()> {
+        self.shared.dpni_cmd(DPNI_DISABLE, [0; 7])?;
+        self.shared.dpni_cmd(DPNI_RESET, [0; 7])?;
+        self.configure()
+    }
+
+    /// The port's MAC address.
+    pub fn mac(&self) -> MacAddr {
+        self.mac
+    }
+
+    /// The bus the port is on.
+    pub fn bus(&self) -> &B {
+        &self.shared.bus
+    }
+
+    /// The pool id of the port's hardware buffer pool.
+    pub fn bpid(&self) -> u16 {
+        self.shared.bpid
+    }
+
+    fn refuse(&self, what: &str, why: &str) -> Error {
+        Error::NotSupported {
+            device: self.shared.name.clone(),
+            what: what.into(),
+            why: why.into(),
+        }
+    }
+}
+
+/// Counter names, page by page, as DPDK's `dpni_statistics` calls them.
+const COUNTERS: [&[&str]; 3] = [
+    &[
+        "ingress_all_frames",
+        "ingress_all_bytes",
+        "ingress_multicast_frames",
+        "ingress_multicast_bytes",
+        "ingress_broadcast_frames",
+        "ingress_broadcast_bytes",
+    ],
+    &[
+        "egress_all_frames",
+        "egress_all_bytes",
+        "egress_multicast_frames",
+        "egress_multicast_bytes",
+        "egress_broadcast_frames",
+        "egress_broadcast_bytes",
+    ],
+    &[
+        "ingress_filtered_frames",
+        "ingress_discarded_frames",
+        "ingress_nobuffer_discards",
+        "egress_discarded_frames",
+        "egress_confirmed_frames",
+    ],
+];
+
+impl<B: QmBus> Port for QmPort<B> {
+    type Rx = QmRx<B>;
+    type Tx = QmTx<B>;
+
+    fn info(&self) -> PortInfo {
+        PortInfo {
+            name: self.shared.name.clone(),
+            driver: "qm",
+            model: "DPAA2-like queue manager (QBMan portals, DPNI)".into(),
+            pci_id: None,
+            mac: self.mac,
+            rx_queues: 1,
+            tx_queues: 1,
+            rx_ring: 0,
+            tx_ring: 0,
+            mtu: Some(u32::from(self.config.max_frame) - 18),
+        }
+    }
+
+    fn link(&self) -> Result<LinkStatus> {
+        let r = self.shared.dpni_cmd(DPNI_GET_LINK_STATE, [0; 7])?;
+        let up = dpni_get_link_state::UP.get(&r) == 1;
+        Ok(LinkStatus {
+            up,
+            speed_mbps: if up {
+                dpni_get_link_state::RATE.get(&r) as u32
+            } else {
+                0
+            },
+            full_duplex: up,
+        })
+    }
+
+    fn stats(&mut self) -> Result<PortStats> {
+        let mut hw = Vec::new();
+        for (page, names) in COUNTERS.iter().enumerate() {
+            let r = self.shared.dpni_cmd(
+                DPNI_GET_STATISTICS,
+                param(dpni_get_statistics::PAGE_NUMBER, page as u64),
+            )?;
+            hw.extend(names.iter().zip(r).map(|(n, v)| (*n, v)));
+        }
+        Ok(PortStats { hw })
+    }
+
+    fn take_queues(&mut self) -> Result<QueueSet<QmRx<B>, QmTx<B>>> {
+        if self.taken {
+            return Err(Error::InvalidConfig(format!(
+                "{}: queues were already taken",
+                self.shared.name
+            )));
+        }
+        let rx = QmRx::new(self.shared.clone(), &self.config)?;
+        let tx = QmTx::new(self.shared.clone())?;
+        self.taken = true;
+        Ok((vec![rx], vec![tx]))
+    }
+}
+
+/// A DPNI filters VIDs and neither strips nor inserts tags.
+impl<B: QmBus> VlanHardware for QmPort<B> {
+    fn vlan_caps(&self) -> VlanCaps {
+        VlanCaps {
+            filter: self.vlan_entries > 0,
+            rx_queues: 1,
+            ..VlanCaps::none(self.shared.name.clone())
+        }
+    }
+    fn set_rx_strip(&mut self, _queue: u16, _on: bool) -> Result<()> {
+        Err(self.refuse(
+            "VLAN tag stripping",
+            "a DPNI has no VLAN strip (DPDK's dpaa2 stripped in software); use rx mode sw or deferred",
+        ))
+    }
+    fn set_vlan_filter(&mut self, on: bool) -> Result<()> {
+        let en = dpni_enable_vlan_filter::EN;
+        self.shared
+            .dpni_cmd(DPNI_ENABLE_VLAN_FILTER, param(en, on.into()))?;
+        self.vlan_on = on;
+        Ok(())
+    }
+    fn add_vlan(&mut self, vid: Vid) -> Result<()> {
+        let v = vid.get();
+        self.shared
+            .dpni_cmd(DPNI_ADD_VLAN_ID, param(dpni_add_vlan_id::VLAN_ID, v.into()))?;
+        self.vlan.add(v)?;
+        Ok(())
+    }
+    fn remove_vlan(&mut self, vid: Vid) -> Result<()> {
+        let v = vid.get();
+        self.shared.dpni_cmd(
+            DPNI_REMOVE_VLAN_ID,
+            param(dpni_remove_vlan_id::VLAN_ID, v.into()),
+        )?;
+        self.vlan.remove(v)?;
+        Ok(())
+    }
+    fn set_tpid(&mut self, tpid: Tpid) -> Result<()> {
+        if tpid == Tpid::C_TAG {
+            return Ok(());
+        }
+        Err(self.refuse(
+            "a TPID other than 0x8100",
+            "the DPNI's VLAN filter knows 0x8100 tags",
+        ))
+    }
+    fn set_extended_vlan(&mut self, on: bool, _outer_tpid: Tpid) -> Result<()> {
+        if !on {
+            return Ok(());
+        }
+        Err(self.refuse(
+            "extended (QinQ) VLAN mode",
+            "a DPNI has no extended VLAN mode",
+        ))
+    }
+}

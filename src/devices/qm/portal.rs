@@ -1,0 +1,230 @@
+//! The driver's side of one QBMan software portal (memory-backed, QMan 5.0): the enqueue ring,
+//! pull commands, release commands and the acquire management command.
+//!
+//! The portal's state is the driver's copy of what the hardware also counts: the enqueue
+//! ring's producer index and valid bit (read from EQCR_PI at init, not assumed), the free
+//! entries last seen (EQCR_CI is read again only when they run out, as in DPDK's
+//! `qbman_swp_enqueue_multiple_mem_back`), and the management response's valid bit.
+//!
+//! Ordering: entries and commands are written as plain 32-bit stores to the CENA area, the
+//! verb word last; the doorbell or read trigger goes through [`Mmio::doorbell`], whose release
+//! fence orders every earlier store before it (DPDK's `dma_wmb()` before the CINH write).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::layout::{acquire, cena, eq, pull, release, Fd, BUFS_PER_CMD, EQCR_SIZE, RT, VALID_BIT};
+use crate::error::{Error, Result};
+use crate::platform::mmio::Mmio;
+use crate::platform::regs::qbman as r;
+
+/// How long the driver waits for the portal's answer to a management command.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What the driver writes to CFG: memory-backed (CPBS), VDQCR and CR read-triggered (VPM,
+/// CPM), EQCR in ring mode with a PI doorbell (EPM 0), discrete consumption (DCM 2), release
+/// array mode (RPM 3), write non-allocating, stashing bits as Linux sets them, a DQRR of 8
+/// (Linux `qbman_swp_init` for QMan 5.0).
+pub const CFG: u32 =
+    8 << 20 | 1 << 16 | 1 << 15 | 1 << 14 | 3 << 12 | 2 << 10 | 1 << 7 | 1 << 6 | 0x3c;
+
+const PI_MASK: u32 = 2 * EQCR_SIZE - 1;
+
+/// One software portal.
+pub struct SwPortal<M: Mmio> {
+    cena: Arc<M>,
+    cinh: Arc<M>,
+    name: String,
+    /// Next enqueue entry, with its wrap bit.
+    pi: u32,
+    /// Valid bit of the next enqueue entry.
+    vb: u32,
+    /// Entries free at the last look.
+    available: u32,
+    /// Valid bit the next management response will carry.
+    mr_vb: u32,
+}
+
+impl<M: Mmio> SwPortal<M> {
+    /// Takes the portal over: configures it, checks that it is clean, reads where its
+    /// enqueue ring stands and clears its memory.
+    pub fn init(cena_: Arc<M>, cinh: Arc<M>, name: impl Into<String>) -> Result<SwPortal<M>> {
+        let name = name.into();
+        let gone = || Error::DeviceGone {
+            device: name.clone(),
+        };
+        cinh.write(r::CFG, CFG);
+        match cinh.read(r::CFG) {
+            u32::MAX => return Err(gone()),
+            0 => {
+                return Err(Error::DeviceState {
+                    device: name,
+                    what: "the software portal is not enabled (CFG reads 0); enable its DPIO"
+                        .into(),
+                })
+            }
+            _ => {}
+        }
+        let dqpi = cinh.read(r::DQPI);
+        if r::dqpi::PI.get(dqpi) != 0 {
+            return Err(Error::DeviceState {
+                device: name,
+                what: format!(
+                    "the software portal is not clean (DQPI = {dqpi:#x}): a program before this one \
+                     did not shut it down; reset its DPIO (or the DPRC) and open the port again"
+                ),
+            });
+        }
+        let eqcr_pi = cinh.read(r::EQCR_PI);
+        let ci = cinh.read(r::EQCR_CI) & PI_MASK;
+        let pi = eqcr_pi & PI_MASK;
+        for w in (0..cena::SIZE).step_by(4) {
+            cena_.write32(w, 0);
+        }
+        Ok(SwPortal {
+            cena: cena_,
+            cinh,
+            name,
+            pi,
+            vb: eqcr_pi & VALID_BIT,
+            available: EQCR_SIZE - (pi.wrapping_sub(ci) & PI_MASK),
+            mr_vb: VALID_BIT,
+        })
+    }
+
+    /// The portal's CINH registers.
+    pub fn cinh(&self) -> &M {
+        &self.cinh
+    }
+
+    /// Free enqueue entries, reading EQCR_CI again when the last look found fewer than
+    /// `want`. An all-ones CI is the device gone.
+    #[inline]
+    pub fn eq_room(&mut self, want: u32) -> Result<u32, crate::device::QueueError> {
+        if self.available < want {
+            let ci = self.cinh.read(r::EQCR_CI);
+            if ci == u32::MAX {
+                return Err(crate::device::QueueError::DeviceGone);
+            }
+            self.available = EQCR_SIZE - (self.pi.wrapping_sub(ci & PI_MASK) & PI_MASK);
+        }
+        Ok(self.available)
+    }
+
+    /// Whether every enqueued entry has been consumed (or the device is gone).
+    pub fn eq_drained(&self) -> bool {
+        let ci = self.cinh.read(r::EQCR_CI);
+        ci == u32::MAX || ci & PI_MASK == self.pi
+    }
+
+    /// Writes one enqueue entry (frame `fd` to frame queue `fqid`); [`eq_doorbell`]
+    /// (Self::eq_doorbell) hands the entries written to the portal. The caller checked the room.
+    #[inline]
+    pub fn eq_write(&mut self, fqid: u32, fd: &Fd) {
+        let at = cena::eqcr(self.pi & (EQCR_SIZE - 1));
+        let c = &*self.cena;
+        c.write32(at + 4 * eq::TGTID_WORD, fqid);
+        for (i, w) in fd.0.iter().enumerate() {
+            c.write32(at + 4 * (eq::FD_WORD + i), *w);
+        }
+        c.write32(at, eq::VERB_REJECTS_TO_FQ | self.vb);
+        self.pi = (self.pi + 1) & PI_MASK;
+        if self.pi & (EQCR_SIZE - 1) == 0 {
+            self.vb ^= VALID_BIT;
+        }
+        self.available -= 1;
+    }
+
+    /// The EQCR_PI doorbell: RT, the producer index and the valid bit of the next entry.
+    #[inline]
+    pub fn eq_doorbell(&self) {
+        self.cinh
+            .doorbell(r::EQCR_PI.offset(), RT | self.pi | self.vb);
+    }
+
+    /// Issues a pull of up to `frames` frames from `fqid` into the storage at `storage`
+    /// (`frames` results of 64 bytes), tagged `tok` (never 0: 0 means "not written yet").
+    pub fn pull(&self, storage: u64, fqid: u32, frames: usize, tok: u8) {
+        debug_assert!(tok != 0 && (1..=pull::MAX_FRAMES).contains(&frames));
+        let c = &*self.cena;
+        c.write32(cena::VDQCR + 4 * pull::DQ_SRC_WORD, fqid);
+        c.write32(cena::VDQCR + 4 * pull::RSP_ADDR_WORD, storage as u32);
+        c.write32(
+            cena::VDQCR + 4 * pull::RSP_ADDR_WORD + 4,
+            (storage >> 32) as u32,
+        );
+        // The valid bit does not matter under the VDQCR read trigger (VPM); Linux and DPDK
+        // still toggle one, and so would a driver for an older portal. We send it set.
+        let w0 = pull::word0(pull::VERB_FQ_TO_STORAGE | VALID_BIT, frames as u32, tok);
+        c.write32(cena::VDQCR, w0);
+        self.cinh.doorbell(r::VDQCR_RT.offset(), RT);
+    }
+
+    /// Releases up to 7 buffers to pool `bpid`, when the portal has a release slot (RAR);
+    /// returns false, releasing nothing, when it has none now.
+    pub fn release(&self, bpid: u16, bufs: &[u64]) -> bool {
+        debug_assert!((1..=BUFS_PER_CMD).contains(&bufs.len()));
+        let rar = self.cinh.read(r::RAR);
+        if rar == u32::MAX || !r::rar::SUCCESS.is_set(rar) {
+            return false;
+        }
+        let slot = r::rar::IDX.get(rar);
+        let at = cena::rcr(slot);
+        let c = &*self.cena;
+        for (k, b) in bufs.iter().enumerate() {
+            c.write32(at + 8 + 8 * k, *b as u32);
+            c.write32(at + 12 + 8 * k, (*b >> 32) as u32);
+        }
+        let verb = release::VERB | bufs.len() as u32 | rar & VALID_BIT;
+        c.write32(at, verb | u32::from(bpid) << 16);
+        self.cinh.doorbell(r::RCR_AM_RT.at(slot).offset(), RT);
+        true
+    }
+
+    /// Acquires up to 7 buffers from pool `bpid` (an empty pool gives none).
+    pub fn acquire(&mut self, bpid: u16, want: usize) -> Result<Vec<u64>> {
+        debug_assert!((1..=BUFS_PER_CMD).contains(&want));
+        let c = &*self.cena;
+        c.write32(cena::CR + 4, want as u32);
+        c.write32(cena::CR, acquire::VERB | self.mr_vb | u32::from(bpid) << 16);
+        self.cinh.doorbell(r::CR_RT.offset(), RT);
+        let deadline = Instant::now() + COMMAND_TIMEOUT;
+        let w0 = loop {
+            let w0 = c.read32(cena::RR);
+            if w0 == u32::MAX {
+                return Err(Error::DeviceGone {
+                    device: self.name.clone(),
+                });
+            }
+            if w0 & VALID_BIT == self.mr_vb && w0 & 0x7f != 0 {
+                break w0;
+            }
+            if Instant::now() > deadline {
+                return Err(Error::RegisterTimeout {
+                    device: self.name.clone(),
+                    register: "the portal's management response (RR)",
+                    expect: "to carry the acquire's valid bit".into(),
+                    timeout_ms: COMMAND_TIMEOUT.as_millis() as u64,
+                    last: w0,
+                });
+            }
+            std::hint::spin_loop();
+        };
+        self.mr_vb ^= VALID_BIT;
+        if w0 & 0x7f != acquire::VERB || w0 >> 8 & 0xff != acquire::RSLT_OK {
+            return Err(Error::DeviceState {
+                device: self.name.clone(),
+                what: format!(
+                    "the buffer manager refused an acquire from pool {bpid} (response {w0:#010x})"
+                ),
+            });
+        }
+        let n = (c.read32(cena::RR + 4) & 7) as usize;
+        Ok((0..n.min(want))
+            .map(|k| {
+                u64::from(c.read32(cena::RR + 8 + 8 * k))
+                    | u64::from(c.read32(cena::RR + 12 + 8 * k)) << 32
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,265 @@
+//! [`QmRx`]: receive by pull dequeue, with one pull always in flight.
+//!
+//! The queue owns a storage array of two halves of 32 results (64 bytes each) in DMA memory.
+//! A burst reads the results of the pull issued by the burst before (the first word of each,
+//! with an acquire load: a nonzero token means the device wrote it), turns each frame
+//! descriptor into a packet, zeroes the token, and once the pull's last result (EXPIRED) is
+//! read issues the next pull into the other half before it returns (DPDK's
+//! `dpaa2_dev_prefetch_rx`). When a burst finds nothing and its pull is complete, it issues
+//! and reads one more, so that on the inline model a frame sent is a frame received in one
+//! call; on a device that answers later the second look just finds nothing yet.
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::layout::{dq, Fd, BUFS_PER_CMD};
+use super::port::{QmConfig, QmStats, Shared};
+use super::portal::SwPortal;
+use super::QmBus;
+use crate::device::{QueueError, QueueStats, RxQueue};
+use crate::error::Result;
+use crate::platform::dma::{DmaMemory, LentBuffers, Meta, Packet, Pool};
+use crate::platform::mmio::Mmio;
+use crate::platform::regs::qbman as r;
+
+/// Results per storage half.
+const HALF: usize = super::layout::pull::MAX_FRAMES;
+/// Idle bursts between looks at a register, to notice a device that is gone.
+const GONE_CHECK: u32 = 64;
+/// How long dropping the queue waits for its last pull's results.
+const DRAIN: Duration = Duration::from_millis(200);
+
+/// The pull whose results the queue is reading.
+#[derive(Clone, Copy, Debug)]
+struct Active {
+    /// Byte offset of its storage half.
+    base: usize,
+    tok: u8,
+    /// The next result to read.
+    next: usize,
+}
+
+/// A receive queue of a qm port.
+pub struct QmRx<B: QmBus> {
+    portal: SwPortal<B::Mmio>,
+    storage: DmaMemory,
+    lent: Arc<LentBuffers>,
+    pool: Pool,
+    bpid: u16,
+    fqid: u32,
+    pull: usize,
+    active: Option<Active>,
+    half: usize,
+    tok: u8,
+    target: usize,
+    idle: u32,
+    stats: QueueStats,
+    qm: QmStats,
+    shared: Arc<Shared<B>>,
+}
+
+impl<B: QmBus> QmRx<B> {
+    pub(super) fn new(shared: Arc<Shared<B>>, config: &QmConfig) -> Result<QmRx<B>> {
+        let (cena, cinh) = shared
+            .bus
+            .portal(0)
+            .ok_or_else(|| crate::Error::DeviceState {
+                device: shared.name.clone(),
+                what: "the bus offers no software portal 0 for the receive queue".into(),
+            })?;
+        let portal = SwPortal::init(cena, cinh, shared.name.clone())?;
+        let storage = DmaMemory::allocate(2 * HALF * dq::SIZE, shared.bus.dma_mapper())?;
+        let mut q = QmRx {
+            portal,
+            storage,
+            lent: shared.lent.clone(),
+            pool: shared.lent.pool().clone(),
+            bpid: shared.bpid,
+            fqid: shared.rx_fqid,
+            pull: config.pull,
+            active: None,
+            half: 0,
+            tok: 0,
+            target: config.hw_buffers,
+            idle: 0,
+            stats: QueueStats::default(),
+            qm: QmStats::default(),
+            shared,
+        };
+        q.top_up();
+        Ok(q)
+    }
+
+    /// What the queue counted of the device's mistakes.
+    pub fn qm_stats(&self) -> QmStats {
+        self.qm
+    }
+
+    /// Buffers of the queue's pool the device holds now (in its pool, queued frames, or
+    /// frames in flight).
+    pub fn lent(&self) -> usize {
+        self.lent.lent()
+    }
+
+    /// Issues the next pull into the other storage half.
+    fn issue(&mut self) {
+        self.tok = self.tok.wrapping_add(1).max(1);
+        let base = self.half * HALF * dq::SIZE;
+        self.half ^= 1;
+        let at = self.storage.iova() + base as u64;
+        self.portal.pull(at, self.fqid, self.pull, self.tok);
+        self.active = Some(Active {
+            base,
+            tok: self.tok,
+            next: 0,
+        });
+    }
+
+    /// Reads the active pull's results into `batch` until it holds `limit` packets, a result
+    /// is not written yet, or the pull is over.
+    fn harvest(&mut self, batch: &mut Vec<Packet>, limit: usize) {
+        let Some(mut a) = self.active else { return };
+        while batch.len() < limit {
+            let at = a.base + a.next * dq::SIZE;
+            let w0 = self.storage.load_u64(at, Acquire);
+            let tok = dq::tok(w0);
+            if tok == 0 {
+                break;
+            }
+            self.storage.store_u64(at, 0, Relaxed);
+            let stat = dq::stat(w0);
+            if tok != a.tok || dq::verb(w0) & dq::VERB_MASK != dq::VERB_DQ {
+                self.qm.stale_results += 1;
+            } else if stat & dq::STAT_VALIDFRAME != 0 {
+                self.take(batch, at);
+            }
+            a.next += 1;
+            if stat & dq::STAT_EXPIRED != 0 || a.next == self.pull {
+                self.active = None;
+                return;
+            }
+        }
+        self.active = Some(a);
+    }
+
+    /// Turns the frame descriptor of the result at `at` into a packet.
+    #[inline]
+    fn take(&mut self, batch: &mut Vec<Packet>, at: usize) {
+        let f = |k: usize| self.storage.load_u64(at + dq::FD + 8 * k, Relaxed);
+        let (a, b, c, d) = (f(0), f(1), f(2), f(3));
+        let fd = Fd([
+            a as u32,
+            (a >> 32) as u32,
+            b as u32,
+            (b >> 32) as u32,
+            c as u32,
+            (c >> 32) as u32,
+            d as u32,
+            (d >> 32) as u32,
+        ]);
+        match self
+            .lent
+            .take_back(fd.addr(), fd.offset(), fd.len(), Meta::default())
+        {
+            Ok(p) if fd.ctrl() & Fd::CTRL_ERR_MASK == 0 && fd.format() == 0 => {
+                self.stats.packets += 1;
+                self.stats.bytes += p.len() as u64;
+                batch.push(p);
+            }
+            Ok(p) => {
+                drop(p);
+                self.qm.error_frames += 1;
+                self.stats.dropped += 1;
+            }
+            Err(e) => {
+                tracing::debug!(port = %self.shared.name, error = %e, "frame descriptor refused");
+                self.qm.refused_fds += 1;
+                self.stats.dropped += 1;
+            }
+        }
+    }
+
+    /// Releases buffers of the pool to the device until it holds the target, when it holds
+    /// fewer than the target minus one command's worth.
+    fn top_up(&mut self) {
+        if self.lent.lent() + BUFS_PER_CMD > self.target {
+            return;
+        }
+        let mut fresh = Vec::with_capacity(BUFS_PER_CMD);
+        while self.lent.lent() < self.target {
+            let want = (self.target - self.lent.lent()).min(BUFS_PER_CMD);
+            if self.pool.alloc_bulk(want, &mut fresh) == 0 {
+                self.stats.no_room += 1;
+                return;
+            }
+            let addrs: Vec<u64> = fresh.iter().map(Packet::buf_iova).collect();
+            if !self.portal.release(self.bpid, &addrs) {
+                fresh.clear();
+                return;
+            }
+            for p in fresh.drain(..) {
+                // The pool is the table's: lending cannot fail.
+                let _ = self.lent.lend(p);
+            }
+        }
+    }
+}
+
+impl<B: QmBus> RxQueue for QmRx<B> {
+    fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
+        let start = batch.len();
+        for round in 0..2 {
+            if self.active.is_none() {
+                self.issue();
+            }
+            self.harvest(batch, start + max);
+            if batch.len() > start || self.active.is_some() || round == 1 {
+                break;
+            }
+        }
+        if self.active.is_none() {
+            self.issue();
+        }
+        let n = batch.len() - start;
+        if n == 0 {
+            self.idle += 1;
+            if self.idle % GONE_CHECK == 0 && self.portal.cinh().read(r::CFG) == u32::MAX {
+                return Err(QueueError::DeviceGone);
+            }
+        }
+        self.top_up();
+        Ok(n)
+    }
+
+    fn stats(&self) -> QueueStats {
+        self.stats
+    }
+
+    fn pool(&self) -> &Pool {
+        &self.pool
+    }
+}
+
+impl<B: QmBus> Drop for QmRx<B> {
+    /// Waits for the last pull's results (the device writes into the storage until then),
+    /// and frees their frames.
+    fn drop(&mut self) {
+        let deadline = Instant::now() + DRAIN;
+        let mut frames = Vec::new();
+        while self.active.is_some() {
+            self.harvest(&mut frames, usize::MAX);
+            frames.clear();
+            if Instant::now() > deadline || self.portal.cinh().read(r::CFG) == u32::MAX {
+                tracing::warn!(port = %self.shared.name, "receive queue dropped with its pull unanswered; its storage is kept");
+                std::mem::forget(std::mem::replace(
+                    &mut self.storage,
+                    DmaMemory::allocate(64, Arc::new(crate::platform::dma::IdentityMapper))
+                        .expect("64 bytes of ordinary memory"),
+                ));
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! [`QmTx`]: transmit by batched enqueue.
+//!
+//! A burst writes one enqueue entry per packet (its frame descriptor names the buffer, the
+//! frame's offset and the pool the buffer goes back to) and rings the EQCR_PI doorbell once.
+//! The buffer is lent to the device with the descriptor: the device releases it to its pool
+//! after sending, so there is no transmit completion to wait for, and the receive queue that
+//! owns the pool gets it back from a later frame. A packet of a pool no qm port of this
+//! queue manager lends is copied into a buffer of the port's own pool (`copied`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::layout::Fd;
+use super::port::{lender_of, Shared};
+use super::portal::SwPortal;
+use super::QmBus;
+use crate::device::{QueueError, QueueStats, TxQueue};
+use crate::error::Result;
+use crate::platform::dma::{LentBuffers, Packet};
+use crate::vlan::SwVlanTx;
+
+/// How long dropping the queue waits for the device to take its last entries.
+const DRAIN: Duration = Duration::from_millis(200);
+
+/// A transmit queue of a qm port.
+pub struct QmTx<B: QmBus> {
+    portal: SwPortal<B::Mmio>,
+    fqid: u32,
+    /// The pool of the last packet sent, its table and pool id: most bursts send packets of
+    /// one pool.
+    last: (Arc<LentBuffers>, u16),
+    stats: QueueStats,
+    shared: Arc<Shared<B>>,
+}
+
+impl<B: QmBus> QmTx<B> {
+    pub(super) fn new(shared: Arc<Shared<B>>) -> Result<QmTx<B>> {
+        let (cena, cinh) = shared
+            .bus
+            .portal(1)
+            .ok_or_else(|| crate::Error::DeviceState {
+                device: shared.name.clone(),
+                what: "the bus offers no software portal 1 for the transmit queue".into(),
+            })?;
+        Ok(QmTx {
+            portal: SwPortal::init(cena, cinh, shared.name.clone())?,
+            fqid: shared.tx_fqid,
+            last: (shared.lent.clone(), shared.bpid),
+            stats: QueueStats::default(),
+            shared,
+        })
+    }
+
+    /// The lending table and pool id for `p`, or `None` when no port lends its pool.
+    #[inline]
+    fn lender(&mut self, p: &Packet) -> Option<(Arc<LentBuffers>, u16)> {
+        if p.is_from(self.last.0.pool()) {
+            return Some(self.last.clone());
+        }
+        let found = lender_of(self.shared.domain, p)?;
+        self.last = found.clone();
+        Some(found)
+    }
+
+    /// A copy of `p` in a buffer of the port's own pool, or `None` when it has none free.
+    fn copy_of(&mut self, p: &Packet) -> Option<Packet> {
+        let mut c = self.shared.lent.pool().alloc()?;
+        if !c.set_data(p.data()) {
+            return None;
+        }
+        c.meta = p.meta;
+        self.stats.copied += 1;
+        Some(c)
+    }
+}
+
+impl<B: QmBus> TxQueue for QmTx<B> {
+    fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
+        let room = self.portal.eq_room(batch.len() as u32)? as usize;
+        // First the packets whose pool no port lends become copies in the port's pool.
+        let mut n = 0;
+        while n < room.min(batch.len()) {
+            if self.lender(&batch[n]).is_none() {
+                let Some(c) = self.copy_of(&batch[n]) else {
+                    break;
+                };
+                batch[n] = c;
+            }
+            n += 1;
+        }
+        let mut bytes = 0;
+        for p in batch.drain(..n) {
+            let (table, bpid) = self.lender(&p).expect("every packet here has a lender");
+            let fd = Fd::simple(p.buf_iova(), p.len() as u32, bpid, p.headroom() as u16);
+            bytes += p.len() as u64;
+            // The table was found by the packet's pool, so lending cannot refuse it.
+            let _ = table.lend(p);
+            self.portal.eq_write(self.fqid, &fd);
+        }
+        if n > 0 {
+            self.portal.eq_doorbell();
+        }
+        self.stats.no_room += batch.len() as u64;
+        self.stats.packets += n as u64;
+        self.stats.bytes += bytes;
+        Ok(n)
+    }
+
+    fn stats(&self) -> QueueStats {
+        self.stats
+    }
+}
+
+/// Software insertion by the VLAN layer's default pass: a DPNI inserts no tags.
+impl<B: QmBus> SwVlanTx for QmTx<B> {}
+
+impl<B: QmBus> Drop for QmTx<B> {
+    /// Waits until the device has taken every entry written (their buffers are then its).
+    fn drop(&mut self) {
+        let deadline = Instant::now() + DRAIN;
+        while !self.portal.eq_drained() {
+            if Instant::now() > deadline {
+                tracing::warn!(port = %self.shared.name, "transmit queue dropped with entries the device did not take");
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
