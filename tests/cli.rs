@@ -566,3 +566,96 @@ fn bench_reports_paired_comparisons_with_their_intervals() {
         );
     }
 }
+
+/// Every command on the queue-manager device (`qm:N`): the same JSON as on the other ports,
+/// the portal's registers decoded from `regs/qbman.toml`, and a capture of tagged traffic
+/// byte-identical in both receive modes the device has (Hardware is refused by name).
+#[test]
+fn every_command_works_on_qm_ports() {
+    let v = json(&["info", "qm:10"]);
+    assert_eq!(v["driver"], "qm");
+    assert_eq!(v["link"]["up"], true);
+    let v = json(&["regs", "qm:10", "CFG", "EQCR_PI", "--decode"]);
+    let regs = v["registers"].as_array().unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(regs[1]["name"], "EQCR_PI");
+    assert!(regs[1]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["name"] == "VB"));
+    let v = json(&["reg", "qm:10", "EQCR_CI"]);
+    assert!(v["value"].is_string(), "{v}");
+    let v = json(&["selftest", "qm:10"]);
+    assert_eq!(v["tests"][0]["result"], "PASS", "{v}");
+    assert_eq!(v["tests"][2]["result"], "PASS", "{v}");
+    let v = json(&["stats", "qm:10"]);
+    assert!(v["hw"]["ingress_nobuffer_discards"].is_u64(), "{v}");
+    let v = json(&["gen", "qm:10", "--count", "50", "--size", "128"]);
+    assert_eq!(v["channels"][0]["packets"], 50);
+    let v = json(&["fwd", "qm:12", "qm:13", "--duration", "0.2"]);
+    assert!(v["hw"]["qm:12"]["ingress_all_frames"].is_u64(), "{v}");
+    let v = json(&[
+        "respond",
+        "qm:15",
+        "--ip",
+        "192.0.2.1/24",
+        "--vlan",
+        "100",
+        "--vlan-rx",
+        "deferred",
+        "--probe-from",
+        "qm:14",
+        "--pings",
+        "2",
+    ]);
+    assert_eq!(v["probe"]["ok"], true, "{v}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let src: MacAddr = json(&["info", "qm:16"])["mac"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let expect = expected_frames(src, 40, 100, 0xa064);
+    for mode in ["sw", "deferred"] {
+        let path = dir.path().join(format!("{mode}.pcap"));
+        let v = json(&[
+            "capture",
+            "qm:17",
+            "-w",
+            path.to_str().unwrap(),
+            "--gen-on",
+            "qm:16",
+            "--count",
+            "40",
+            "--vlan",
+            "100:5",
+            "--size",
+            "100",
+            "--vlan-rx",
+            mode,
+            "--no-timestamps",
+            "--vlan-filter",
+            "100",
+        ]);
+        assert_eq!(v["frames"], 40, "{mode}: {v}");
+        let frames: Vec<Vec<u8>> = parse_pcap_by_hand(&std::fs::read(&path).unwrap())
+            .into_iter()
+            .map(|r| r.2)
+            .collect();
+        assert_eq!(frames, expect, "mode {mode}");
+    }
+    fails_in_one_line(
+        &[
+            "capture",
+            "qm:17",
+            "-w",
+            "/tmp/never.pcap",
+            "--vlan-rx",
+            "hw",
+            "--count",
+            "1",
+        ],
+        "qm:17: VLAN receive mode hw",
+    );
+}

@@ -1,7 +1,7 @@
 //! Port names, and opening a port by name.
 //!
 //! Every tool and example takes ports the same way: a PCI address for a real NIC
-//! (`0000:01:00.0`, or `01:00.0` for domain 0), an in-memory device (`null:0`, `sim:1`, ...)
+//! (`0000:01:00.0`, or `01:00.0` for domain 0), an in-memory device (`null:0`, `sim:1`, `qm:0`, ...)
 //! or a Linux interface through packet sockets (`afp:eth0`, `afp:veth1,queues=2,frames=1024`).
 //! [`AnyPort`] lets a program that chooses its ports at run time use one code path for all of
 //! them; a program that knows its driver can use the concrete port type and avoid the `match`.
@@ -17,6 +17,8 @@ use crate::devices::ids::{self, Family};
 use crate::devices::igb::{IgbConfig, IgbPort, IgbRx, IgbTx};
 use crate::devices::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx, IxgbeTx};
 use crate::devices::null::{NullConfig, NullPort, NullRx, NullTx};
+use crate::devices::qm::model::QmDevice;
+use crate::devices::qm::{QmConfig, QmPort, QmRx, QmTx};
 use crate::devices::sim::{SimConfig, SimPort};
 use crate::error::{Error, Result};
 use crate::platform::bus::{Bus, PciBus};
@@ -33,6 +35,8 @@ pub enum PortName {
     Null(u32),
     /// `sim:N`, the software 82599 (ports 2k and 2k+1 are wired to each other).
     Sim(u32),
+    /// `qm:N`, the software DPAA2-like queue manager (ports 2k and 2k+1 are wired).
+    Qm(u32),
     /// `afp:IFNAME[,queues=N][,frames=N]`, a Linux interface through packet sockets (what
     /// follows `afp:`).
     AfPacket(String),
@@ -54,9 +58,10 @@ impl FromStr for PortName {
                 return match kind {
                     "null" => Ok(PortName::Null(index)),
                     "sim" => Ok(PortName::Sim(index)),
+                    "qm" => Ok(PortName::Qm(index)),
                     _ => Err(Error::BadPortName {
                         input: s.into(),
-                        reason: format!("unknown port kind '{kind}' (known: null, sim, afp)"),
+                        reason: format!("unknown port kind '{kind}' (known: null, sim, qm, afp)"),
                     }),
                 };
             }
@@ -71,6 +76,7 @@ impl fmt::Display for PortName {
             PortName::Pci(a) => write!(f, "{a}"),
             PortName::Null(i) => write!(f, "null:{i}"),
             PortName::Sim(i) => write!(f, "sim:{i}"),
+            PortName::Qm(i) => write!(f, "qm:{i}"),
             PortName::AfPacket(spec) => write!(f, "afp:{spec}"),
         }
     }
@@ -89,6 +95,8 @@ pub struct PortConfig {
     pub sim: SimConfig,
     /// Settings of `afp:` ports (the options in a port name override them).
     pub afpacket: AfPacketConfig,
+    /// Settings of `qm:` ports.
+    pub qm: QmConfig,
 }
 
 /// A port of any kind.
@@ -103,6 +111,8 @@ pub enum AnyPort {
     IxgbeSim(Box<IxgbePort<SimPort>>),
     /// A Linux interface through packet sockets (`afp:IFNAME`).
     AfPacket(AfPacketPort),
+    /// The qm driver on the software queue manager (`qm:N`; boxed: the port is large).
+    Qm(Box<QmPort<QmDevice>>),
 }
 
 /// Opens a port by name.
@@ -112,6 +122,10 @@ pub fn open(name: &str, config: &PortConfig) -> Result<AnyPort> {
         PortName::Sim(i) => Ok(AnyPort::IxgbeSim(Box::new(IxgbePort::open(
             SimPort::open_named(i, &config.sim)?,
             config.ixgbe.clone(),
+        )?))),
+        PortName::Qm(i) => Ok(AnyPort::Qm(Box::new(QmPort::open(
+            QmDevice::open_named(i)?,
+            config.qm.clone(),
         )?))),
         PortName::Pci(addr) => open_pci(addr, config),
         PortName::AfPacket(spec) => {
@@ -158,6 +172,8 @@ pub enum AnyRx {
     IxgbeSim(IxgbeRx<SimPort>),
     /// Of an af_packet port.
     AfPacket(AfpRx),
+    /// Of a qm port.
+    Qm(QmRx<QmDevice>),
 }
 
 /// A transmit queue of any kind of port.
@@ -173,6 +189,8 @@ pub enum AnyTx {
     IxgbeSim(IxgbeTx<SimPort>),
     /// Of an af_packet port.
     AfPacket(AfpTx),
+    /// Of a qm port.
+    Qm(QmTx<QmDevice>),
 }
 
 impl Port for AnyPort {
@@ -186,6 +204,7 @@ impl Port for AnyPort {
             AnyPort::Ixgbe(p) => p.info(),
             AnyPort::IxgbeSim(p) => p.info(),
             AnyPort::AfPacket(p) => p.info(),
+            AnyPort::Qm(p) => p.info(),
         }
     }
 
@@ -196,6 +215,7 @@ impl Port for AnyPort {
             AnyPort::Ixgbe(p) => p.link(),
             AnyPort::IxgbeSim(p) => p.link(),
             AnyPort::AfPacket(p) => p.link(),
+            AnyPort::Qm(p) => p.link(),
         }
     }
 
@@ -206,6 +226,7 @@ impl Port for AnyPort {
             AnyPort::Ixgbe(p) => p.stats(),
             AnyPort::IxgbeSim(p) => p.stats(),
             AnyPort::AfPacket(p) => p.stats(),
+            AnyPort::Qm(p) => p.stats(),
         }
     }
 
@@ -246,6 +267,13 @@ impl Port for AnyPort {
                     tx.into_iter().map(AnyTx::AfPacket).collect(),
                 ))
             }
+            AnyPort::Qm(p) => {
+                let (rx, tx) = p.take_queues()?;
+                Ok((
+                    rx.into_iter().map(AnyRx::Qm).collect(),
+                    tx.into_iter().map(AnyTx::Qm).collect(),
+                ))
+            }
         }
     }
 }
@@ -259,6 +287,7 @@ impl RxQueue for AnyRx {
             AnyRx::Ixgbe(q) => q.rx_burst(batch, max),
             AnyRx::IxgbeSim(q) => q.rx_burst(batch, max),
             AnyRx::AfPacket(q) => q.rx_burst(batch, max),
+            AnyRx::Qm(q) => q.rx_burst(batch, max),
         }
     }
     fn stats(&self) -> QueueStats {
@@ -268,6 +297,7 @@ impl RxQueue for AnyRx {
             AnyRx::Ixgbe(q) => q.stats(),
             AnyRx::IxgbeSim(q) => q.stats(),
             AnyRx::AfPacket(q) => q.stats(),
+            AnyRx::Qm(q) => q.stats(),
         }
     }
     fn pool(&self) -> &Pool {
@@ -277,6 +307,7 @@ impl RxQueue for AnyRx {
             AnyRx::Ixgbe(q) => q.pool(),
             AnyRx::IxgbeSim(q) => q.pool(),
             AnyRx::AfPacket(q) => q.pool(),
+            AnyRx::Qm(q) => q.pool(),
         }
     }
 }
@@ -290,6 +321,7 @@ impl TxQueue for AnyTx {
             AnyTx::Ixgbe(q) => q.tx_burst(batch),
             AnyTx::IxgbeSim(q) => q.tx_burst(batch),
             AnyTx::AfPacket(q) => q.tx_burst(batch),
+            AnyTx::Qm(q) => q.tx_burst(batch),
         }
     }
     fn stats(&self) -> QueueStats {
@@ -299,6 +331,7 @@ impl TxQueue for AnyTx {
             AnyTx::Ixgbe(q) => q.stats(),
             AnyTx::IxgbeSim(q) => q.stats(),
             AnyTx::AfPacket(q) => q.stats(),
+            AnyTx::Qm(q) => q.stats(),
         }
     }
 }
@@ -317,6 +350,7 @@ impl SwVlanTx for AnyTx {
             AnyTx::Ixgbe(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
             AnyTx::IxgbeSim(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
             AnyTx::AfPacket(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
+            AnyTx::Qm(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
         }
     }
 }
@@ -330,6 +364,7 @@ impl AnyPort {
             AnyPort::Ixgbe(p) => &mut **p,
             AnyPort::IxgbeSim(p) => &mut **p,
             AnyPort::AfPacket(p) => p,
+            AnyPort::Qm(p) => &mut **p,
         }
     }
 }
@@ -343,6 +378,7 @@ impl VlanHardware for AnyPort {
             AnyPort::Ixgbe(p) => p.vlan_caps(),
             AnyPort::IxgbeSim(p) => p.vlan_caps(),
             AnyPort::AfPacket(p) => p.vlan_caps(),
+            AnyPort::Qm(p) => p.vlan_caps(),
         }
     }
     fn set_rx_strip(&mut self, queue: u16, on: bool) -> Result<()> {
@@ -427,6 +463,34 @@ mod tests {
         assert_eq!(rxb[0].pool().alloc_bulk_len(4, 60, &mut batch), 4);
         assert_eq!(txa[0].tx_burst(&mut batch).unwrap(), 4);
         assert_eq!(rxb[0].rx_burst(&mut batch, 32).unwrap(), 4);
+    }
+
+    #[test]
+    fn qm_ports_open_by_name_and_are_wired() {
+        let cfg = PortConfig {
+            qm: QmConfig {
+                pool: crate::platform::dma::PoolConfig {
+                    buffers: 256,
+                    ..Default::default()
+                },
+                hw_buffers: 64,
+                ..QmConfig::default()
+            },
+            ..PortConfig::default()
+        };
+        assert_eq!("qm:7".parse::<PortName>().unwrap().to_string(), "qm:7");
+        let mut a = open("qm:40", &cfg).unwrap();
+        let mut b = open("qm:41", &cfg).unwrap();
+        assert_eq!(a.info().driver, "qm");
+        assert!(a.link().unwrap().up);
+        let (_rxa, mut txa) = a.take_queues().unwrap();
+        let (mut rxb, _txb) = b.take_queues().unwrap();
+        let mut batch = Vec::new();
+        assert_eq!(rxb[0].pool().alloc_bulk_len(4, 60, &mut batch), 4);
+        assert_eq!(txa[0].tx_burst(&mut batch).unwrap(), 4);
+        assert_eq!(rxb[0].rx_burst(&mut batch, 32).unwrap(), 4);
+        let e = open("qm:64", &cfg).err().unwrap().to_string();
+        assert!(e.contains("qm port 64"), "{e}");
     }
 
     #[test]

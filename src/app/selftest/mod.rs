@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use crate::app::wire::{build_udp_frame, UdpFlow};
 use crate::device::{MacAddr, Port, RxQueue, TxQueue};
 use crate::devices::ids::{self, Family};
+use crate::devices::qm::model::{QmDevice, PORTALS_PER_PORT};
 use crate::devices::sim::SimPort;
 use crate::devices::{self, AnyPort, PortConfig, PortName};
 use crate::error::Result;
@@ -150,6 +151,18 @@ pub fn register_test(name: &str) -> Result<TestReport> {
             "register",
             "an af_packet port is a kernel interface, with no registers of ours",
         )),
+        PortName::Qm(i) => {
+            let dev = QmDevice::open_named(i)?;
+            let r = (0..PORTALS_PER_PORT).try_fold(0, |n, p| {
+                let (_, cinh) = dev.portal(p).expect("every port has its portals");
+                Ok::<_, String>(n + regtest::run(&*cinh, regtest::QBMAN_PORTAL)?)
+            });
+            Ok(report(
+                "register",
+                start,
+                r.map(|n| format!("{n} checks on the interrupt registers of {PORTALS_PER_PORT} software portals (qbman table)")),
+            ))
+        }
         PortName::Pci(addr) => {
             let bus = PciBus::open(addr)?;
             let reset = bus.device().reset()?;
@@ -173,6 +186,13 @@ pub fn loopback_test(name: &str, cfg: &SelftestConfig) -> Result<TestReport> {
             return Ok(not_applicable(
                 "loopback",
                 "an af_packet port cannot put the interface's MAC into loopback",
+            ))
+        }
+        PortName::Qm(_) => {
+            return Ok(not_applicable(
+                "loopback",
+                "the qm model has no MAC loopback (a DPNI loops back through its DPMAC, which \
+                 is not modelled); traffic tests use the wired peer",
             ))
         }
         _ => {}
@@ -313,6 +333,20 @@ mod tests {
         for t in &r {
             assert_eq!(t.verdict, Verdict::Pass, "{t:?}");
         }
+    }
+
+    #[test]
+    fn the_qm_device_passes_its_register_and_link_tests() {
+        let mut c = small();
+        c.port.qm.pool.buffers = 256;
+        c.port.qm.hw_buffers = 64;
+        let r = run("qm:62", &c).unwrap();
+        let v: Vec<_> = r.iter().map(|t| t.verdict).collect();
+        assert_eq!(
+            v,
+            [Verdict::Pass, Verdict::NotApplicable, Verdict::Pass],
+            "{r:?}"
+        );
     }
 
     #[test]

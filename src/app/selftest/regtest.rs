@@ -101,6 +101,18 @@ const fn pat(
     }
 }
 
+/// The qm device's software portal (CINH registers, `regs/qbman.toml`): the interrupt enable,
+/// status-disable and inhibit registers, whose writes only change which portal events would
+/// interrupt. The masks are the six interrupt sources Linux names (`QBMAN_SWP_INTERRUPT_*`)
+/// and IIR's inhibit bit; no driver has a portal register test to take them from, and only a
+/// board can confirm that every other bit reads back zero. SDQCR and CFG are left out: a
+/// write starts push dequeues or reconfigures the portal.
+pub const QBMAN_PORTAL: &[RegTest] = &[
+    pat("IER", 0xe40, 1, 0, 0x0000_003F, 0x0000_003F),
+    pat("ISDR", 0xe80, 1, 0, 0x0000_003F, 0x0000_003F),
+    pat("IIR", 0xec0, 1, 0, 0x0000_0001, 0x0000_0001),
+];
+
 /// Intel 82576 (igb): Linux's `reg_test_82576`, minus every entry that is not plain storage on
 /// QEMU 10's igb model (see the module documentation), plus VFTA.
 ///

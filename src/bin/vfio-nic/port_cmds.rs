@@ -11,10 +11,12 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use vfio_nic::app::selftest::{self, SelftestConfig, Verdict};
 use vfio_nic::device::{Port, QueueStats, RxQueue, TxQueue};
+use vfio_nic::devices::qm::model::{QmDevice, PORTALS_PER_PORT};
 use vfio_nic::devices::sim;
 use vfio_nic::devices::{self, PortName};
-use vfio_nic::platform::bus::PciBus;
+use vfio_nic::platform::bus::{Bus, PciBus};
 use vfio_nic::platform::dma::Pool;
+use vfio_nic::platform::mmio::Mmio;
 use vfio_nic::vlan::{VlanConfig, VlanHardware};
 use vfio_nic::{Error, Result};
 
@@ -33,13 +35,27 @@ fn size_text(n: u64) -> String {
 }
 
 /// The BARs of a port: through the VFIO device for PCI ports (opened and closed before the
-/// driver opens it), the modelled BAR0 for sim ports, none for null ports.
+/// driver opens it), the modelled BAR0 for sim ports, the modelled MC portal and software
+/// portals for qm ports, none for null ports.
 fn bars(name: &str) -> Result<Vec<Value>> {
     match name.parse::<PortName>()? {
         PortName::Null(_) | PortName::AfPacket(_) => Ok(Vec::new()),
         PortName::Sim(_) => Ok(vec![json!({
             "name": "BAR0", "size": sim::BAR_LEN, "mmap": false, "note": "modelled registers",
         })]),
+        PortName::Qm(i) => {
+            let dev = QmDevice::open_named(i)?;
+            let mut out = vec![json!({
+                "name": "BAR0", "size": dev.regs().len(), "mmap": false,
+                "note": "modelled MC command portal (our packaging: DPAA2 objects are fsl-mc regions)",
+            })];
+            for p in 0..PORTALS_PER_PORT {
+                let (cena, cinh) = dev.portal(p).expect("every port has its portals");
+                out.push(json!({"name": format!("portal {p} CENA"), "size": cena.len(), "mmap": false, "note": "modelled portal memory"}));
+                out.push(json!({"name": format!("portal {p} CINH"), "size": cinh.len(), "mmap": false, "note": "modelled portal registers"}));
+            }
+            Ok(out)
+        }
         PortName::Pci(addr) => {
             let bus = PciBus::open(addr)?;
             let dev = bus.device();

@@ -1,8 +1,11 @@
 //! `list`, `regs` and `reg`: looking at a card without a driver running.
 
 use serde_json::{json, Value};
+use std::sync::Arc;
 use vfio_nic::devices::any::PortName;
 use vfio_nic::devices::ids;
+
+use vfio_nic::devices::qm::model::{QmDevice, QmRegion};
 use vfio_nic::devices::sim::{SimConfig, SimPort};
 use vfio_nic::platform::bus::{Bus, PciBus};
 use vfio_nic::platform::mmio::Mmio;
@@ -66,11 +69,14 @@ pub fn list(json: bool) -> Result<()> {
     Ok(())
 }
 
-/// A device whose registers are read without a driver: a PCI device through VFIO, or the
-/// software 82599 (in its reset state, since nothing else in this process drives it).
+/// A device whose registers are read without a driver: a PCI device through VFIO, the
+/// software 82599 (in its reset state, since nothing else in this process drives it), or the
+/// first software portal of a qm port (the portal's cache-inhibited registers).
 enum Target {
     Pci(PciBus),
     Sim(SimPort),
+    /// Software portal 0's registers of a qm port.
+    Qm(Arc<QmRegion>),
 }
 
 impl Target {
@@ -78,6 +84,7 @@ impl Target {
         match self {
             Target::Pci(b) => &**b.regs(),
             Target::Sim(s) => &**s.regs(),
+            Target::Qm(r) => &**r,
         }
     }
 }
@@ -95,10 +102,16 @@ fn open(port: &str) -> Result<(Target, &'static RegisterMap)> {
             let id = sim.pci_id();
             (Target::Sim(sim), id)
         }
+        PortName::Qm(i) => {
+            let dev = QmDevice::open_named(i)?;
+            let (_, cinh) = dev.portal(0).expect("every port has its portals");
+            let map = regs::family("qbman").expect("the qbman map is built in");
+            return Ok((Target::Qm(cinh), map));
+        }
         other => return Err(Error::NotSupported {
             device: other.to_string(),
             what: "register access".into(),
-            why: "null and af_packet ports have no registers of ours; give a PCI address or sim:N"
+            why: "null and af_packet ports have no registers of ours; give a PCI address, sim:N or qm:N"
                 .into(),
         }),
     };

@@ -4,6 +4,7 @@
 
 use std::sync::{Arc, Mutex, Weak};
 
+use super::layout::BUFS_PER_CMD;
 use super::mc::McPortal;
 use super::portal::SwPortal;
 use super::rx::QmRx;
@@ -27,7 +28,7 @@ pub struct QmConfig {
     pub hw_buffers: usize,
     /// Frames per pull (1 to 32; DPDK pulls 32 on an LX2160A).
     pub pull: usize,
-    /// Largest frame received, FCS excluded.
+    /// Largest frame received, FCS included (DPDK sets MTU + 14 + 4 for a tag + 4 FCS).
     pub max_frame: u16,
     /// Tail drop of the receive frame queue, in frames.
     pub taildrop: u32,
@@ -84,6 +85,8 @@ pub(super) struct Shared<B: QmBus> {
     pub rx_fqid: u32,
     pub tx_fqid: u32,
     pub domain: usize,
+    /// Buffers of the pool the receive queue keeps with the device.
+    pub target: usize,
 }
 
 impl<B: QmBus> Shared<B> {
@@ -92,23 +95,25 @@ impl<B: QmBus> Shared<B> {
         Ok(self.mc.send(c, self.dpni, params)?.params)
     }
 
-    /// Takes back every buffer the device's pool holds (acquire until it is empty).
-    fn drain_pool(&self, portal: &mut SwPortal<B::Mmio>) -> Result<usize> {
+    /// Takes up to `most` buffers back from the device's pool (acquires of 7 until it is
+    /// empty) and frees them to the software pool; returns how many.
+    pub fn reclaim(&self, portal: &mut SwPortal<B::Mmio>, most: usize) -> Result<usize> {
         let mut n = 0;
-        loop {
-            let got = portal.acquire(self.bpid, 7)?;
+        while n < most {
+            let got = portal.acquire(self.bpid, BUFS_PER_CMD.min(most - n))?;
             if got.is_empty() {
-                return Ok(n);
+                break;
             }
             for a in got {
                 let off = self.lent.pool().headroom() as u16;
                 match self.lent.take_back(a, off, 0, Meta::default()) {
                     Ok(p) => drop(p),
-                    Err(e) => tracing::warn!(port = %self.name, error = %e, "pool drain: refused"),
+                    Err(e) => tracing::warn!(port = %self.name, error = %e, "reclaim: refused"),
                 }
                 n += 1;
             }
         }
+        Ok(n)
     }
 
     fn teardown(&mut self) -> Result<()> {
@@ -119,7 +124,7 @@ impl<B: QmBus> Shared<B> {
         self.dpni_cmd(DPNI_RESET, [0; 7])?;
         if let Some((c, i)) = self.bus.portal(0) {
             let mut portal = SwPortal::init(c, i, self.name.clone())?;
-            self.drain_pool(&mut portal)?;
+            self.reclaim(&mut portal, usize::MAX)?;
         }
         self.mc.send(DPBP_DISABLE, self.dpbp, [0; 7])?;
         self.mc.send(DPBP_CLOSE, self.dpbp, [0; 7])?;
@@ -231,6 +236,7 @@ impl<B: QmBus> QmPort<B> {
             rx_fqid,
             tx_fqid,
             domain,
+            target: config.hw_buffers,
         });
         let mut port = QmPort {
             shared,
@@ -357,7 +363,7 @@ impl<B: QmBus> Port for QmPort<B> {
             tx_queues: 1,
             rx_ring: 0,
             tx_ring: 0,
-            mtu: Some(u32::from(self.config.max_frame) - 18),
+            mtu: Some(u32::from(self.config.max_frame).saturating_sub(22)),
         }
     }
 

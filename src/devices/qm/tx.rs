@@ -6,6 +6,11 @@
 //! after sending, so there is no transmit completion to wait for, and the receive queue that
 //! owns the pool gets it back from a later frame. A packet of a pool no qm port of this
 //! queue manager lends is copied into a buffer of the port's own pool (`copied`).
+//!
+//! A port that sends packets of its own pool (a generator) fills its hardware pool with
+//! them, and nothing but received frames brings them back; so when the device holds more than
+//! the receive queue's target plus a burst's worth, the transmit queue acquires the surplus
+//! back through its portal (DPDK never needs this: its mempool is the hardware pool).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +23,10 @@ use crate::device::{QueueError, QueueStats, TxQueue};
 use crate::error::Result;
 use crate::platform::dma::{LentBuffers, Packet};
 use crate::vlan::SwVlanTx;
+
+/// Buffers the device may hold beyond the receive queue's target before the transmit queue
+/// takes the surplus back (and the most it takes per burst).
+const RECLAIM_SLACK: usize = 64;
 
 /// How long dropping the queue waits for the device to take its last entries.
 const DRAIN: Duration = Duration::from_millis(200);
@@ -103,6 +112,15 @@ impl<B: QmBus> TxQueue for QmTx<B> {
         self.stats.no_room += batch.len() as u64;
         self.stats.packets += n as u64;
         self.stats.bytes += bytes;
+        let s = &self.shared;
+        if s.lent.lent() > s.target + RECLAIM_SLACK {
+            // A management command through this queue's own portal; errors are the device's
+            // (gone, or not answering), and the next burst meets them on the ring.
+            let surplus = s.lent.lent() - s.target;
+            if let Err(e) = s.reclaim(&mut self.portal, surplus.min(RECLAIM_SLACK)) {
+                tracing::debug!(port = %s.name, error = %e, "reclaim from the hardware pool failed");
+            }
+        }
         Ok(n)
     }
 

@@ -61,12 +61,14 @@ pub fn receive(s: &mut SocState, iommu: &SoftIommu, d: usize, frame: &[u8]) {
         c.drops[1] += 1;
         return;
     };
-    if frame.len() > usize::from(n.max_frame) || frame.len() < 14 {
+    if frame.len() + 4 > usize::from(n.max_frame) || frame.len() < MIN_FRAME {
         c.drops[1] += 1;
         return;
     }
     let (fapr, tci_at) = parse(frame);
-    if n.vlan_filter && tci_at != 0 {
+    // The filter acts on a 0x8100 outer tag: whether WRIOP's filter also takes 0x88a8 (its
+    // parser marks both as VLAN) is not documented; only a board can tell.
+    if n.vlan_filter && tci_at != 0 && frame[12..14] == [0x81, 0x00] {
         let vid = u16::from_be_bytes([frame[14], frame[15]]) & 0xfff;
         if !n.vids.contains(&vid) {
             c.drops[0] += 1;

@@ -25,8 +25,8 @@ pub const fn bpid_of(b: usize) -> u16 {
 pub const VLAN_ENTRIES: usize = 32;
 /// Frames on the wire are at least this long: the MAC pads (as the Intel MACs do).
 pub const MIN_FRAME: usize = 60;
-/// The largest receive frame at creation, FCS excluded (`DPAA2_MAX_RX_PKT_LEN` is 10 KiB;
-/// after reset a DPNI takes standard frames plus a tag).
+/// The largest receive frame at creation, FCS included (our value: standard frames plus a
+/// tag; DPDK's `DPAA2_MAX_RX_PKT_LEN` allows up to 10 KiB once configured).
 pub const DEFAULT_MAX_FRAME: u16 = 1522;
 
 /// Counters of one DPNI, as `DPNI_GET_STATISTICS` pages 0-2 report them.
