@@ -7,7 +7,7 @@
 //! the driver copies words out of device-written memory with atomic loads and decodes the copy,
 //! so no Rust reference to memory the device may write is ever made.
 //!
-//! Sources (checked in `/work/notes/dpaa2-facts.md`, sections 1-8): Linux
+//! Sources (checked in `docs/dpaa2-facts.md`, sections 1-8): Linux
 //! `include/soc/fsl/dpaa2-fd.h`, `dpaa2-global.h`, `drivers/soc/fsl/dpio/qbman-portal.{c,h}`;
 //! DPDK `drivers/bus/fslmc/qbman/` (`qbman_portal.c`, `fsl_qbman_base.h`,
 //! `fsl_qbman_portal.h`) and `drivers/net/dpaa2/base/dpaa2_hw_dpni_annot.h`.

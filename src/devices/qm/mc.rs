@@ -8,7 +8,7 @@
 //! `regs/qbman.toml` (`platform::regs::qbman::cmd`).
 //!
 //! Sources: Linux `include/linux/fsl/mc.h` and `drivers/bus/fsl-mc/mc-sys.c`; DPDK
-//! `drivers/bus/fslmc/mc/fsl_mc_cmd.h` and `mc_sys.c` (`/work/notes/dpaa2-facts.md` section 9).
+//! `drivers/bus/fslmc/mc/fsl_mc_cmd.h` and `mc_sys.c` (`docs/dpaa2-facts.md` section 9).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
