@@ -18,5 +18,6 @@ pub mod ixgbe;
 pub mod null;
 pub mod qm;
 pub mod sim;
+pub mod worker;
 
 pub use any::{open, AnyPort, AnyRx, AnyTx, PortConfig, PortName};

@@ -131,7 +131,6 @@ mod rx_ring;
 mod source;
 mod tx;
 mod tx_void;
-mod worker;
 
 #[cfg(test)]
 mod testkit;
@@ -140,9 +139,9 @@ mod tests;
 #[cfg(test)]
 mod tests_vlan;
 
+pub use crate::devices::worker::{pin_current_thread, DeviceThread};
 pub use port::{Mode, SimConfig, SimPort, Source, WorkerWatch};
 pub use regs::{SimRegs, BAR_LEN};
-pub use worker::{pin_current_thread, DeviceThread};
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::engine::{RxEngine, SourceState, WireFrame};
 use super::regs::{lock, SimRegs, Spec};
-use super::worker::DeviceThread;
 use super::SimCounters;
 use crate::device::MacAddr;
+use crate::devices::worker::DeviceThread;
 use crate::error::Result;
 use crate::platform::bus::Bus;
 use crate::platform::dma::{DmaMapper, SoftIommu};
@@ -167,7 +167,8 @@ impl SimPort {
         }));
         if cfg.mode == Mode::Threaded {
             let thread = cfg.thread.clone().unwrap_or_default();
-            if let Err(e) = super::worker::attach(&dev, dev.worker_alive.clone(), &thread) {
+            if let Err(e) = crate::devices::worker::attach(&dev, dev.worker_alive.clone(), &thread)
+            {
                 tracing::error!(port = %dev.name(), error = %e, "no device thread; running inline");
                 dev.inline.store(true, Release);
             }

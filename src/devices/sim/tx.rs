@@ -403,3 +403,17 @@ impl SimRegs {
         worked | self.service_rx()
     }
 }
+
+/// The device thread's view of a software 82599.
+impl crate::devices::worker::Polled for SimRegs {
+    fn poll(&self) -> bool {
+        SimRegs::poll(self)
+    }
+    fn name(&self) -> &str {
+        SimRegs::name(self)
+    }
+    fn busy(&self, ns: u64) {
+        self.counters.busy_ns.add(ns);
+        self.counters.busy_polls.inc();
+    }
+}

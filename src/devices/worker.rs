@@ -1,15 +1,17 @@
-//! The device threads of the threaded mode.
+//! The device threads of the in-memory devices' threaded mode (the software 82599 and the
+//! queue-manager model share them).
 //!
-//! A device thread polls the transmit tails and the inbound FIFO of its ports and does the same
-//! work the inline mode does inside register writes, so descriptors and frames are written by
-//! another core, as DMA is. By default every threaded port gets a thread of its own; ports
-//! built with the same [`DeviceThread`] in [`SimConfig::thread`](super::SimConfig::thread) share
-//! one (a benchmark on a two-core machine wants one forwarding core and one device core, not
-//! three busy threads on two cores), and a `DeviceThread` may be pinned to a CPU.
+//! A device thread polls its ports (each model says what a poll does: the sim's transmit tails
+//! and inbound FIFO, the qm model's portal doorbells) and does the same work the inline mode
+//! does inside register writes, so descriptors and frames are written by another core, as DMA
+//! is. By default every threaded port gets a thread of its own; ports built with the same
+//! [`DeviceThread`] (in [`SimConfig::thread`](super::sim::SimConfig::thread), say) share one (a
+//! benchmark on a two-core machine wants one forwarding core and one device core, not three
+//! busy threads on two cores), and a `DeviceThread` may be pinned to a CPU.
 //!
-//! The thread holds only `Weak` references between polls: when the last `SimPort` handle and
-//! the last `Arc<SimRegs>` (the driver's rings keep one) of a port are gone, the next upgrade
-//! fails, the port's [`WorkerWatch`](super::WorkerWatch) turns false, and when no port is left
+//! The thread holds only `Weak` references between polls: when the last handle of a port's
+//! model is gone (the driver's queues keep one), the next upgrade fails, the port's `alive`
+//! flag (the sim's [`WorkerWatch`](super::sim::WorkerWatch)) turns false, and when no port is left
 //! the thread ends (a port attached later starts a new one). When idle it spins briefly, then
 //! yields, then sleeps with a growing pause (up to 1 ms), so an idle model costs nothing on a
 //! small machine and the host tests stay fast.
@@ -18,8 +20,21 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use super::regs::{lock, SimRegs};
 use crate::error::{Error, Result};
+
+/// A model a device thread serves.
+pub trait Polled: Send + Sync + 'static {
+    /// Does the work pending now; whether there was any.
+    fn poll(&self) -> bool;
+    /// The port's name, for the thread's name and messages.
+    fn name(&self) -> &str;
+    /// Counts one poll that found work and how long it took.
+    fn busy(&self, ns: u64);
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 const SPINS: u32 = 200;
 const YIELDS: u32 = 400;
@@ -47,10 +62,18 @@ struct GroupState {
     running: bool,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 struct Member {
-    dev: Weak<SimRegs>,
+    dev: Weak<dyn Polled>,
     alive: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member")
+            .field("alive", &self.alive)
+            .finish()
+    }
 }
 
 impl DeviceThread {
@@ -83,16 +106,17 @@ pub fn pin_current_thread(cpu: usize) -> Result<()> {
 
 /// Attaches `dev` to `thread` (starting it if it is not running); `alive` is set while the
 /// thread serves the port.
-pub(super) fn attach(
-    dev: &Arc<SimRegs>,
+pub(crate) fn attach<T: Polled>(
+    dev: &Arc<T>,
     alive: Arc<AtomicBool>,
     thread: &DeviceThread,
 ) -> Result<()> {
     let group = &thread.0;
     let mut st = lock(&group.state);
     alive.store(true, Ordering::Release);
+    let weak: Weak<dyn Polled> = Arc::downgrade(dev) as Weak<dyn Polled>;
     st.ports.push(Member {
-        dev: Arc::downgrade(dev),
+        dev: weak,
         alive: alive.clone(),
     });
     group.generation.fetch_add(1, Ordering::AcqRel);
@@ -146,8 +170,7 @@ fn run(group: &Arc<Group>, name: &str) {
                     let did = dev.poll();
                     let now = Instant::now();
                     if did {
-                        dev.counters.busy_ns.add((now - t).as_nanos() as u64);
-                        dev.counters.busy_polls.inc();
+                        dev.busy((now - t).as_nanos() as u64);
                         worked = true;
                     }
                     t = now;
@@ -169,7 +192,7 @@ fn run(group: &Arc<Group>, name: &str) {
             group.generation.fetch_add(1, Ordering::AcqRel);
             if st.ports.is_empty() {
                 st.running = false;
-                tracing::debug!(thread = %name, "software 82599 device thread ends: no handle left");
+                tracing::debug!(thread = %name, "device thread ends: no handle left");
                 return;
             }
             continue;
