@@ -577,7 +577,7 @@ fn generate(map: &MapFile, regs: &[Register]) -> String {
             if r.fields.is_empty() {
                 String::new()
             } else {
-                format!(" Fields: [`{}`].", module_ident(&r.name))
+                format!(" Fields: [`mod@{}`].", module_ident(&r.name))
             }
         );
         let _ = writeln!(o, "#[doc = {}]", lit(&doc));

@@ -117,8 +117,9 @@ impl<M: Mmio> SwPortal<M> {
         ci == u32::MAX || ci & PI_MASK == self.pi
     }
 
-    /// Writes one enqueue entry (frame `fd` to frame queue `fqid`); [`eq_doorbell`]
-    /// (Self::eq_doorbell) hands the entries written to the portal. The caller checked the room.
+    /// Writes one enqueue entry (frame `fd` to frame queue `fqid`);
+    /// [`eq_doorbell`](Self::eq_doorbell) hands the entries written to the portal. The caller
+    /// checked the room.
     #[inline]
     pub fn eq_write(&mut self, fqid: u32, fd: &Fd) {
         let at = cena::eqcr(self.pi & (EQCR_SIZE - 1));

@@ -4,11 +4,11 @@
 //! commands (enqueue ring, pull, release, acquire). All run under the model's one lock.
 
 use std::sync::atomic::AtomicU32;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
-use super::state::{rx_fqid, tx_fqid, Portal, SocState, MIN_FRAME};
+use super::state::{rx_fqid, tx_fqid, Hot, Portal, SocState, MIN_FRAME};
 use crate::devices::qm::layout::{
-    acquire, cena, dq, eq, hwa, pull, release, Fd, BUFS_PER_CMD, EQCR_SIZE, RCR_SIZE, VALID_BIT,
+    acquire, cena, dq, eq, hwa, pull, release, Fd, BUFS_PER_CMD, EQCR_SIZE, RCR_SIZE, RT, VALID_BIT,
 };
 use crate::platform::dma::SoftIommu;
 
@@ -123,7 +123,8 @@ pub fn receive(s: &mut SocState, iommu: &SoftIommu, d: usize, frame: &[u8]) {
 /// DPNI `d` transmits the frame `fd` describes, then releases its buffer to the FD's pool
 /// unless IVP is set.
 fn transmit(s: &mut SocState, iommu: &SoftIommu, d: usize, fd: Fd) {
-    let mut frame = Vec::with_capacity(fd.len() as usize);
+    let mut frame = std::mem::take(&mut s.scratch);
+    frame.clear();
     let read = iommu.view().read_append(
         fd.addr() + u64::from(fd.offset()),
         fd.len() as usize,
@@ -149,6 +150,7 @@ fn transmit(s: &mut SocState, iommu: &SoftIommu, d: usize, fd: Fd) {
             receive(s, iommu, p, &frame);
         }
     }
+    s.scratch = frame;
     if !fd.ivp() {
         s.release(fd.bpid(), fd.addr());
     }
@@ -170,12 +172,13 @@ fn enqueue_one(s: &mut SocState, iommu: &SoftIommu, fqid: u32, fd: Fd) {
     }
 }
 
-/// The EQCR_PI doorbell of portal `p`: consumes the entries up to the new producer index.
-/// An entry whose valid bit is not the one of its pass stops the walk (a stale entry).
-pub fn eqcr_doorbell(s: &mut SocState, iommu: &SoftIommu, p: usize, mem: &[AtomicU32], v: u32) {
-    let pi = v & (2 * EQCR_SIZE - 1);
-    while s.portals[p].eqcr_ci != pi {
-        let ci = s.portals[p].eqcr_ci;
+/// The enqueue ring of a portal up to producer index `pi` (the last EQCR_PI doorbell):
+/// consumes the entries, then writes the consumer index back (CINH and CENA 0x1840). An entry
+/// whose valid bit is not the one of its pass stops the walk (a stale entry).
+pub fn eqcr_consume(s: &mut SocState, iommu: &SoftIommu, mem: &[AtomicU32], hot: &Hot, pi: u32) {
+    let pi = pi & (2 * EQCR_SIZE - 1);
+    let mut ci = hot.ci.load(Relaxed);
+    while ci != pi {
         let at = cena::eqcr(ci & (EQCR_SIZE - 1));
         let verb = word(mem, at);
         if verb & VALID_BIT != Portal::eqcr_vb(ci) {
@@ -189,9 +192,10 @@ pub fn eqcr_doorbell(s: &mut SocState, iommu: &SoftIommu, p: usize, mem: &[Atomi
         } else {
             s.faults.bad_commands += 1;
         }
-        s.portals[p].eqcr_ci = (ci + 1) & (2 * EQCR_SIZE - 1);
+        ci = (ci + 1) & (2 * EQCR_SIZE - 1);
     }
-    mem[cena::EQCR_CI / 4].store(s.portals[p].eqcr_ci, Release);
+    hot.ci.store(ci, Release);
+    mem[cena::EQCR_CI / 4].store(ci, Release);
 }
 
 /// The VDQCR read trigger of portal `p`: one pull, answered at once into the storage.
@@ -209,6 +213,15 @@ pub fn pull(s: &mut SocState, iommu: &SoftIommu, mem: &[AtomicU32]) {
         s.faults.bad_commands += 1;
     }
     let fq = (0..s.dpnis.len()).find(|&d| rx_fqid(d) == fqid);
+    if let Some(d) = fq {
+        if let Some(frame) = s.dpnis[d].source.take() {
+            // The source keeps the queue at least as full as this pull asks for.
+            for _ in s.dpnis[d].rx_fq.len()..frames {
+                receive(s, iommu, d, &frame);
+            }
+            s.dpnis[d].source = Some(frame);
+        }
+    }
     let view = iommu.view();
     let mut i = 0;
     loop {
@@ -252,16 +265,27 @@ pub fn pull(s: &mut SocState, iommu: &SoftIommu, mem: &[AtomicU32]) {
     }
 }
 
-/// RAR: allocates a release slot (always free: the model completes releases at once).
-pub fn rar(port: &mut Portal) -> u32 {
-    let i = port.rar_next;
-    port.rar_next = (i + 1) & (2 * RCR_SIZE - 1);
+/// RAR: allocates the next release slot, unless its last command is not done yet (then it
+/// answers without SUCCESS and the driver tries again later).
+pub fn rar(hot: &Hot) -> u32 {
+    let i = hot.rar_next.load(Relaxed);
+    let slot = i & (RCR_SIZE - 1);
+    if hot.rar_busy.fetch_or(1 << slot, AcqRel) & 1 << slot != 0 {
+        return 0;
+    }
+    hot.rar_next.store((i + 1) & (2 * RCR_SIZE - 1), Relaxed);
     let vb = if i & RCR_SIZE == 0 { VALID_BIT } else { 0 };
-    0x100 | vb | (i & (RCR_SIZE - 1))
+    RT | vb | slot
 }
 
-/// RCR_AM_RT(slot): the release command in that slot puts its buffers into their pool.
-pub fn release_slot(s: &mut SocState, mem: &[AtomicU32], slot: u32) {
+/// RCR_AM_RT(slot): the release command in that slot puts its buffers into their pool; the
+/// slot is free again.
+pub fn release_slot(s: &mut SocState, mem: &[AtomicU32], hot: &Hot, slot: u32) {
+    release_cmd(s, mem, slot);
+    hot.rar_busy.fetch_and(!(1 << slot), Release);
+}
+
+fn release_cmd(s: &mut SocState, mem: &[AtomicU32], slot: u32) {
     let at = cena::rcr(slot);
     let w0 = word(mem, at);
     let n = (w0 & 7) as usize;

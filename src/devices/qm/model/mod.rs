@@ -32,9 +32,20 @@
 //!   the FD's pool unless IVP is set.
 //!
 //! # When work happens
-//! Inline: inside the driver's register writes (a doorbell, a read trigger, an MC command),
-//! under one lock for the whole model, so that no two ports can deadlock and every test is
-//! deterministic. Portal memory is atomics outside the lock.
+//! - [`Mode::Inline`] (tests, deterministic): inside the driver's register writes (a doorbell,
+//!   a read trigger), under one lock for the whole model, so that no two ports can deadlock.
+//! - [`Mode::Threaded`] (benchmarks): the doorbells and read triggers only store into atomic
+//!   words (`Hot`), and a device thread ([`DeviceThread`], shared with the sim's) polls them
+//!   and does the same work under the lock, so results, annotations and frames are written by
+//!   another core, as DMA is. The driver's burst path then takes no lock at all.
+//!
+//! Management commands are answered inside the command's write in both modes (they are the
+//! configuration path). Portal memory and the hot words are atomics outside the lock.
+//!
+//! A port may carry a built-in traffic source ([`QmDevice::set_source`]): whenever a pull
+//! finds its receive queue holding fewer frames than it asks for, the source's frame arrives
+//! until it does (as far as the buffer pool allows), so a benchmark measures the driver at
+//! full speed.
 //!
 //! # Not modelled
 //! Push (static) dequeue and the DQRR, array-mode enqueue (EQAR reads "no slot"), order
@@ -46,11 +57,12 @@ mod mc;
 mod state;
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+pub use crate::devices::worker::DeviceThread;
 pub use state::DpniCounters;
-use state::SocState;
+use state::{Hot, SocState};
 
 use super::layout::{cena, RT};
 use super::mc::{header, McStatus, PORTAL_BYTES};
@@ -66,9 +78,41 @@ pub const PORTALS_PER_PORT: usize = 2;
 /// Ports of the process-wide set behind `qm:N` names.
 pub const NAMED_PORTS: usize = 64;
 
+/// When the model does its work (see the module documentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Inside the driver's register writes: deterministic, for tests.
+    #[default]
+    Inline,
+    /// On a device thread, polling the portals: for benchmarks.
+    Threaded,
+}
+
+/// How to build a set of ports.
+#[derive(Clone, Debug, Default)]
+pub struct QmSocConfig {
+    /// Ports in the set.
+    pub ports: usize,
+    /// Wire ports 2k and 2k + 1 to each other; unwired ports send into the void.
+    pub wired: bool,
+    /// Inline or threaded.
+    pub mode: Mode,
+    /// Threaded mode: the device thread (shared with other devices given the same one,
+    /// perhaps pinned); `None` gives the set a thread of its own.
+    pub thread: Option<DeviceThread>,
+}
+
 struct Inner {
     iommu: Arc<SoftIommu>,
     state: Mutex<SocState>,
+    mode: Mode,
+    /// The doorbells and the enqueue ring's consumer index of each portal.
+    hot: Box<[Hot]>,
+    /// Threaded mode: the device thread's busy time and busy polls.
+    busy_ns: AtomicU64,
+    busy_polls: AtomicU64,
+    /// Set while a device thread serves the set.
+    alive: Arc<AtomicBool>,
     /// CENA memory of each portal.
     cena: Box<[Box<[AtomicU32]>]>,
     /// The MC command portal of each port.
@@ -81,6 +125,58 @@ impl Inner {
     fn lock(&self) -> MutexGuard<'_, SocState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Whether a portal has work waiting (threaded mode).
+    fn pending(h: &Hot) -> bool {
+        h.pi.load(Relaxed) != h.ci.load(Relaxed)
+            || h.vdq.load(Relaxed)
+            || h.cr.load(Relaxed)
+            || h.rcr.load(Relaxed) != 0
+    }
+}
+
+/// The device thread's work: every portal's waiting doorbells and triggers, under the lock.
+impl crate::devices::worker::Polled for Inner {
+    fn poll(&self) -> bool {
+        if !self.hot.iter().any(Inner::pending) {
+            return false;
+        }
+        let mut s = self.lock();
+        // Releases first, of every portal: a buffer released before a frame was sent (by
+        // the same program) is in the pool when the frame arrives.
+        for (p, h) in self.hot.iter().enumerate() {
+            let mut r = h.rcr.swap(0, Acquire);
+            while r != 0 {
+                engine::release_slot(&mut s, &self.cena[p], h, r.trailing_zeros());
+                r &= r - 1;
+            }
+        }
+        for (p, h) in self.hot.iter().enumerate() {
+            let pi = h.pi.load(Acquire);
+            if pi != h.ci.load(Relaxed) {
+                engine::eqcr_consume(&mut s, &self.iommu, &self.cena[p], h, pi);
+            }
+        }
+        for (p, h) in self.hot.iter().enumerate() {
+            let mem = &self.cena[p];
+            if h.vdq.swap(false, Acquire) {
+                engine::pull(&mut s, &self.iommu, mem);
+            }
+            if h.cr.swap(false, Acquire) {
+                engine::command(&mut s, p, mem);
+            }
+        }
+        true
+    }
+
+    fn name(&self) -> &str {
+        "qm"
+    }
+
+    fn busy(&self, ns: u64) {
+        self.busy_ns.fetch_add(ns, Relaxed);
+        self.busy_polls.fetch_add(1, Relaxed);
+    }
 }
 
 /// A set of modelled ports sharing one queue manager, buffer manager and IOMMU (as the
@@ -89,24 +185,58 @@ impl Inner {
 pub struct QmSoc(Arc<Inner>);
 
 impl QmSoc {
-    /// A set of `ports` ports; port `d` has MAC 02:51:4d:00:hh:ll (`d` in the last two bytes).
+    /// A set of `ports` inline ports, 2k wired to 2k + 1; port `d` has MAC
+    /// 02:51:4d:00:hh:ll (`d` in the last two bytes).
     pub fn new(ports: usize) -> QmSoc {
+        QmSoc::inner(ports, true, Mode::Inline)
+    }
+
+    fn inner(ports: usize, wired: bool, mode: Mode) -> QmSoc {
         let macs: Vec<MacAddr> = (0..ports)
             .map(|d| MacAddr([0x02, 0x51, 0x4d, 0, (d >> 8) as u8, d as u8]))
             .collect();
         let peers: Vec<Option<usize>> = (0..ports)
-            .map(|d| (d ^ 1 < ports).then_some(d ^ 1))
+            .map(|d| (wired && d ^ 1 < ports).then_some(d ^ 1))
             .collect();
         let words = cena::SIZE / 4;
+        let portals = ports * PORTALS_PER_PORT;
         QmSoc(Arc::new(Inner {
             iommu: Arc::new(SoftIommu::new("software queue manager")),
             state: Mutex::new(SocState::new(&macs, &peers)),
-            cena: (0..ports * PORTALS_PER_PORT)
+            mode,
+            hot: (0..portals).map(|_| Hot::default()).collect(),
+            busy_ns: AtomicU64::new(0),
+            busy_polls: AtomicU64::new(0),
+            alive: Arc::new(AtomicBool::new(false)),
+            cena: (0..portals)
                 .map(|_| (0..words).map(|_| AtomicU32::new(0)).collect())
                 .collect(),
             mcp: (0..ports).map(|_| Default::default()).collect(),
             gone: (0..ports).map(|_| AtomicBool::new(false)).collect(),
         }))
+    }
+
+    /// A set as `config` says; threaded mode starts (or joins) its device thread.
+    pub fn build(config: QmSocConfig) -> Result<QmSoc> {
+        let soc = QmSoc::inner(config.ports, config.wired, config.mode);
+        if config.mode == Mode::Threaded {
+            let thread = config.thread.unwrap_or_default();
+            crate::devices::worker::attach(&soc.0, soc.0.alive.clone(), &thread)?;
+        }
+        Ok(soc)
+    }
+
+    /// The device thread's busy time over the whole set, and its busy polls (threaded mode).
+    pub fn busy(&self) -> (u64, u64) {
+        (
+            self.0.busy_ns.load(Relaxed),
+            self.0.busy_polls.load(Relaxed),
+        )
+    }
+
+    /// Whether a device thread serves the set now.
+    pub fn thread_alive(&self) -> bool {
+        self.0.alive.load(Acquire)
     }
 
     /// The process-wide set behind `qm:N`.
@@ -222,6 +352,16 @@ impl QmDevice {
         engine::receive(&mut s, &self.soc.0.iommu, self.d, frame);
     }
 
+    /// Gives the port a traffic source (see the module documentation), or takes it away.
+    pub fn set_source(&self, frame: Option<Vec<u8>>) {
+        self.state().dpnis[self.d].source = frame;
+    }
+
+    /// The set this port belongs to.
+    pub fn soc(&self) -> &QmSoc {
+        &self.soc
+    }
+
     /// A frame descriptor lands on the receive frame queue as it is (a device that names a
     /// buffer of its choosing).
     pub fn inject_fd(&self, fd: super::layout::Fd) {
@@ -319,32 +459,62 @@ const RCR_AM_RT_END: usize = r::RCR_AM_RT.at(7).offset();
 
 impl QmRegion {
     fn cinh_read(&self, p: usize, off: usize) -> u32 {
-        let mut s = self.soc.lock();
-        let port = &mut s.portals[p];
+        let h = &self.soc.hot[p];
         match off {
-            EQCR_PI => port.eqcr_ci | state::Portal::eqcr_vb(port.eqcr_ci),
-            EQCR_CI => port.eqcr_ci,
-            DQPI => port.dqpi,
-            RAR => engine::rar(port),
-            CFG => port.cfg,
-            SDQCR => port.sdqcr,
-            ISR => port.isr,
-            IER => port.ier,
-            ISDR => port.isdr,
-            IIR => port.iir,
-            _ => 0,
+            EQCR_PI => {
+                let ci = h.ci.load(Acquire);
+                ci | state::Portal::eqcr_vb(ci)
+            }
+            EQCR_CI => h.ci.load(Acquire),
+            RAR => engine::rar(h),
+            _ => {
+                let s = self.soc.lock();
+                let port = &s.portals[p];
+                match off {
+                    DQPI => port.dqpi,
+                    CFG => port.cfg,
+                    SDQCR => port.sdqcr,
+                    ISR => port.isr,
+                    IER => port.ier,
+                    ISDR => port.isdr,
+                    IIR => port.iir,
+                    _ => 0,
+                }
+            }
         }
     }
 
+    /// A doorbell or read trigger in threaded mode: noted for the device thread.
+    fn trigger(&self, p: usize, off: usize, v: u32) -> bool {
+        let h = &self.soc.hot[p];
+        match off {
+            EQCR_PI => h.pi.store(v & (2 * super::layout::EQCR_SIZE - 1), Release),
+            VDQCR_RT if v & RT != 0 => h.vdq.store(true, Release),
+            CR_RT if v & RT != 0 => h.cr.store(true, Release),
+            RCR_AM_RT..=RCR_AM_RT_END if v & RT != 0 => {
+                h.rcr.fetch_or(1 << ((off - RCR_AM_RT) / 4), Release);
+            }
+            _ => return false,
+        }
+        true
+    }
+
     fn cinh_write(&self, p: usize, off: usize, v: u32) {
+        if self.soc.mode == Mode::Threaded && self.trigger(p, off, v) {
+            return;
+        }
         let mem = &self.soc.cena[p];
+        let h = &self.soc.hot[p];
         let mut s = self.soc.lock();
         match off {
-            EQCR_PI => engine::eqcr_doorbell(&mut s, &self.soc.iommu, p, mem, v),
+            EQCR_PI => {
+                h.pi.store(v & (2 * super::layout::EQCR_SIZE - 1), Relaxed);
+                engine::eqcr_consume(&mut s, &self.soc.iommu, mem, h, v)
+            }
             VDQCR_RT if v & RT != 0 => engine::pull(&mut s, &self.soc.iommu, mem),
             CR_RT if v & RT != 0 => engine::command(&mut s, p, mem),
             RCR_AM_RT..=RCR_AM_RT_END if v & RT != 0 => {
-                engine::release_slot(&mut s, mem, ((off - RCR_AM_RT) / 4) as u32)
+                engine::release_slot(&mut s, mem, h, ((off - RCR_AM_RT) / 4) as u32)
             }
             CFG => {
                 // Configuring a portal is taken as its DPIO being enabled after a reset: the
@@ -353,7 +523,8 @@ impl QmRegion {
                 let port = &mut s.portals[p];
                 port.cfg = v;
                 port.rr_vb = super::layout::VALID_BIT;
-                port.rar_next = 0;
+                h.rar_next.store(0, Relaxed);
+                h.rar_busy.store(0, Relaxed);
             }
             SDQCR => s.portals[p].sdqcr = v,
             ISR => s.portals[p].isr &= !v,

@@ -3,6 +3,7 @@
 //! (see the module documentation of [`super`] for why).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 
 use crate::device::MacAddr;
 use crate::devices::qm::layout::{Fd, EQCR_SIZE, VALID_BIT};
@@ -55,6 +56,9 @@ pub struct Dpni {
     pub vids: Vec<u16>,
     /// The receive frame queue.
     pub rx_fq: VecDeque<Fd>,
+    /// A built-in traffic source: this frame arrives whenever a pull finds the queue short
+    /// (benchmarks; `None` for none).
+    pub source: Option<Vec<u8>>,
     /// Tail-drop threshold of the receive queue in frames (`None`: off).
     pub taildrop: Option<u32>,
     pub link_up: bool,
@@ -76,6 +80,7 @@ impl Dpni {
             vlan_filter: false,
             vids: Vec::new(),
             rx_fq: VecDeque::new(),
+            source: None,
             taildrop: None,
             link_up: true,
             counters: DpniCounters::default(),
@@ -91,6 +96,7 @@ impl Dpni {
         *self = Dpni {
             counters: self.counters,
             master: self.master,
+            source: self.source.take(),
             ..Dpni::new(self.mac, self.peer)
         };
         frames
@@ -105,13 +111,30 @@ pub struct Dpbp {
     pub bufs: Vec<u64>,
 }
 
-/// The register state of one software portal (its memory is outside the lock).
+/// What the driver's hot path and the device meet on, outside the lock: the doorbells and
+/// read triggers, the enqueue ring's consumer index and the release slots.
+#[derive(Debug, Default)]
+pub struct Hot {
+    /// The producer index of the last EQCR_PI doorbell (with its wrap bit).
+    pub pi: AtomicU32,
+    /// Next enqueue entry the portal consumes, with its wrap bit (0..2*EQCR_SIZE).
+    pub ci: AtomicU32,
+    /// A pull command is waiting (threaded mode).
+    pub vdq: AtomicBool,
+    /// A management command is waiting (threaded mode).
+    pub cr: AtomicBool,
+    /// Release slots whose command is waiting (threaded mode).
+    pub rcr: AtomicU32,
+    /// Release slots handed out by RAR and not done yet.
+    pub rar_busy: AtomicU32,
+    /// Next release slot RAR hands out, with its wrap bit (0..16).
+    pub rar_next: AtomicU32,
+}
+
+/// The register state of one software portal (its memory and its hot words are outside the
+/// lock).
 #[derive(Debug)]
 pub struct Portal {
-    /// Next enqueue entry the portal consumes, with its wrap bit (0..2*EQCR_SIZE).
-    pub eqcr_ci: u32,
-    /// Next release slot handed out by RAR, with its wrap bit (0..16).
-    pub rar_next: u32,
     /// The valid bit of the next management response.
     pub rr_vb: u32,
     pub cfg: u32,
@@ -126,8 +149,6 @@ pub struct Portal {
 impl Default for Portal {
     fn default() -> Portal {
         Portal {
-            eqcr_ci: 0,
-            rar_next: 0,
             rr_vb: VALID_BIT,
             cfg: 0,
             sdqcr: 0,
@@ -170,6 +191,8 @@ pub struct SocState {
     pub tokens: Vec<(u16, Obj)>,
     pub next_token: u16,
     pub faults: Faults,
+    /// The transmit engine's frame buffer (reused, so that sending allocates nothing).
+    pub scratch: Vec<u8>,
 }
 
 /// Faults armed by a test, and what the model counted of the driver's mistakes.
@@ -190,6 +213,7 @@ pub struct Faults {
 
 impl SocState {
     pub fn new(macs: &[MacAddr], peers: &[Option<usize>]) -> SocState {
+        debug_assert_eq!(macs.len(), peers.len());
         let n = macs.len();
         SocState {
             dpnis: (0..n).map(|d| Dpni::new(macs[d], peers[d])).collect(),
@@ -198,6 +222,7 @@ impl SocState {
             tokens: Vec::new(),
             next_token: 1,
             faults: Faults::default(),
+            scratch: Vec::with_capacity(16 * 1024),
         }
     }
 
