@@ -14,29 +14,39 @@
 //! is therefore excluded. `bench/instructions` reads the inclusive cost of `measured` with
 //! `callgrind_annotate` and divides by the packets it forwarded (printed here).
 //!
-//! Arguments: RX (hw|sw|deferred) TX (hw|sw) TRAFFIC (untagged|tagged) WORK (fwd|l2) PACKETS.
+//! Arguments: RX (hw|sw|deferred) TX (hw|sw) TRAFFIC (untagged|tagged) WORK (fwd|l2) PACKETS
+//! [DEVICE]. DEVICE `qm` runs the qm driver on the queue-manager model instead (inline too,
+//! its built-in source feeding A, B sending into the void; receive hw and transmit hw do not
+//! exist there); its register entry points are `QmRegion`'s `read32`/`write32`, toggled off
+//! the same way (`bench/instructions --device qm`).
 //! Warm-up: one full pass over the ring and the pool (not measured) before `measured` runs.
 
 use std::time::Duration;
 
 use vfio_nic::app::forward::{forward_burst, FwdStats};
 use vfio_nic::device::{MacAddr, Port, RxQueue, TxQueue};
-use vfio_nic::devices::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx, IxgbeTx};
+use vfio_nic::devices::ixgbe::{IxgbeConfig, IxgbePort};
+use vfio_nic::devices::qm::model::{Mode as QmMode, QmSoc, QmSocConfig};
+use vfio_nic::devices::qm::{QmConfig, QmPort};
 use vfio_nic::devices::sim::{Mode, SimConfig, SimPort, Source};
 use vfio_nic::platform::dma::{Packet, Pool, PoolConfig};
-use vfio_nic::vlan::{PacketVlan, RxMode, TxMode, VlanConfig, VlanControl, VlanRx, VlanTx};
+use vfio_nic::vlan::{
+    PacketVlan, RxMode, SwVlanTx, TxMode, VlanConfig, VlanControl, VlanRx, VlanTx,
+};
 
 const BURST: usize = 32;
 const RING: usize = 512;
-
-type Rx = VlanRx<IxgbeRx<SimPort>>;
-type Tx = VlanTx<IxgbeTx<SimPort>>;
 
 /// The forwarding loop whose instructions are counted: `packets` packets from `rx` to `tx`,
 /// bursts of 32, with the `l2` work (read the destination MAC and the tag, send the tag back
 /// out) when `l2`.
 #[inline(never)]
-fn measured(rx: &mut Rx, tx: &mut Tx, packets: u64, l2: bool) -> (FwdStats, u64) {
+fn measured<R: RxQueue, T: SwVlanTx>(
+    rx: &mut VlanRx<R>,
+    tx: &mut VlanTx<T>,
+    packets: u64,
+    l2: bool,
+) -> (FwdStats, u64) {
     let mut batch: Vec<Packet> = Vec::with_capacity(BURST);
     let mut st = FwdStats::default();
     let mut acc = 0u64;
@@ -70,8 +80,8 @@ fn measured(rx: &mut Rx, tx: &mut Tx, packets: u64, l2: bool) -> (FwdStats, u64)
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.len() != 5 {
-        eprintln!("usage: instructions RX(hw|sw|deferred) TX(hw|sw) TRAFFIC(untagged|tagged) WORK(fwd|l2) PACKETS");
+    if args.len() != 5 && !(args.len() == 6 && args[5] == "qm") {
+        eprintln!("usage: instructions RX(hw|sw|deferred) TX(hw|sw) TRAFFIC(untagged|tagged) WORK(fwd|l2) PACKETS [qm]");
         std::process::exit(2);
     }
     let rx_mode = match args[0].as_str() {
@@ -88,6 +98,9 @@ fn main() {
     let tagged = args[2] == "tagged";
     let l2 = args[3] == "l2";
     let packets: u64 = args[4].parse().expect("PACKETS is a number");
+    if args.len() == 6 {
+        return qm(rx_mode, tx_mode, tagged, l2, packets);
+    }
 
     let scfg = SimConfig {
         mode: Mode::Inline,
@@ -142,6 +155,57 @@ fn main() {
         st.tx, st.rx, st.tx_dropped, st.empty_polls, sent
     );
     if sent != st.tx || st.tx_dropped != 0 {
+        eprintln!(
+            "instructions: the model sent {sent} frames, the driver {}",
+            st.tx
+        );
+        std::process::exit(1);
+    }
+}
+
+/// The same measurement on the qm driver: A receives from the model's source, B (unwired)
+/// sends into the void; both in one set, so no packet is copied.
+fn qm(rx_mode: RxMode, tx_mode: TxMode, tagged: bool, l2: bool, packets: u64) {
+    let soc = QmSoc::build(QmSocConfig {
+        ports: 2,
+        wired: false,
+        mode: QmMode::Inline,
+        thread: None,
+    })
+    .expect("the model");
+    let (da, db) = (soc.port(0).expect("A"), soc.port(1).expect("B"));
+    let mut src = Source::udp(MacAddr([0x02, 0, 0, 0, 0, 2]), 64);
+    if tagged {
+        src = src.with_vlan(0x8100, 0xa064);
+    }
+    da.set_source(Some(src.frame()));
+    let mut a = QmPort::open(da, QmConfig::default()).expect("open A");
+    let mut b = QmPort::open(db.clone(), QmConfig::default()).expect("open B");
+    let vcfg = |rx_mode, tx_mode| VlanConfig {
+        rx_mode,
+        tx_mode,
+        ..VlanConfig::default()
+    };
+    let a_ctl = VlanControl::new(&mut a, &vcfg(rx_mode, TxMode::Software)).expect("A VLAN");
+    let b_ctl = VlanControl::new(&mut b, &vcfg(RxMode::Software, tx_mode)).expect("B VLAN");
+    let (mut arx, _) = a.take_queues().expect("A queues");
+    let (_, mut btx) = b.take_queues().expect("B queues");
+    let mut rx = a_ctl.wrap_rx(arx.remove(0));
+    let mut tx = b_ctl.wrap_tx(btx.remove(0));
+    let mut batch = Vec::with_capacity(BURST);
+    let mut warm = FwdStats::default();
+    while warm.tx < 4096 {
+        forward_burst(&mut rx, &mut tx, &mut batch, BURST, &mut warm).expect("warm-up");
+    }
+    let before = db.counters().egress[0];
+    let (st, acc) = measured(&mut rx, &mut tx, packets, l2);
+    let sent = db.counters().egress[0] - before;
+    std::hint::black_box(acc);
+    println!(
+        "forwarded {} rx {} tx_dropped {} empty_polls {} model_tx {}",
+        st.tx, st.rx, st.tx_dropped, st.empty_polls, sent
+    );
+    if sent != st.tx || st.tx_dropped != 0 || tx.inner().stats().copied != 0 {
         eprintln!(
             "instructions: the model sent {sent} frames, the driver {}",
             st.tx

@@ -662,3 +662,46 @@ fn every_command_works_on_qm_ports() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("qm:17: VLAN receive mode hw"), "{err}");
 }
+
+/// `bench` on the queue-manager device, threaded and inline: the seed's comparison (Software
+/// vs Deferred receive) runs on both, with the model's pace reported for the threaded one.
+/// A smoke test of the report's shape; no figure is asserted.
+#[test]
+fn bench_runs_the_seed_comparison_on_the_qm_device() {
+    let v = json(&[
+        "bench",
+        "--device",
+        "qm-inline",
+        "--pairs",
+        "2",
+        "--seconds",
+        "0.01",
+        "--work",
+        "fwd",
+        "--traffic",
+        "untagged",
+    ]);
+    let all = v["comparisons"].as_array().unwrap();
+    let planned: Vec<(&str, &str)> = all
+        .iter()
+        .filter(|c| c["kind"] != "A/A anew")
+        .map(|c| (c["device"].as_str().unwrap(), c["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        planned,
+        [
+            ("qm", "A/A"),
+            ("qm", "receive"),
+            ("qm-inline", "A/A"),
+            ("qm-inline", "receive")
+        ],
+        "{v}"
+    );
+    let seed = all
+        .iter()
+        .find(|c| c["device"] == "qm" && c["kind"] == "receive")
+        .unwrap();
+    assert_eq!(seed["a"], "rx deferred tx sw", "{seed}");
+    assert_eq!(seed["b"], "rx sw tx sw", "{seed}");
+    assert!(seed["model_ns_per_frame"].is_number(), "{seed}");
+}

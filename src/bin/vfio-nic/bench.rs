@@ -71,6 +71,8 @@ use vfio_nic::app::pipeline::{forward_pipelined, recycle_pipelined, FreeOn};
 use vfio_nic::device::{Port, RxQueue, TxQueue};
 use vfio_nic::devices::ixgbe::{IxgbeConfig, IxgbePort};
 use vfio_nic::devices::null::{NullConfig, NullPort};
+use vfio_nic::devices::qm::model::{Mode as QmMode, QmSoc, QmSocConfig};
+use vfio_nic::devices::qm::{QmConfig, QmPort};
 use vfio_nic::devices::sim::{pin_current_thread, DeviceThread, Mode, SimConfig, SimPort, Source};
 use vfio_nic::devices::{AnyPort, AnyRx, AnyTx};
 use vfio_nic::platform::dma::{Packet, PoolConfig};
@@ -133,6 +135,11 @@ pub enum DeviceSel {
     /// An af_packet port on the veth pair `--afp-pair` (not part of `both`: it needs root and
     /// a pair made beforehand).
     Afp,
+    /// The qm driver on the threaded queue-manager model (DPAA2-like): the seed's Software
+    /// vs Deferred receive.
+    Qm,
+    /// The queue-manager model in inline mode too (its writes on the forwarding core).
+    QmInline,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -294,6 +301,8 @@ struct Rig {
     tx: VlanTx<AnyTx>,
     /// The software 82599's ports, to read the model's counters.
     sim: Option<(SimPort, SimPort)>,
+    /// The queue-manager model's set of ports (its device thread's busy time, its counters).
+    qm: Option<QmSoc>,
     /// What the placement is now.
     now: Placement,
     /// Packets sent since the rig was made (to check against the model's transmit counter).
@@ -468,10 +477,42 @@ impl Rig {
             rx,
             tx,
             sim,
+            qm: None,
             now,
             sent: 0,
             generator: None,
         })
+    }
+
+    /// The qm driver on the queue-manager model: A receives from the model's built-in source,
+    /// B (not wired) sends into the void; both ports are in one set, so B's frames carry A's
+    /// pool id and their buffers go home to A's hardware pool (no copy). Threaded: one device
+    /// thread on the other core serves both.
+    fn qm(args: &BenchArgs, tagged: bool, mode: QmMode) -> Result<Rig> {
+        let thread = (mode == QmMode::Threaded).then(|| {
+            args.pin
+                .get(1)
+                .map_or_else(DeviceThread::new, |&c| DeviceThread::pinned(c))
+        });
+        let soc = QmSoc::build(QmSocConfig {
+            ports: 2,
+            wired: false,
+            mode,
+            thread,
+        })?;
+        let (da, db) = (soc.port(0)?, soc.port(1)?);
+        da.set_source(Some(frame(tagged)));
+        let qcfg = QmConfig::default();
+        let a = AnyPort::Qm(Box::new(QmPort::open(da, qcfg.clone())?));
+        let b = AnyPort::Qm(Box::new(QmPort::open(db, qcfg)?));
+        let device = if mode == QmMode::Threaded {
+            "qm"
+        } else {
+            "qm-inline"
+        };
+        let mut rig = Rig::new(device, a, b, None)?;
+        rig.qm = Some(soc);
+        Ok(rig)
     }
 
     /// An af_packet port on RECV of `--afp-pair`, forwarding into a null port, with a
@@ -687,6 +728,9 @@ impl Rig {
     /// sent; `None` on the null device and in inline mode (no device thread: the model's time
     /// is inside the forwarder's).
     fn model_time(&self) -> Option<(u64, u64)> {
+        if self.device == "qm" {
+            return self.qm.as_ref().map(|q| (q.busy().0, self.sent));
+        }
         if self.device != "sim" {
             return None;
         }
@@ -698,6 +742,9 @@ impl Rig {
     /// The software 82599's own check: it transmitted what the forwarder sent, and refused
     /// nothing. Waits (2 s at most) for the device thread to drain the ring.
     fn check_model(&self) -> Result<()> {
+        if let Some(q) = &self.qm {
+            return check_qm(q, self.sent);
+        }
         let Some((sa, sb)) = &self.sim else {
             return Ok(());
         };
@@ -716,6 +763,25 @@ impl Rig {
         }
         Ok(())
     }
+}
+
+/// The queue-manager model's own check: the void port sent what the forwarder sent, nothing was
+/// refused, and no frame lacked a buffer. Waits (2 s at most) for the device thread to drain.
+fn check_qm(soc: &QmSoc, sent: u64) -> Result<()> {
+    let (a, b) = (soc.port(0)?, soc.port(1)?);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while b.counters().egress[0] < sent && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (ca, cb) = (a.counters(), b.counters());
+    let faults = a.faults();
+    if cb.egress[0] != sent || faults != (0, 0, 0) || ca.drops[0] + ca.drops[1] != 0 {
+        return Err(Error::InvalidConfig(format!(
+            "the queue-manager model disagrees with the forwarder: it sent {} frames, the forwarder {sent}; faults (dma, stale, bad) {faults:?}; A {ca:?}",
+            cb.egress[0]
+        )));
+    }
+    Ok(())
 }
 
 /// The pipeline comparisons against page_pool's seed figure (72.74 ns per packet recycled on
@@ -806,6 +872,13 @@ fn plan(device: &str) -> Vec<(&'static str, Placement, Placement)> {
             ("A/A", (Hardware, TxSw), (Hardware, TxSw)),
             ("receive", (Hardware, TxSw), (Deferred, TxSw)),
             ("receive", (Hardware, TxSw), (Software, TxSw)),
+        ],
+        // The seed's argument (DPDK commit 87dd2307c0): the strip in the burst (Software)
+        // against none (Deferred: the application strips, or never needs to). A DPNI has no
+        // strip and no insertion, so both transmit in software.
+        "qm" | "qm-inline" => vec![
+            ("A/A", (Deferred, TxSw), (Deferred, TxSw)),
+            ("receive", (Deferred, TxSw), (Software, TxSw)),
         ],
         "sim" => vec![
             ("A/A", (Hardware, TxHw), (Hardware, TxHw)),
@@ -922,6 +995,8 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
         DeviceSel::SimInline => &["sim", "sim-inline"],
         DeviceSel::Both => &["null", "sim", "sim-inline"],
         DeviceSel::Afp => &["afp"],
+        DeviceSel::Qm => &["qm"],
+        DeviceSel::QmInline => &["qm", "qm-inline"],
     };
     let comparisons: usize = devices
         .iter()
@@ -941,7 +1016,10 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
         .sum();
     // The machine's cross-core latency and huge pages, which the sim figures follow
     // (`machine.rs`); measured before anything is pinned or running.
-    let machine = if devices.iter().any(|d| d.starts_with("sim")) {
+    let machine = if devices
+        .iter()
+        .any(|d| d.starts_with("sim") || d.starts_with("qm"))
+    {
         let cpus = match (args.pin.first(), args.pin.get(1)) {
             (Some(&a), Some(&b)) => Some([a, b]),
             _ => std::thread::available_parallelism()
@@ -959,7 +1037,7 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
     // time (`Rig::rep_busy`).
     let busy_reps: usize = devices
         .iter()
-        .filter(|&&d| d == "sim")
+        .filter(|&&d| d == "sim" || d == "qm")
         .map(|d| {
             let plain = plan(d)
                 .iter()
@@ -1003,6 +1081,8 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
                 "null" => Rig::null(args, tagged)?,
                 "afp" => Rig::afp(args, tagged)?,
                 "sim" => Rig::sim(args, tagged, Mode::Threaded)?,
+                "qm" => Rig::qm(args, tagged, QmMode::Threaded)?,
+                "qm-inline" => Rig::qm(args, tagged, QmMode::Inline)?,
                 _ => Rig::sim(args, tagged, Mode::Inline)?,
             };
             for &work in &works {
@@ -1365,7 +1445,7 @@ fn print_comparison(c: &Comparison) -> Result<()> {
 fn chart(path: &std::path::Path, results: &[Comparison], args: &BenchArgs) -> Result<()> {
     use plotters::prelude::*;
     let fail = |e: String| Error::InvalidConfig(format!("writing {}: {e}", path.display()));
-    let devices: Vec<&str> = ["null", "sim", "sim-inline"]
+    let devices: Vec<&str> = ["null", "sim", "sim-inline", "qm", "qm-inline"]
         .into_iter()
         .filter(|d| results.iter().any(|c| c.device == *d))
         .collect();

@@ -177,7 +177,7 @@ fn enqueue_one(s: &mut SocState, iommu: &SoftIommu, fqid: u32, fd: Fd) {
 /// whose valid bit is not the one of its pass stops the walk (a stale entry).
 pub fn eqcr_consume(s: &mut SocState, iommu: &SoftIommu, mem: &[AtomicU32], hot: &Hot, pi: u32) {
     let pi = pi & (2 * EQCR_SIZE - 1);
-    let mut ci = hot.ci.load(Relaxed);
+    let mut ci = hot.device.ci.load(Relaxed);
     while ci != pi {
         let at = cena::eqcr(ci & (EQCR_SIZE - 1));
         let verb = word(mem, at);
@@ -194,7 +194,7 @@ pub fn eqcr_consume(s: &mut SocState, iommu: &SoftIommu, mem: &[AtomicU32], hot:
         }
         ci = (ci + 1) & (2 * EQCR_SIZE - 1);
     }
-    hot.ci.store(ci, Release);
+    hot.device.ci.store(ci, Release);
     mem[cena::EQCR_CI / 4].store(ci, Release);
 }
 
@@ -268,12 +268,12 @@ pub fn pull(s: &mut SocState, iommu: &SoftIommu, mem: &[AtomicU32]) {
 /// RAR: allocates the next release slot, unless its last command is not done yet (then it
 /// answers without SUCCESS and the driver tries again later).
 pub fn rar(hot: &Hot) -> u32 {
-    let i = hot.rar_next.load(Relaxed);
+    let i = hot.slots.next.load(Relaxed);
     let slot = i & (RCR_SIZE - 1);
-    if hot.rar_busy.fetch_or(1 << slot, AcqRel) & 1 << slot != 0 {
+    if hot.slots.busy.fetch_or(1 << slot, AcqRel) & 1 << slot != 0 {
         return 0;
     }
-    hot.rar_next.store((i + 1) & (2 * RCR_SIZE - 1), Relaxed);
+    hot.slots.next.store((i + 1) & (2 * RCR_SIZE - 1), Relaxed);
     let vb = if i & RCR_SIZE == 0 { VALID_BIT } else { 0 };
     RT | vb | slot
 }
@@ -282,7 +282,7 @@ pub fn rar(hot: &Hot) -> u32 {
 /// slot is free again.
 pub fn release_slot(s: &mut SocState, mem: &[AtomicU32], hot: &Hot, slot: u32) {
     release_cmd(s, mem, slot);
-    hot.rar_busy.fetch_and(!(1 << slot), Release);
+    hot.slots.busy.fetch_and(!(1 << slot), Release);
 }
 
 fn release_cmd(s: &mut SocState, mem: &[AtomicU32], slot: u32) {

@@ -112,23 +112,47 @@ pub struct Dpbp {
 }
 
 /// What the driver's hot path and the device meet on, outside the lock: the doorbells and
-/// read triggers, the enqueue ring's consumer index and the release slots.
+/// read triggers, the enqueue ring's consumer index and the release slots. The words the
+/// driver writes, the one the device writes, and the release slots (both write) sit on cache
+/// lines of their own, and each portal's on its own lines, so that the device thread polling
+/// a portal does not pull a line from under a driver writing another word.
 #[derive(Debug, Default)]
 pub struct Hot {
+    pub driver: DriverWords,
+    pub device: DeviceWords,
+    pub slots: SlotWords,
+}
+
+/// Written by the driver, read by the device.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct DriverWords {
     /// The producer index of the last EQCR_PI doorbell (with its wrap bit).
     pub pi: AtomicU32,
-    /// Next enqueue entry the portal consumes, with its wrap bit (0..2*EQCR_SIZE).
-    pub ci: AtomicU32,
     /// A pull command is waiting (threaded mode).
     pub vdq: AtomicBool,
     /// A management command is waiting (threaded mode).
     pub cr: AtomicBool,
     /// Release slots whose command is waiting (threaded mode).
     pub rcr: AtomicU32,
+}
+
+/// Written by the device, read by the driver.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct DeviceWords {
+    /// Next enqueue entry the portal consumes, with its wrap bit (0..2*EQCR_SIZE).
+    pub ci: AtomicU32,
+}
+
+/// The release slots: allocated by the driver (RAR), freed by the device.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct SlotWords {
     /// Release slots handed out by RAR and not done yet.
-    pub rar_busy: AtomicU32,
+    pub busy: AtomicU32,
     /// Next release slot RAR hands out, with its wrap bit (0..16).
-    pub rar_next: AtomicU32,
+    pub next: AtomicU32,
 }
 
 /// The register state of one software portal (its memory and its hot words are outside the
