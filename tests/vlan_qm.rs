@@ -1,7 +1,10 @@
 //! VLAN modes on the queue-manager device (`qm`, inline model): the rows of docs/vlan-rules.md
 //! that apply to one device, run in each receive mode the device has (Software and Deferred: a
 //! DPNI has no strip), with the results compared across modes byte for byte. The same tests as
-//! `tests/vlan_sim.rs`, on the other device family; the filter runs in the DPNI's table.
+//! `tests/vlan_sim.rs`, on the other device family; the filter runs in the DPNI's table. Two of
+//! the sim's are not here: hardware against software insertion (a DPNI has no insertion: the
+//! software frames are checked against `tx_wire_frame` instead) and queues of one port in
+//! different modes (one queue per qm port).
 
 use vfio_nic::device::{Port, RxQueue, TxQueue};
 use vfio_nic::devices::qm::model::QmDevice;
@@ -333,4 +336,66 @@ fn hardware_modes_are_refused_by_name_and_software_insertion_is_exact() {
     }
     let wire: Vec<Vec<u8>> = got.iter().map(|p| p.data().to_vec()).collect();
     assert_eq!(wire, expect);
+}
+
+#[test]
+fn extended_mode_acts_on_the_inner_tag_in_every_mode() {
+    let plain = base(2, 80);
+    let qinq = tag(&tag(&plain, 0x8100, 0x2064), 0x88a8, 0x0007);
+    let single = tag(&plain, 0x8100, 0x2064);
+    let seen = same_in_every_mode(&[qinq.clone(), single.clone(), plain.clone()], |mode| {
+        VlanConfig {
+            rx_mode: mode,
+            extended: true,
+            outer_tpid: Tpid::S_TAG,
+            ..VlanConfig::default()
+        }
+    });
+    assert_eq!(
+        seen,
+        vec![
+            // Inner tag reported and removed, outer tag left in place.
+            (Some(0x2064), tag(&plain, 0x88a8, 0x0007)),
+            // A single tag is not a double tag: untagged in extended mode.
+            (None, single),
+            (None, plain),
+        ]
+    );
+}
+
+#[test]
+fn tpid_88a8_is_recognised_only_once_configured() {
+    let plain = base(5, 64);
+    let s_tagged = tag(&plain, 0x88a8, 0x0123);
+    let c_tagged = tag(&plain, 0x8100, 0x0456);
+    let before = same_in_every_mode(&[s_tagged.clone(), c_tagged.clone()], rx_cfg);
+    assert_eq!(
+        before,
+        vec![(None, s_tagged.clone()), (Some(0x0456), plain.clone())]
+    );
+    let after = same_in_every_mode(&[s_tagged, c_tagged.clone()], |mode| VlanConfig {
+        rx_mode: mode,
+        tpid: Tpid::S_TAG,
+        ..VlanConfig::default()
+    });
+    assert_eq!(after, vec![(Some(0x0123), plain), (None, c_tagged)]);
+}
+
+#[test]
+fn tpid_change_on_a_running_port() {
+    for mode in MODES {
+        let mut bed = bed(&rx_cfg(mode), &VlanConfig::default());
+        let plain = base(6, 64);
+        let s = tag(&plain, 0x88a8, 0x0042);
+        assert_eq!(
+            exchange(&mut bed, std::slice::from_ref(&s)),
+            vec![(None, s.clone())]
+        );
+        bed.b_ctl.set_tpid(&mut bed.b, Tpid::S_TAG).unwrap();
+        assert_eq!(
+            exchange(&mut bed, &[s]),
+            vec![(Some(0x0042), plain)],
+            "{mode}"
+        );
+    }
 }

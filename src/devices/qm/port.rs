@@ -2,7 +2,8 @@
 //! counters and VLAN filter; and the shared part every queue keeps, whose drop stops the
 //! device and takes every buffer back.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::layout::BUFS_PER_CMD;
 use super::mc::McPortal;
@@ -60,17 +61,35 @@ pub struct QmStats {
     pub error_frames: u64,
 }
 
-/// Pools that some qm port lends to its queue manager, by DMA domain: how a transmit queue
-/// finds the pool id of a packet from another port's pool.
-static LENDERS: Mutex<Vec<(usize, u16, Weak<LentBuffers>)>> = Mutex::new(Vec::new());
+/// A pool some qm port lends to its queue manager: its table, its pool id, and whether the
+/// port is still up (a transmit queue caches this; a port going away clears `alive`, and the
+/// pool's packets are copied from then on instead of being sent with a pool id nobody serves).
+#[derive(Clone)]
+pub(super) struct Lender {
+    pub table: Arc<LentBuffers>,
+    pub bpid: u16,
+    pub alive: Arc<AtomicBool>,
+}
 
-/// The lending table and pool id of `p`'s pool in DMA domain `domain`, if a port lends it.
-pub(super) fn lender_of(domain: usize, p: &Packet) -> Option<(Arc<LentBuffers>, u16)> {
+impl Lender {
+    /// Whether `p` can go out with this lender's pool id.
+    #[inline(always)]
+    pub fn takes(&self, p: &Packet) -> bool {
+        p.is_from(self.table.pool()) && self.alive.load(Ordering::Relaxed)
+    }
+}
+
+/// Every lender, by DMA domain: how a transmit queue finds the pool id of a packet from
+/// another port's pool.
+static LENDERS: Mutex<Vec<(usize, Lender)>> = Mutex::new(Vec::new());
+
+/// The lender of `p`'s pool in DMA domain `domain`, if a live port lends it.
+pub(super) fn lender_of(domain: usize, p: &Packet) -> Option<Lender> {
     let l = LENDERS.lock().unwrap_or_else(|e| e.into_inner());
-    l.iter().filter(|e| e.0 == domain).find_map(|e| {
-        let t = e.2.upgrade()?;
-        p.is_from(t.pool()).then_some((t, e.1))
-    })
+    l.iter()
+        .filter(|e| e.0 == domain)
+        .find(|e| e.1.takes(p))
+        .map(|e| e.1.clone())
 }
 
 /// What the port and its queues share; dropped with the last of them.
@@ -82,6 +101,8 @@ pub(super) struct Shared<B: QmBus> {
     pub dpbp: u16,
     pub bpid: u16,
     pub lent: Arc<LentBuffers>,
+    /// This port as a lender (its `alive` goes false when the port goes).
+    pub lender: Lender,
     pub rx_fqid: u32,
     pub tx_fqid: u32,
     pub domain: usize,
@@ -116,30 +137,44 @@ impl<B: QmBus> Shared<B> {
         Ok(n)
     }
 
+    /// Every step of the stop, each tried even when one before failed (a device gone fails
+    /// them all); the first error is returned.
     fn teardown(&mut self) -> Result<()> {
-        self.dpni_cmd(DPNI_DISABLE, [0; 7])?;
+        let mut first = Ok(());
+        let mut step = |r: Result<()>| {
+            if first.is_ok() {
+                first = r;
+            }
+        };
+        step(self.dpni_cmd(DPNI_DISABLE, [0; 7]).map(drop));
         // A reset of the DPNI returns the frames still queued to their pools (the model
         // does; what an MC firmware does with them is not documented), then the pool is
-        // drained through the receive portal, whose queue is gone by now.
-        self.dpni_cmd(DPNI_RESET, [0; 7])?;
+        // drained through the receive portal, whose queue is gone by now. The portal is
+        // taken over as it stands (not cleared): a release the queue rang last may still be
+        // waiting in it.
+        step(self.dpni_cmd(DPNI_RESET, [0; 7]).map(drop));
         if let Some((c, i)) = self.bus.portal(0) {
-            let mut portal = SwPortal::init(c, i, self.name.clone())?;
-            self.reclaim(&mut portal, usize::MAX)?;
+            match SwPortal::attach(c, i, self.name.clone()) {
+                Ok(mut portal) => step(self.reclaim(&mut portal, usize::MAX).map(drop)),
+                Err(e) => step(Err(e)),
+            }
         }
-        self.mc.send(DPBP_DISABLE, self.dpbp, [0; 7])?;
-        self.mc.send(DPBP_CLOSE, self.dpbp, [0; 7])?;
-        self.dpni_cmd(DPNI_CLOSE, [0; 7])?;
-        self.bus.disable_bus_master()
+        step(self.mc.send(DPBP_DISABLE, self.dpbp, [0; 7]).map(drop));
+        step(self.mc.send(DPBP_CLOSE, self.dpbp, [0; 7]).map(drop));
+        step(self.dpni_cmd(DPNI_CLOSE, [0; 7]).map(drop));
+        step(self.bus.disable_bus_master());
+        first
     }
 }
 
 impl<B: QmBus> Drop for Shared<B> {
     /// Stops the device and takes the buffers back: DMA stops before the pool can go.
     fn drop(&mut self) {
+        self.lender.alive.store(false, Ordering::Relaxed);
         LENDERS
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|e| e.2.strong_count() > 0 && !std::ptr::eq(e.2.as_ptr(), &*self.lent));
+            .retain(|e| !Arc::ptr_eq(&e.1.table, &self.lent));
         if let Err(e) = self.teardown() {
             tracing::warn!(port = %self.name, error = %e, "qm port teardown incomplete");
         }
@@ -182,9 +217,11 @@ impl<B: QmBus> QmPort<B> {
             || config.hw_buffers < 8
             || config.hw_buffers > config.pool.buffers
             || config.max_frame < 64
+            || config.pool.headroom > 0xfff
         {
             return Err(Error::InvalidConfig(format!(
-                "{name}: pull must be 1..32 frames, hw_buffers 8..pool buffers ({}), max_frame >= 64",
+                "{name}: pull must be 1..32 frames, hw_buffers 8..pool buffers ({}), max_frame >= 64, \
+                 and the pool's headroom at most 4095 (a frame descriptor's offset has 12 bits)",
                 config.pool.buffers
             )));
         }
@@ -220,11 +257,15 @@ impl<B: QmBus> QmPort<B> {
         let pool = Pool::new(config.pool, bus.dma_mapper())?;
         let lent = Arc::new(LentBuffers::new(&pool));
         let domain = bus.dma_mapper().domain();
-        LENDERS.lock().unwrap_or_else(|e| e.into_inner()).push((
-            domain,
+        let lender = Lender {
+            table: lent.clone(),
             bpid,
-            Arc::downgrade(&lent),
-        ));
+            alive: Arc::new(AtomicBool::new(true)),
+        };
+        LENDERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((domain, lender.clone()));
         let shared = Arc::new(Shared {
             bus,
             name,
@@ -233,6 +274,7 @@ impl<B: QmBus> QmPort<B> {
             dpbp,
             bpid,
             lent,
+            lender,
             rx_fqid,
             tx_fqid,
             domain,
@@ -258,8 +300,8 @@ impl<B: QmBus> QmPort<B> {
         let mut p = [0u64; 7];
         // Frame status, parser result, head room: the frame lands `headroom` bytes into the
         // buffer, behind the 64-byte annotation (DPDK dpaa2_attach_bp_list).
-        dpni_set_buffer_layout::OPTIONS.put(&mut p, 0x04 | 0x02 | 0x20);
-        dpni_set_buffer_layout::FLAGS.put(&mut p, 0b110);
+        dpni_set_buffer_layout::OPTIONS.put(&mut p, LAYOUT_OPTIONS);
+        dpni_set_buffer_layout::FLAGS.put(&mut p, LAYOUT_PARSER_RESULT | LAYOUT_FRAME_STATUS);
         dpni_set_buffer_layout::DATA_ALIGN.put(&mut p, 64);
         let head = c.pool.headroom - super::layout::hwa::SIZE;
         dpni_set_buffer_layout::HEAD_ROOM.put(&mut p, head as u64);
@@ -307,6 +349,11 @@ impl<B: QmBus> QmPort<B> {
         &self.shared.bus
     }
 
+    /// The receive and transmit frame queue ids the MC reported (`DPNI_GET_QUEUE`).
+    pub fn fqids(&self) -> (u32, u32) {
+        (self.shared.rx_fqid, self.shared.tx_fqid)
+    }
+
     /// The pool id of the port's hardware buffer pool.
     pub fn bpid(&self) -> u16 {
         self.shared.bpid
@@ -320,6 +367,15 @@ impl<B: QmBus> QmPort<B> {
         }
     }
 }
+
+/// `DPNI_SET_BUFFER_LAYOUT` options (DPDK `fsl_dpni.h` `DPNI_BUF_LAYOUT_OPT_*`): parser
+/// result, frame status, data alignment, data head room (what `dpaa2_attach_bp_list` sets,
+/// less the timestamp and private data we do not use).
+const LAYOUT_OPTIONS: u64 = 0x02 | 0x04 | 0x10 | 0x20;
+/// The command's flags byte: pass the parser result (bit 1) and the frame status (bit 2).
+const LAYOUT_PARSER_RESULT: u64 = 1 << 1;
+/// See [`LAYOUT_PARSER_RESULT`].
+const LAYOUT_FRAME_STATUS: u64 = 1 << 2;
 
 /// Counter names, page by page, as DPDK's `dpni_statistics` calls them.
 const COUNTERS: [&[&str]; 3] = [
@@ -438,6 +494,10 @@ impl<B: QmBus> VlanHardware for QmPort<B> {
     }
     fn remove_vlan(&mut self, vid: Vid) -> Result<()> {
         let v = vid.get();
+        if v == 0 {
+            // VID 0 stays a member (priority tags always pass), in the device too.
+            return Ok(());
+        }
         self.shared.dpni_cmd(
             DPNI_REMOVE_VLAN_ID,
             param(dpni_remove_vlan_id::VLAN_ID, v.into()),

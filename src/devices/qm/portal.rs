@@ -87,7 +87,29 @@ impl<M: Mmio> SwPortal<M> {
             name,
             pi,
             vb: eqcr_pi & VALID_BIT,
-            available: EQCR_SIZE - (pi.wrapping_sub(ci) & PI_MASK),
+            available: EQCR_SIZE.saturating_sub(pi.wrapping_sub(ci) & PI_MASK),
+            mr_vb: VALID_BIT,
+        })
+    }
+
+    /// Takes over a portal this program configured before (with [`init`](Self::init)), as
+    /// it stands: its memory is not cleared, so commands written there and not yet acted on
+    /// are kept (a port's teardown after its receive queue is gone).
+    pub fn attach(cena: Arc<M>, cinh: Arc<M>, name: impl Into<String>) -> Result<SwPortal<M>> {
+        let name = name.into();
+        let eqcr_pi = cinh.read(r::EQCR_PI);
+        if eqcr_pi == u32::MAX {
+            return Err(Error::DeviceGone { device: name });
+        }
+        let ci = cinh.read(r::EQCR_CI) & PI_MASK;
+        let pi = eqcr_pi & PI_MASK;
+        Ok(SwPortal {
+            cena,
+            cinh,
+            name,
+            pi,
+            vb: eqcr_pi & VALID_BIT,
+            available: EQCR_SIZE.saturating_sub(pi.wrapping_sub(ci) & PI_MASK),
             mr_vb: VALID_BIT,
         })
     }
@@ -106,7 +128,8 @@ impl<M: Mmio> SwPortal<M> {
             if ci == u32::MAX {
                 return Err(crate::device::QueueError::DeviceGone);
             }
-            self.available = EQCR_SIZE - (self.pi.wrapping_sub(ci & PI_MASK) & PI_MASK);
+            // A device reporting more entries in flight than the ring holds leaves no room.
+            self.available = EQCR_SIZE.saturating_sub(self.pi.wrapping_sub(ci & PI_MASK) & PI_MASK);
         }
         Ok(self.available)
     }
@@ -201,6 +224,8 @@ impl<M: Mmio> SwPortal<M> {
                 break w0;
             }
             if Instant::now() > deadline {
+                // A late answer carries this valid bit: the next command expects the other.
+                self.mr_vb ^= VALID_BIT;
                 return Err(Error::RegisterTimeout {
                     device: self.name.clone(),
                     register: "the portal's management response (RR)",
@@ -216,7 +241,8 @@ impl<M: Mmio> SwPortal<M> {
             return Err(Error::DeviceState {
                 device: self.name.clone(),
                 what: format!(
-                    "the buffer manager refused an acquire from pool {bpid} (response {w0:#010x})"
+                    "the buffer manager refused an acquire from pool {bpid} (response {w0:#010x}); \
+                     check that the pool's DPBP is enabled, or reset the DPRC"
                 ),
             });
         }

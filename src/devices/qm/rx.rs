@@ -43,7 +43,9 @@ struct Active {
 /// A receive queue of a qm port.
 pub struct QmRx<B: QmBus> {
     portal: SwPortal<B::Mmio>,
-    storage: DmaMemory,
+    /// The pull results' storage; `None` only once a queue dropped while the device might
+    /// still write into it has given it up for good (see `Drop`).
+    storage: Option<DmaMemory>,
     lent: Arc<LentBuffers>,
     pool: Pool,
     bpid: u16,
@@ -72,7 +74,7 @@ impl<B: QmBus> QmRx<B> {
         let storage = DmaMemory::allocate(2 * HALF * dq::SIZE, shared.bus.dma_mapper())?;
         let mut q = QmRx {
             portal,
-            storage,
+            storage: Some(storage),
             lent: shared.lent.clone(),
             pool: shared.lent.pool().clone(),
             bpid: shared.bpid,
@@ -91,6 +93,13 @@ impl<B: QmBus> QmRx<B> {
         Ok(q)
     }
 
+    #[inline(always)]
+    fn storage(&self) -> &DmaMemory {
+        self.storage
+            .as_ref()
+            .expect("the storage goes only in Drop")
+    }
+
     /// What the queue counted of the device's mistakes.
     pub fn qm_stats(&self) -> QmStats {
         self.qm
@@ -107,7 +116,7 @@ impl<B: QmBus> QmRx<B> {
         self.tok = self.tok.wrapping_add(1).max(1);
         let base = self.half * HALF * dq::SIZE;
         self.half ^= 1;
-        let at = self.storage.iova() + base as u64;
+        let at = self.storage().iova() + base as u64;
         self.portal.pull(at, self.fqid, self.pull, self.tok);
         self.active = Some(Active {
             base,
@@ -122,12 +131,12 @@ impl<B: QmBus> QmRx<B> {
         let Some(mut a) = self.active else { return };
         while batch.len() < limit {
             let at = a.base + a.next * dq::SIZE;
-            let w0 = self.storage.load_u64(at, Acquire);
+            let w0 = self.storage().load_u64(at, Acquire);
             let tok = dq::tok(w0);
             if tok == 0 {
                 break;
             }
-            self.storage.store_u64(at, 0, Relaxed);
+            self.storage().store_u64(at, 0, Relaxed);
             let stat = dq::stat(w0);
             if tok != a.tok || dq::verb(w0) & dq::VERB_MASK != dq::VERB_DQ {
                 self.qm.stale_results += 1;
@@ -146,7 +155,7 @@ impl<B: QmBus> QmRx<B> {
     /// Turns the frame descriptor of the result at `at` into a packet.
     #[inline]
     fn take(&mut self, batch: &mut Vec<Packet>, at: usize) {
-        let f = |k: usize| self.storage.load_u64(at + dq::FD + 8 * k, Relaxed);
+        let f = |k: usize| self.storage().load_u64(at + dq::FD + 8 * k, Relaxed);
         let (a, b, c, d) = (f(0), f(1), f(2), f(3));
         let fd = Fd([
             a as u32,
@@ -193,14 +202,21 @@ impl<B: QmBus> QmRx<B> {
                 self.stats.no_room += 1;
                 return;
             }
-            let addrs: Vec<u64> = fresh.iter().map(Packet::buf_iova).collect();
-            if !self.portal.release(self.bpid, &addrs) {
-                fresh.clear();
-                return;
-            }
-            for p in fresh.drain(..) {
+            // Lent before they are released: from the release on, the device (and a transmit
+            // queue acquiring the surplus back) may hand them out.
+            let mut addrs = [0u64; BUFS_PER_CMD];
+            let n = fresh.len();
+            for (a, p) in addrs.iter_mut().zip(fresh.drain(..)) {
                 // The pool is the table's: lending cannot fail.
-                let _ = self.lent.lend(p);
+                *a = self.lent.lend(p).unwrap_or_else(|p| p.buf_iova());
+            }
+            if !self.portal.release(self.bpid, &addrs[..n]) {
+                // No release slot now: the buffers come back and wait for the next burst.
+                let off = self.pool.headroom() as u16;
+                for &a in &addrs[..n] {
+                    let _ = self.lent.take_back(a, off, 0, Meta::default());
+                }
+                return;
             }
         }
     }
@@ -213,7 +229,7 @@ impl<B: QmBus> RxQueue for QmRx<B> {
             if self.active.is_none() {
                 self.issue();
             }
-            self.harvest(batch, start + max);
+            self.harvest(batch, start.saturating_add(max));
             if batch.len() > start || self.active.is_some() || round == 1 {
                 break;
             }
@@ -252,11 +268,8 @@ impl<B: QmBus> Drop for QmRx<B> {
             frames.clear();
             if Instant::now() > deadline || self.portal.cinh().read(r::CFG) == u32::MAX {
                 tracing::warn!(port = %self.shared.name, "receive queue dropped with its pull unanswered; its storage is kept");
-                std::mem::forget(std::mem::replace(
-                    &mut self.storage,
-                    DmaMemory::allocate(64, Arc::new(crate::platform::dma::IdentityMapper))
-                        .expect("64 bytes of ordinary memory"),
-                ));
+                // The device may still write into it: never unmapped, never reused.
+                std::mem::forget(self.storage.take());
                 return;
             }
             std::hint::spin_loop();

@@ -318,8 +318,18 @@ fn results_with_a_stale_token_are_not_taken() {
 fn a_descriptor_naming_a_buffer_never_lent_is_refused() {
     let mut p = pair(small());
     let foreign = p.rx.pool().alloc().unwrap();
-    p.db.inject_fd(Fd::simple(foreign.buf_iova(), 60, p.b.bpid(), 128));
-    p.db.inject_fd(Fd::simple(0xdead_0000, 60, p.b.bpid(), 128));
+    p.db.inject_fd(Fd::simple(foreign.buf_iova(), 60, p.b.bpid(), 128))
+        .unwrap();
+    p.db.inject_fd(Fd::simple(0xdead_0000, 60, p.b.bpid(), 128))
+        .unwrap();
+    // One the model's pool holds cannot be handed out twice: the first buffer the queue
+    // released is still in the pool (the pool has more than one burst's worth).
+    assert!(p.db.pool_fill() > 0);
+    let held = p.rx.pool().iova();
+    assert!(p
+        .db
+        .inject_fd(Fd::simple(held, 60, p.b.bpid(), 128))
+        .is_err());
     assert!(receive(&mut p.rx, 1).is_empty());
     assert_eq!(p.rx.qm_stats().refused_fds, 2);
     assert_eq!(
@@ -484,4 +494,45 @@ fn a_source_feeds_the_receive_queue_and_the_void_takes_what_is_sent() {
     );
     let sent = db.counters().egress[0];
     assert!(sent >= 9_000, "the void counted {sent}");
+}
+
+#[test]
+fn the_transmit_engine_releases_a_buffer_unless_ivp_is_set() {
+    use crate::platform::dma::DmaMemory;
+    // A raw portal on A's transmit portal (no queue holds it), and frames in memory of the
+    // set's IOMMU that belong to no pool.
+    let (da, db) = QmDevice::pair();
+    let a = QmPort::open(da.clone(), small()).unwrap();
+    let mut b = QmPort::open(db.clone(), small()).unwrap();
+    let (mut rx, _) = b.take_queues().unwrap();
+    let (cena, cinh) = da.portal(1).unwrap();
+    let mut portal = portal::SwPortal::init(cena, cinh, "qm:0").unwrap();
+    let mem = DmaMemory::allocate(4096, da.dma_mapper()).unwrap();
+    mem.write_bytes(128, &frame(5, 60));
+    let fill = da.pool_fill();
+    let tx_fqid = a.fqids().1;
+    let mut fd = Fd::simple(mem.iova(), 60, a.bpid(), 128);
+    fd.set_ivp();
+    assert_eq!(portal.eq_room(1).unwrap(), 32);
+    portal.eq_write(tx_fqid, &fd);
+    portal.eq_doorbell();
+    assert_eq!(receive(&mut rx[0], 1).len(), 1, "the frame went out");
+    assert_eq!(
+        da.pool_fill(),
+        fill,
+        "IVP: the buffer was not released to A's pool"
+    );
+    let plain = Fd::simple(mem.iova(), 60, a.bpid(), 128);
+    portal.eq_write(tx_fqid, &plain);
+    portal.eq_doorbell();
+    assert_eq!(receive(&mut rx[0], 1).len(), 1);
+    assert_eq!(
+        da.pool_fill(),
+        fill + 1,
+        "without IVP the buffer goes to the FD's pool"
+    );
+    // That address is not one of A's buffers: take it back out before the teardown drains
+    // the pool (which would refuse it, and say so).
+    let back = portal.acquire(a.bpid(), 1).unwrap();
+    assert_eq!(back, [mem.iova()]);
 }

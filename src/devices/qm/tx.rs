@@ -16,12 +16,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::layout::Fd;
-use super::port::{lender_of, Shared};
+use super::port::{lender_of, Lender, Shared};
 use super::portal::SwPortal;
 use super::QmBus;
 use crate::device::{QueueError, QueueStats, TxQueue};
 use crate::error::Result;
-use crate::platform::dma::{LentBuffers, Packet};
+use crate::platform::dma::Packet;
 use crate::vlan::SwVlanTx;
 
 /// Buffers the device may hold beyond the receive queue's target before the transmit queue
@@ -35,11 +35,18 @@ const DRAIN: Duration = Duration::from_millis(200);
 pub struct QmTx<B: QmBus> {
     portal: SwPortal<B::Mmio>,
     fqid: u32,
-    /// The pool of the last packet sent, its table and pool id: most bursts send packets of
-    /// one pool.
-    last: (Arc<LentBuffers>, u16),
+    /// The lender of the last packet's pool: most bursts send packets of one pool.
+    last: Lender,
     stats: QueueStats,
     shared: Arc<Shared<B>>,
+}
+
+/// Why a packet cannot be copied into the port's own pool.
+enum NoCopy {
+    /// The pool has no free buffer now (the packet waits in the batch).
+    Empty,
+    /// The frame does not fit one of its buffers (the packet is dropped).
+    TooLong,
 }
 
 impl<B: QmBus> QmTx<B> {
@@ -54,16 +61,20 @@ impl<B: QmBus> QmTx<B> {
         Ok(QmTx {
             portal: SwPortal::init(cena, cinh, shared.name.clone())?,
             fqid: shared.tx_fqid,
-            last: (shared.lent.clone(), shared.bpid),
+            last: shared.lender.clone(),
             stats: QueueStats::default(),
             shared,
         })
     }
 
-    /// The lending table and pool id for `p`, or `None` when no port lends its pool.
+    /// The lender for `p`, or `None` when no live port lends its pool, or when the frame's
+    /// offset does not fit a frame descriptor (12 bits).
     #[inline]
-    fn lender(&mut self, p: &Packet) -> Option<(Arc<LentBuffers>, u16)> {
-        if p.is_from(self.last.0.pool()) {
+    fn lender(&mut self, p: &Packet) -> Option<Lender> {
+        if p.headroom() > MAX_FD_OFFSET {
+            return None;
+        }
+        if self.last.takes(p) {
             return Some(self.last.clone());
         }
         let found = lender_of(self.shared.domain, p)?;
@@ -71,46 +82,77 @@ impl<B: QmBus> QmTx<B> {
         Some(found)
     }
 
-    /// A copy of `p` in a buffer of the port's own pool, or `None` when it has none free.
-    fn copy_of(&mut self, p: &Packet) -> Option<Packet> {
-        let mut c = self.shared.lent.pool().alloc()?;
+    /// A copy of `p` in a buffer of the port's own pool.
+    fn copy_of(&mut self, p: &Packet) -> Result<Packet, NoCopy> {
+        let mut c = self.shared.lent.pool().alloc().ok_or(NoCopy::Empty)?;
         if !c.set_data(p.data()) {
-            return None;
+            return Err(NoCopy::TooLong);
         }
         c.meta = p.meta;
         self.stats.copied += 1;
-        Some(c)
+        Ok(c)
+    }
+
+    /// Makes `batch[i]` a packet some live port lends (a copy when it is not); false when it
+    /// must wait (no buffer to copy into), true otherwise. A frame too long for a copy is
+    /// dropped and counted, and the next packet takes its place.
+    fn make_sendable(&mut self, batch: &mut Vec<Packet>, i: usize) -> bool {
+        while i < batch.len() {
+            if self.lender(&batch[i]).is_some() {
+                return true;
+            }
+            match self.copy_of(&batch[i]) {
+                Ok(c) => {
+                    batch[i] = c;
+                    return true;
+                }
+                Err(NoCopy::Empty) => return false,
+                Err(NoCopy::TooLong) => {
+                    drop(batch.remove(i));
+                    self.stats.dropped += 1;
+                }
+            }
+        }
+        false
     }
 }
+
+/// The largest frame offset a frame descriptor holds (12 bits, `FD_OFFSET_MASK`).
+const MAX_FD_OFFSET: usize = 0xfff;
 
 impl<B: QmBus> TxQueue for QmTx<B> {
     fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
         let room = self.portal.eq_room(batch.len() as u32)? as usize;
-        // First the packets whose pool no port lends become copies in the port's pool.
+        // First every packet up to the room becomes one a live port lends (or a copy).
         let mut n = 0;
-        while n < room.min(batch.len()) {
-            if self.lender(&batch[n]).is_none() {
-                let Some(c) = self.copy_of(&batch[n]) else {
-                    break;
-                };
-                batch[n] = c;
-            }
+        while n < room.min(batch.len()) && self.make_sendable(batch, n) {
             n += 1;
         }
         let mut bytes = 0;
+        let mut sent = 0;
         for p in batch.drain(..n) {
-            let (table, bpid) = self.lender(&p).expect("every packet here has a lender");
-            let fd = Fd::simple(p.buf_iova(), p.len() as u32, bpid, p.headroom() as u16);
+            // Found in the first pass; `None` only if that port went away since: the packet
+            // is dropped rather than sent with a pool id nobody serves.
+            let Some(l) = self.lender(&p) else {
+                self.stats.dropped += 1;
+                continue;
+            };
+            let fd = Fd::simple(p.buf_iova(), p.len() as u32, l.bpid, p.headroom() as u16);
             bytes += p.len() as u64;
-            // The table was found by the packet's pool, so lending cannot refuse it.
-            let _ = table.lend(p);
+            if let Err(p) = l.table.lend(p) {
+                // Not of the table's pool: cannot happen (the lender was found by its pool).
+                drop(p);
+                self.stats.dropped += 1;
+                continue;
+            }
             self.portal.eq_write(self.fqid, &fd);
+            sent += 1;
         }
-        if n > 0 {
+        if sent > 0 {
             self.portal.eq_doorbell();
         }
         self.stats.no_room += batch.len() as u64;
-        self.stats.packets += n as u64;
+        self.stats.packets += sent as u64;
         self.stats.bytes += bytes;
         let s = &self.shared;
         if s.lent.lent() > s.target + RECLAIM_SLACK {
@@ -121,7 +163,7 @@ impl<B: QmBus> TxQueue for QmTx<B> {
                 tracing::debug!(port = %s.name, error = %e, "reclaim from the hardware pool failed");
             }
         }
-        Ok(n)
+        Ok(sent)
     }
 
     fn stats(&self) -> QueueStats {

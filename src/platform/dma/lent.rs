@@ -51,6 +51,8 @@ pub struct LentBuffers {
     shared: NonNull<Shared>,
     iova: u64,
     buf_size: usize,
+    /// Buffers in the pool.
+    buffers: u64,
     /// Bit `i % 64` of word `i / 64`: buffer `i` is lent.
     bits: Box<[AtomicU64]>,
     lent: AtomicUsize,
@@ -72,6 +74,7 @@ impl LentBuffers {
             shared: pool.shared_ptr(),
             iova: pool.iova(),
             buf_size: pool.buf_size(),
+            buffers: buffers as u64,
             bits: (0..buffers.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
@@ -97,10 +100,12 @@ impl LentBuffers {
         }
         let p = std::mem::ManuallyDrop::new(p);
         let i = p.off() as usize / self.buf_size;
+        // Counted before the bit is set, so that a take-back racing with this never sees the
+        // count below the bits.
+        self.lent.fetch_add(1, Ordering::Relaxed);
         let was = self.bits[i / 64].fetch_or(1 << (i % 64), Ordering::AcqRel);
         // A packet owns its buffer exclusively, so the buffer cannot be lent already.
         debug_assert_eq!(was & 1 << (i % 64), 0, "buffer {i} lent twice");
-        self.lent.fetch_add(1, Ordering::Relaxed);
         Ok(self.iova + u64::from(p.off()))
     }
 
@@ -114,7 +119,7 @@ impl LentBuffers {
         meta: Meta,
     ) -> Result<Packet, NotLent> {
         let rel = buf_iova.wrapping_sub(self.iova);
-        let bufs = self.bits.len() as u64 * 64;
+        let bufs = self.buffers;
         if rel % self.buf_size as u64 != 0 || rel / self.buf_size as u64 >= bufs {
             return Err(NotLent::NotABuffer(buf_iova));
         }
@@ -135,7 +140,7 @@ impl LentBuffers {
         // SAFETY: the pool is alive (this table holds a handle); `off` is one of its buffers
         // (checked above: inside the pool, on a buffer boundary), and its bit was set, so it
         // was lent by `lend`, which consumed its packet: nobody else owns it, and the atomic
-        // swap above gave it to this call alone. `offset + len` fits the buffer (checked).
+        // `fetch_and` above, which cleared the bit, gave it to this call alone. `offset + len` fits the buffer (checked).
         Ok(unsafe {
             Packet::from_parts(
                 self.shared,

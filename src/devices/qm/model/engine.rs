@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
 use super::state::{rx_fqid, tx_fqid, Hot, Portal, SocState, MIN_FRAME};
 use crate::devices::qm::layout::{
-    acquire, cena, dq, eq, hwa, pull, release, Fd, BUFS_PER_CMD, EQCR_SIZE, RCR_SIZE, RT, VALID_BIT,
+    acquire, cena, dq, eq, hwa, pull, release, Fd, BUFS_PER_CMD, EQCR_SIZE, RCR_SIZE, VALID_BIT,
 };
 use crate::platform::dma::SoftIommu;
 
@@ -275,7 +275,7 @@ pub fn rar(hot: &Hot) -> u32 {
     }
     hot.slots.next.store((i + 1) & (2 * RCR_SIZE - 1), Relaxed);
     let vb = if i & RCR_SIZE == 0 { VALID_BIT } else { 0 };
-    RT | vb | slot
+    crate::platform::regs::qbman::rar::SUCCESS.bit() | vb | slot
 }
 
 /// RCR_AM_RT(slot): the release command in that slot puts its buffers into their pool; the

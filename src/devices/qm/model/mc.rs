@@ -139,7 +139,12 @@ fn dpni(s: &mut SocState, d: usize, token: u16, c: McCommand, p: [u64; 7]) -> An
             }
             // Receive queue type 0; the others' layouts are accepted and not used.
             if dpni_set_buffer_layout::QTYPE.get(&p) == 0 {
-                n.head_room = dpni_set_buffer_layout::HEAD_ROOM.get(&p) as u16;
+                let head = dpni_set_buffer_layout::HEAD_ROOM.get(&p);
+                // The frame's offset (annotation + head room) must fit the FD's 12 bits.
+                if head + crate::devices::qm::layout::hwa::SIZE as u64 > 0xfff {
+                    return fail(McStatus::ConfigErr);
+                }
+                n.head_room = head as u16;
             }
         }
         "DPNI_SET_MAX_FRAME_LENGTH" => {

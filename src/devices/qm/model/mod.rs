@@ -37,7 +37,8 @@
 //! - [`Mode::Threaded`] (benchmarks): the doorbells and read triggers only store into atomic
 //!   words (`Hot`), and a device thread ([`DeviceThread`], shared with the sim's) polls them
 //!   and does the same work under the lock, so results, annotations and frames are written by
-//!   another core, as DMA is. The driver's burst path then takes no lock at all.
+//!   another core, as DMA is. The driver's burst path then takes no lock (but for one
+//!   register read every 64 idle receive bursts, the check for a device gone).
 //!
 //! Management commands are answered inside the command's write in both modes (they are the
 //! configuration path). Portal memory and the hot words are atomics outside the lock.
@@ -375,9 +376,23 @@ impl QmDevice {
     }
 
     /// A frame descriptor lands on the receive frame queue as it is (a device that names a
-    /// buffer of its choosing).
-    pub fn inject_fd(&self, fd: super::layout::Fd) {
-        self.state().dpnis[self.d].rx_fq.push_back(fd);
+    /// buffer of its choosing). Refused for a buffer the model holds itself (in a pool's free
+    /// list or a queue): the model would write into it later, under a packet that owns it.
+    pub fn inject_fd(&self, fd: super::layout::Fd) -> Result<()> {
+        let mut s = self.state();
+        let a = fd.addr();
+        let held = s.dpbps.iter().any(|b| b.bufs.contains(&a))
+            || s.dpnis
+                .iter()
+                .any(|n| n.rx_fq.iter().any(|f| f.addr() == a));
+        if held {
+            return Err(Error::InvalidConfig(format!(
+                "the model holds the buffer at {a:#x} (in a pool or a queue); handing it out as \
+                 well would give it two owners"
+            )));
+        }
+        s.dpnis[self.d].rx_fq.push_back(fd);
+        Ok(())
     }
 
     /// The link goes down (frames are neither sent nor received) or comes back.
