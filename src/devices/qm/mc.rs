@@ -175,6 +175,8 @@ impl<M: Mmio> McPortal<M> {
             }
             let s = header::status(u64::from(lo));
             if s != McStatus::Ready as u8 {
+                // The answer is there: its parameters are read after the status.
+                std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
                 break s;
             }
             if Instant::now() > deadline {

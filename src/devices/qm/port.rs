@@ -14,6 +14,7 @@ use super::QmBus;
 use crate::device::{LinkStatus, MacAddr, Port, PortInfo, PortStats, QueueSet};
 use crate::error::{Error, Result};
 use crate::platform::dma::{LentBuffers, Meta, Packet, Pool, PoolConfig};
+use crate::platform::mmio::Mmio;
 use crate::platform::regs::qbman::cmd::*;
 use crate::platform::regs::{McCommand, McParam};
 use crate::vlan::{Tpid, Vid, VlanCaps, VlanFilter, VlanHardware};
@@ -202,6 +203,62 @@ fn param(f: McParam, v: u64) -> [u64; 7] {
     p
 }
 
+/// What opening the port's objects found out.
+struct Objects {
+    dpni: u16,
+    dpbp: u16,
+    bpid: u16,
+    attr: [u64; 7],
+    mac: [u8; 6],
+    rx_fqid: u32,
+    tx_fqid: u32,
+}
+
+/// Opens (and resets) the DPNI and opens and enables the DPBP; a failure on the way closes
+/// what was opened, so no token is left behind.
+fn open_objects<M: Mmio>(mc: &McPortal<M>, dpni_id: u32, dpbp_id: u32) -> Result<Objects> {
+    let dpni = mc
+        .send(DPNI_OPEN, 0, param(dpni_open::DPNI_ID, dpni_id.into()))?
+        .token;
+    let r = (|| {
+        mc.send(DPNI_RESET, dpni, [0; 7])?;
+        let attr = mc.send(DPNI_GET_ATTR, dpni, [0; 7])?.params;
+        let m = dpni_get_primary_mac_addr::MAC
+            .get(&mc.send(DPNI_GET_PRIMARY_MAC_ADDR, dpni, [0; 7])?.params);
+        let mut mac = [0u8; 6];
+        mac.copy_from_slice(&m.to_le_bytes()[..6]);
+        mac.reverse();
+        let fqid = |qtype| -> Result<u32> {
+            let r = mc.send(DPNI_GET_QUEUE, dpni, param(dpni_get_queue::QTYPE, qtype))?;
+            Ok(dpni_get_queue::FQID.get(&r.params) as u32)
+        };
+        let (rx_fqid, tx_fqid) = (fqid(0)?, fqid(1)?);
+        let dpbp = mc
+            .send(DPBP_OPEN, 0, param(dpbp_open::DPBP_ID, dpbp_id.into()))?
+            .token;
+        let bpid = (|| {
+            mc.send(DPBP_ENABLE, dpbp, [0; 7])?;
+            let attr = mc.send(DPBP_GET_ATTR, dpbp, [0; 7])?.params;
+            Ok::<_, Error>(dpbp_get_attr::BPID.get(&attr) as u16)
+        })()
+        .inspect_err(|_| {
+            let _ = mc.send(DPBP_CLOSE, dpbp, [0; 7]);
+        })?;
+        Ok(Objects {
+            dpni,
+            dpbp,
+            bpid,
+            attr,
+            mac,
+            rx_fqid,
+            tx_fqid,
+        })
+    })();
+    r.inspect_err(|_| {
+        let _ = mc.send(DPNI_CLOSE, dpni, [0; 7]);
+    })
+}
+
 impl<B: QmBus> QmPort<B> {
     /// Opens the DPNI and its DPBP on `bus` and brings the interface up.
     pub fn open(bus: B, config: QmConfig) -> Result<QmPort<B>> {
@@ -225,36 +282,11 @@ impl<B: QmBus> QmPort<B> {
                 config.pool.buffers
             )));
         }
-        let mc = McPortal::new(bus.regs().clone(), name.clone());
-        let dpni = mc
-            .send(
-                DPNI_OPEN,
-                0,
-                param(dpni_open::DPNI_ID, bus.dpni_id().into()),
-            )?
-            .token;
-        mc.send(DPNI_RESET, dpni, [0; 7])?;
-        let attr = mc.send(DPNI_GET_ATTR, dpni, [0; 7])?.params;
-        let m = dpni_get_primary_mac_addr::MAC
-            .get(&mc.send(DPNI_GET_PRIMARY_MAC_ADDR, dpni, [0; 7])?.params);
-        let mut mac = [0u8; 6];
-        mac.copy_from_slice(&m.to_le_bytes()[..6]);
-        mac.reverse();
-        let dpbp = mc
-            .send(
-                DPBP_OPEN,
-                0,
-                param(dpbp_open::DPBP_ID, bus.dpbp_id().into()),
-            )?
-            .token;
-        mc.send(DPBP_ENABLE, dpbp, [0; 7])?;
-        let bpid = dpbp_get_attr::BPID.get(&mc.send(DPBP_GET_ATTR, dpbp, [0; 7])?.params) as u16;
-        let fqid = |qtype| -> Result<u32> {
-            let r = mc.send(DPNI_GET_QUEUE, dpni, param(dpni_get_queue::QTYPE, qtype))?;
-            Ok(dpni_get_queue::FQID.get(&r.params) as u32)
-        };
-        let (rx_fqid, tx_fqid) = (fqid(0)?, fqid(1)?);
         let pool = Pool::new(config.pool, bus.dma_mapper())?;
+        let mc = McPortal::new(bus.regs().clone(), name.clone());
+        let o = open_objects(&mc, bus.dpni_id(), bus.dpbp_id())?;
+        let (dpni, dpbp, bpid, attr, mac) = (o.dpni, o.dpbp, o.bpid, o.attr, o.mac);
+        let (rx_fqid, tx_fqid) = (o.rx_fqid, o.tx_fqid);
         let lent = Arc::new(LentBuffers::new(&pool));
         let domain = bus.dma_mapper().domain();
         let lender = Lender {

@@ -221,6 +221,8 @@ impl<M: Mmio> SwPortal<M> {
                 });
             }
             if w0 & VALID_BIT == self.mr_vb && w0 & 0x7f != 0 {
+                // Ownership seen: the rest of the response is read after it.
+                std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
                 break w0;
             }
             if Instant::now() > deadline {

@@ -536,3 +536,20 @@ fn the_transmit_engine_releases_a_buffer_unless_ivp_is_set() {
     let back = portal.acquire(a.bpid(), 1).unwrap();
     assert_eq!(back, [mem.iova()]);
 }
+
+#[test]
+fn a_bring_up_that_fails_leaves_no_object_open() {
+    let (d, _) = QmDevice::pair();
+    d.fail_next_command(McStatus::NoResource);
+    let e = QmPort::open(d.clone(), small()).err().unwrap().to_string();
+    assert!(e.contains("DPNI_RESET") && e.contains("NO_RESOURCE"), "{e}");
+    assert_eq!(
+        d.open_tokens(),
+        0,
+        "the DPNI opened before the failure was closed"
+    );
+    let port = QmPort::open(d.clone(), small()).unwrap();
+    assert_eq!(d.open_tokens(), 2, "a DPNI and a DPBP");
+    drop(port);
+    assert_eq!(d.open_tokens(), 0, "the teardown closed both");
+}

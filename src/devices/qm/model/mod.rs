@@ -347,6 +347,11 @@ impl QmDevice {
         self.state().dpnis[self.d].rx_fq.len()
     }
 
+    /// Objects open on the whole set (tokens the MC handed out and nobody closed).
+    pub fn open_tokens(&self) -> usize {
+        self.state().tokens.len()
+    }
+
     /// Free buffers in this port's DPBP (its BMan pool's fill).
     pub fn pool_fill(&self) -> usize {
         self.state().dpbps[self.d].bufs.len()
