@@ -75,26 +75,16 @@ impl<M: Mmio> SwPortal<M> {
                 ),
             });
         }
-        let eqcr_pi = cinh.read(r::EQCR_PI);
-        let ci = cinh.read(r::EQCR_CI) & PI_MASK;
-        let pi = eqcr_pi & PI_MASK;
         for w in (0..cena::SIZE).step_by(4) {
             cena_.write32(w, 0);
         }
-        Ok(SwPortal {
-            cena: cena_,
-            cinh,
-            name,
-            pi,
-            vb: eqcr_pi & VALID_BIT,
-            available: EQCR_SIZE.saturating_sub(pi.wrapping_sub(ci) & PI_MASK),
-            mr_vb: VALID_BIT,
-        })
+        SwPortal::attach(cena_, cinh, name)
     }
 
-    /// Takes over a portal this program configured before (with [`init`](Self::init)), as
-    /// it stands: its memory is not cleared, so commands written there and not yet acted on
-    /// are kept (a port's teardown after its receive queue is gone).
+    /// Takes over a portal this program configured before (with [`init`](Self::init), which
+    /// ends here), as it stands: where its enqueue ring is, read from EQCR_PI and EQCR_CI;
+    /// its memory is not cleared, so commands written there and not yet acted on are kept (a
+    /// port's teardown after its receive queue is gone).
     pub fn attach(cena: Arc<M>, cinh: Arc<M>, name: impl Into<String>) -> Result<SwPortal<M>> {
         let name = name.into();
         let eqcr_pi = cinh.read(r::EQCR_PI);
