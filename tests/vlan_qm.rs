@@ -79,6 +79,8 @@ fn plain(rx: &VlanConfig) -> Bed {
     bed(rx, &VlanConfig::default())
 }
 
+conformance!(plain, MODES);
+
 impl vlan_common::Bed for Bed {
     fn exchange(&mut self, frames: &[Vec<u8>]) -> Seen {
         vlan_common::exchange(&mut self.tx, &mut self.rx, &self.pool, frames)
@@ -92,45 +94,6 @@ impl vlan_common::Bed for Bed {
     fn ctl<T>(&mut self, f: impl FnOnce(&VlanControl, &mut dyn VlanHardware) -> T) -> T {
         f(&self.b_ctl, &mut self.b)
     }
-}
-
-#[test]
-fn tagged_untagged_priority_and_double_tagged_frames_agree_across_modes() {
-    vlan_common::tagged_untagged_priority_and_double_tagged_frames_agree_across_modes(
-        plain, &MODES,
-    );
-}
-
-#[test]
-fn extended_mode_acts_on_the_inner_tag_in_every_mode() {
-    vlan_common::extended_mode_acts_on_the_inner_tag_in_every_mode(plain, &MODES);
-}
-
-#[test]
-fn runt_frames_are_dropped_by_the_device_in_every_mode() {
-    vlan_common::runt_frames_are_dropped_by_the_device_in_every_mode(plain, &MODES);
-}
-
-#[test]
-fn filter_on_off_add_remove_at_every_table_boundary() {
-    vlan_common::filter_on_off_add_remove_at_every_table_boundary(plain, &MODES);
-}
-
-#[test]
-fn tpid_88a8_is_recognised_only_once_configured() {
-    vlan_common::tpid_88a8_is_recognised_only_once_configured(plain, &MODES);
-}
-
-#[test]
-fn tpid_change_on_a_running_port() {
-    vlan_common::tpid_change_on_a_running_port(plain, &MODES);
-}
-
-#[test]
-fn switching_receive_modes_under_traffic_never_double_strips_or_loses_a_tag() {
-    vlan_common::switching_receive_modes_under_traffic_never_double_strips_or_loses_a_tag(
-        plain, &MODES,
-    );
 }
 
 #[test]

@@ -14,6 +14,46 @@ use vfio_nic::vlan::{
     VlanRx, VlanTx,
 };
 
+/// The shared tests as `#[test]` functions of the including crate: `conformance!(make,
+/// MODES)` with the crate's bed constructor and its receive modes.
+#[macro_export]
+macro_rules! conformance {
+    ($make:expr, $modes:expr) => {
+        #[test]
+        fn tagged_untagged_priority_and_double_tagged_frames_agree_across_modes() {
+            vlan_common::tagged_untagged_priority_and_double_tagged_frames_agree_across_modes(
+                $make, &$modes,
+            );
+        }
+        #[test]
+        fn extended_mode_acts_on_the_inner_tag_in_every_mode() {
+            vlan_common::extended_mode_acts_on_the_inner_tag_in_every_mode($make, &$modes);
+        }
+        #[test]
+        fn runt_frames_are_dropped_by_the_device_in_every_mode() {
+            vlan_common::runt_frames_are_dropped_by_the_device_in_every_mode($make, &$modes);
+        }
+        #[test]
+        fn filter_on_off_add_remove_at_every_table_boundary() {
+            vlan_common::filter_on_off_add_remove_at_every_table_boundary($make, &$modes);
+        }
+        #[test]
+        fn tpid_88a8_is_recognised_only_once_configured() {
+            vlan_common::tpid_88a8_is_recognised_only_once_configured($make, &$modes);
+        }
+        #[test]
+        fn tpid_change_on_a_running_port() {
+            vlan_common::tpid_change_on_a_running_port($make, &$modes);
+        }
+        #[test]
+        fn switching_receive_modes_under_traffic_never_double_strips_or_loses_a_tag() {
+            vlan_common::switching_receive_modes_under_traffic_never_double_strips_or_loses_a_tag(
+                $make, &$modes,
+            );
+        }
+    };
+}
+
 /// A wired pair: A transmits through a VLAN transmit wrapper, B receives through a VLAN receive
 /// wrapper with its own control handle.
 pub trait Bed {
