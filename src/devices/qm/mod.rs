@@ -9,8 +9,9 @@
 //! - [`mc`]: management commands (status codes, the command portal client);
 //! - [`portal`]: the driver's side of a software portal;
 //! - [`QmPort`] (`port.rs`): bring-up through MC commands, the pool, link, counters, VLAN
-//!   filter; [`QmRx`] (`rx.rs`): pull dequeue with one pull in flight; [`QmTx`] (`tx.rs`):
-//!   batched enqueue;
+//!   filter; `shared.rs`: what the port and its queues share, and the stop that takes every
+//!   buffer back; [`QmRx`] (`rx.rs`): pull dequeue with one pull in flight; [`QmTx`]
+//!   (`tx.rs`): batched enqueue; [`QmConfig`] (`config.rs`);
 //! - [`model`]: the software device behind `qm:N`.
 //!
 //! # How the driver works (DPDK's dpaa2 PMD, reimplemented)
@@ -37,19 +38,22 @@
 //!   Deferred leaves the tag for the application. The filter table's shadow is written back
 //!   after a reset.
 
+mod config;
 pub mod layout;
 pub mod mc;
 pub mod model;
 mod port;
 pub mod portal;
 mod rx;
+mod shared;
 #[cfg(test)]
 mod tests;
 mod tx;
 
 use std::sync::Arc;
 
-pub use port::{QmConfig, QmPort, QmStats};
+pub use config::{QmConfig, QmStats};
+pub use port::QmPort;
 pub use rx::QmRx;
 pub use tx::QmTx;
 

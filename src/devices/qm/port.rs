@@ -1,190 +1,22 @@
 //! [`QmPort`]: a DPNI brought up through management commands, its buffer pool, link,
-//! counters and VLAN filter; and the shared part every queue keeps, whose drop stops the
-//! device and takes every buffer back.
+//! counters and VLAN filter (the part its queues share is `shared.rs`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
-use super::layout::BUFS_PER_CMD;
+use super::config::QmConfig;
 use super::mc::McPortal;
-use super::portal::SwPortal;
 use super::rx::QmRx;
+use super::shared::{register_lender, Lender, Shared};
 use super::tx::QmTx;
 use super::QmBus;
 use crate::device::{LinkStatus, MacAddr, Port, PortInfo, PortStats, QueueSet};
 use crate::error::{Error, Result};
-use crate::platform::dma::{LentBuffers, Meta, Packet, Pool, PoolConfig};
+use crate::platform::dma::{LentBuffers, Pool};
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::qbman::cmd::*;
-use crate::platform::regs::{McCommand, McParam};
+use crate::platform::regs::McParam;
 use crate::vlan::{Tpid, Vid, VlanCaps, VlanFilter, VlanHardware};
-
-/// Configuration of a qm port.
-#[derive(Clone, Debug)]
-pub struct QmConfig {
-    /// The receive queue's pool (its buffers' headroom is where the device writes the frame,
-    /// behind the 64-byte annotation).
-    pub pool: PoolConfig,
-    /// Buffers kept with the device (Linux's `DPAA2_ETH_NUM_BUFS` is 1280); the queue tops the
-    /// hardware pool up when fewer than this minus 7 are there.
-    pub hw_buffers: usize,
-    /// Frames per pull (1 to 32; DPDK pulls 32 on an LX2160A).
-    pub pull: usize,
-    /// Largest frame received, FCS included (DPDK sets MTU + 14 + 4 for a tag + 4 FCS).
-    pub max_frame: u16,
-    /// Tail drop of the receive frame queue, in frames.
-    pub taildrop: u32,
-    /// Queue pairs (only 1: flow distribution is not modelled).
-    pub queues: u16,
-}
-
-impl Default for QmConfig {
-    fn default() -> Self {
-        QmConfig {
-            pool: PoolConfig::default(),
-            hw_buffers: 1280,
-            pull: 32,
-            max_frame: 1522,
-            taildrop: 1024,
-            queues: 1,
-        }
-    }
-}
-
-/// What a qm receive queue counted of the device's mistakes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QmStats {
-    /// Dequeue results whose token was not the pull's (ignored; their buffers are not taken).
-    pub stale_results: u64,
-    /// Frame descriptors naming a buffer the device was not lent (refused).
-    pub refused_fds: u64,
-    /// Frames with error bits in their descriptor (dropped).
-    pub error_frames: u64,
-}
-
-/// A pool some qm port lends to its queue manager: its table, its pool id, and whether the
-/// port is still up (a transmit queue caches this; a port going away clears `alive`, and the
-/// pool's packets are copied from then on instead of being sent with a pool id nobody serves).
-#[derive(Clone)]
-pub(super) struct Lender {
-    pub table: Arc<LentBuffers>,
-    pub bpid: u16,
-    pub alive: Arc<AtomicBool>,
-}
-
-impl Lender {
-    /// Whether `p` can go out with this lender's pool id.
-    #[inline(always)]
-    pub fn takes(&self, p: &Packet) -> bool {
-        p.is_from(self.table.pool()) && self.alive.load(Ordering::Relaxed)
-    }
-}
-
-/// Every lender, by DMA domain: how a transmit queue finds the pool id of a packet from
-/// another port's pool.
-static LENDERS: Mutex<Vec<(usize, Lender)>> = Mutex::new(Vec::new());
-
-/// The lender of `p`'s pool in DMA domain `domain`, if a live port lends it.
-pub(super) fn lender_of(domain: usize, p: &Packet) -> Option<Lender> {
-    let l = LENDERS.lock().unwrap_or_else(|e| e.into_inner());
-    l.iter()
-        .filter(|e| e.0 == domain)
-        .find(|e| e.1.takes(p))
-        .map(|e| e.1.clone())
-}
-
-/// What the port and its queues share; dropped with the last of them.
-pub(super) struct Shared<B: QmBus> {
-    pub bus: B,
-    pub name: String,
-    pub mc: McPortal<B::Mmio>,
-    pub dpni: u16,
-    pub dpbp: u16,
-    pub bpid: u16,
-    pub lent: Arc<LentBuffers>,
-    /// This port as a lender (its `alive` goes false when the port goes).
-    pub lender: Lender,
-    pub rx_fqid: u32,
-    pub tx_fqid: u32,
-    pub domain: usize,
-    /// Buffers of the pool the receive queue keeps with the device.
-    pub target: usize,
-}
-
-impl<B: QmBus> Shared<B> {
-    /// Sends a command to the DPNI.
-    pub fn dpni_cmd(&self, c: McCommand, params: [u64; 7]) -> Result<[u64; 7]> {
-        Ok(self.mc.send(c, self.dpni, params)?.params)
-    }
-
-    /// Takes up to `most` buffers back from the device's pool (acquires of 7 until it is
-    /// empty) and frees them to the software pool; returns how many.
-    pub fn reclaim(&self, portal: &mut SwPortal<B::Mmio>, most: usize) -> Result<usize> {
-        let mut n = 0;
-        while n < most {
-            let got = portal.acquire(self.bpid, BUFS_PER_CMD.min(most - n))?;
-            if got.is_empty() {
-                break;
-            }
-            for a in got {
-                let off = self.lent.pool().headroom() as u16;
-                match self.lent.take_back(a, off, 0, Meta::default()) {
-                    Ok(p) => drop(p),
-                    Err(e) => tracing::warn!(port = %self.name, error = %e, "reclaim: refused"),
-                }
-                n += 1;
-            }
-        }
-        Ok(n)
-    }
-
-    /// Every step of the stop, each tried even when one before failed (a device gone fails
-    /// them all); the first error is returned.
-    fn teardown(&mut self) -> Result<()> {
-        let mut first = Ok(());
-        let mut step = |r: Result<()>| {
-            if first.is_ok() {
-                first = r;
-            }
-        };
-        step(self.dpni_cmd(DPNI_DISABLE, [0; 7]).map(drop));
-        // A reset of the DPNI returns the frames still queued to their pools (the model
-        // does; what an MC firmware does with them is not documented), then the pool is
-        // drained through the receive portal, whose queue is gone by now. The portal is
-        // taken over as it stands (not cleared): a release the queue rang last may still be
-        // waiting in it.
-        step(self.dpni_cmd(DPNI_RESET, [0; 7]).map(drop));
-        if let Some((c, i)) = self.bus.portal(0) {
-            match SwPortal::attach(c, i, self.name.clone()) {
-                Ok(mut portal) => step(self.reclaim(&mut portal, usize::MAX).map(drop)),
-                Err(e) => step(Err(e)),
-            }
-        }
-        step(self.mc.send(DPBP_DISABLE, self.dpbp, [0; 7]).map(drop));
-        step(self.mc.send(DPBP_CLOSE, self.dpbp, [0; 7]).map(drop));
-        step(self.dpni_cmd(DPNI_CLOSE, [0; 7]).map(drop));
-        step(self.bus.disable_bus_master());
-        first
-    }
-}
-
-impl<B: QmBus> Drop for Shared<B> {
-    /// Stops the device and takes the buffers back: DMA stops before the pool can go.
-    fn drop(&mut self) {
-        self.lender.alive.store(false, Ordering::Relaxed);
-        LENDERS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|e| !Arc::ptr_eq(&e.1.table, &self.lent));
-        if let Err(e) = self.teardown() {
-            tracing::warn!(port = %self.name, error = %e, "qm port teardown incomplete");
-        }
-        let left = self.lent.lent();
-        if left > 0 {
-            tracing::warn!(port = %self.name, buffers = left, "buffers still with the device");
-        }
-    }
-}
 
 /// A DPAA2-like port on a queue-manager device.
 pub struct QmPort<B: QmBus> {
@@ -294,10 +126,7 @@ impl<B: QmBus> QmPort<B> {
             bpid,
             alive: Arc::new(AtomicBool::new(true)),
         };
-        LENDERS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((domain, lender.clone()));
+        register_lender(domain, lender.clone());
         let shared = Arc::new(Shared {
             bus,
             name,

@@ -13,9 +13,10 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::config::{QmConfig, QmStats};
 use super::layout::{dq, Fd, BUFS_PER_CMD};
-use super::port::{QmConfig, QmStats, Shared};
 use super::portal::SwPortal;
+use super::shared::Shared;
 use super::QmBus;
 use crate::device::{QueueError, QueueStats, RxQueue};
 use crate::error::Result;

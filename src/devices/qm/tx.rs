@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::layout::Fd;
-use super::port::{lender_of, Lender, Shared};
 use super::portal::SwPortal;
+use super::shared::{lender_of, Lender, Shared};
 use super::QmBus;
 use crate::device::{QueueError, QueueStats, TxQueue};
 use crate::error::Result;
