@@ -553,3 +553,28 @@ fn a_bring_up_that_fails_leaves_no_object_open() {
     drop(port);
     assert_eq!(d.open_tokens(), 0, "the teardown closed both");
 }
+
+#[test]
+fn a_full_receive_queue_drops_at_its_tail_and_counts() {
+    let mut p = pair_with(
+        small(),
+        QmConfig {
+            taildrop: 8,
+            ..small()
+        },
+    );
+    let pool = p.rx.pool().clone();
+    // The receive queue holds a pull's worth of results already (issued at its first burst);
+    // nothing is pulled until the next burst, so frames wait on the frame queue.
+    assert!(receive(&mut p.rx, 0).is_empty());
+    let mut batch = packets(&pool, 20, 64);
+    assert_eq!(p.tx.tx_burst(&mut batch).unwrap(), 20);
+    assert_eq!(
+        p.db.rx_queued(),
+        8,
+        "the frame queue stops at its threshold"
+    );
+    let st = p.b.stats().unwrap();
+    assert_eq!(st.get("ingress_discarded_frames"), Some(12));
+    assert_eq!(receive(&mut p.rx, 8).len(), 8);
+}
