@@ -67,19 +67,24 @@ impl<B: QmBus> QmTx<B> {
         })
     }
 
-    /// The lender for `p`, or `None` when no live port lends its pool, or when the frame's
-    /// offset does not fit a frame descriptor (12 bits).
+    /// Makes the cached lender the one of `p`'s pool; false when no live port lends it, or
+    /// when the frame's offset does not fit a frame descriptor (12 bits). No reference count
+    /// moves unless the pool changes.
     #[inline]
-    fn lender(&mut self, p: &Packet) -> Option<Lender> {
+    fn lender(&mut self, p: &Packet) -> bool {
         if p.headroom() > MAX_FD_OFFSET {
-            return None;
+            return false;
         }
         if self.last.takes(p) {
-            return Some(self.last.clone());
+            return true;
         }
-        let found = lender_of(self.shared.domain, p)?;
-        self.last = found.clone();
-        Some(found)
+        match lender_of(self.shared.domain, p) {
+            Some(found) => {
+                self.last = found;
+                true
+            }
+            None => false,
+        }
     }
 
     /// A copy of `p` in a buffer of the port's own pool.
@@ -98,7 +103,7 @@ impl<B: QmBus> QmTx<B> {
     /// dropped and counted, and the next packet takes its place.
     fn make_sendable(&mut self, batch: &mut Vec<Packet>, i: usize) -> bool {
         while i < batch.len() {
-            if self.lender(&batch[i]).is_some() {
+            if self.lender(&batch[i]) {
                 return true;
             }
             match self.copy_of(&batch[i]) {
@@ -133,13 +138,18 @@ impl<B: QmBus> TxQueue for QmTx<B> {
         for p in batch.drain(..n) {
             // Found in the first pass; `None` only if that port went away since: the packet
             // is dropped rather than sent with a pool id nobody serves.
-            let Some(l) = self.lender(&p) else {
+            if !self.lender(&p) {
                 self.stats.dropped += 1;
                 continue;
-            };
-            let fd = Fd::simple(p.buf_iova(), p.len() as u32, l.bpid, p.headroom() as u16);
+            }
+            let fd = Fd::simple(
+                p.buf_iova(),
+                p.len() as u32,
+                self.last.bpid,
+                p.headroom() as u16,
+            );
             bytes += p.len() as u64;
-            if let Err(p) = l.table.lend(p) {
+            if let Err(p) = self.last.table.lend(p) {
                 // Not of the table's pool: cannot happen (the lender was found by its pool).
                 drop(p);
                 self.stats.dropped += 1;

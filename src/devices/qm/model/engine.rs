@@ -10,7 +10,7 @@ use super::state::{rx_fqid, tx_fqid, Hot, Portal, SocState, MIN_FRAME};
 use crate::devices::qm::layout::{
     acquire, cena, dq, eq, hwa, pull, release, Fd, BUFS_PER_CMD, EQCR_SIZE, RCR_SIZE, VALID_BIT,
 };
-use crate::platform::dma::SoftIommu;
+use crate::platform::dma::{DmaView, SoftIommu};
 
 /// A 32-bit word of a portal's CENA memory.
 pub fn word(mem: &[AtomicU32], byte: usize) -> u32 {
@@ -54,7 +54,7 @@ fn parse(frame: &[u8]) -> (u64, u8) {
 }
 
 /// A frame arrives at DPNI `d` from the wire.
-pub fn receive(s: &mut SocState, iommu: &SoftIommu, d: usize, frame: &[u8]) {
+pub fn receive(s: &mut SocState, view: &DmaView, d: usize, frame: &[u8]) {
     let n = &mut s.dpnis[d];
     let c = &mut n.counters;
     let Some((b, buf_size)) = n.pool.filter(|_| n.enabled && n.master && n.link_up) else {
@@ -91,7 +91,6 @@ pub fn receive(s: &mut SocState, iommu: &SoftIommu, d: usize, frame: &[u8]) {
     let mut annot = [0u8; hwa::SIZE];
     annot[hwa::FAPR_WORD..hwa::FAPR_WORD + 8].copy_from_slice(&fapr.to_le_bytes());
     annot[hwa::VLAN_TCI_OFFSET_1] = tci_at;
-    let view = iommu.view();
     if view.write(addr, &annot).is_err() || view.write(addr + off as u64, frame).is_err() {
         s.faults.dma_faults += 1;
         s.dpbps[b].bufs.push(addr);
@@ -122,10 +121,10 @@ pub fn receive(s: &mut SocState, iommu: &SoftIommu, d: usize, frame: &[u8]) {
 
 /// DPNI `d` transmits the frame `fd` describes, then releases its buffer to the FD's pool
 /// unless IVP is set.
-fn transmit(s: &mut SocState, iommu: &SoftIommu, d: usize, fd: Fd) {
+fn transmit(s: &mut SocState, view: &DmaView, d: usize, fd: Fd) {
     let mut frame = std::mem::take(&mut s.scratch);
     frame.clear();
-    let read = iommu.view().read_append(
+    let read = view.read_append(
         fd.addr() + u64::from(fd.offset()),
         fd.len() as usize,
         &mut frame,
@@ -147,7 +146,7 @@ fn transmit(s: &mut SocState, iommu: &SoftIommu, d: usize, fd: Fd) {
             c.egress[i + 1] += bytes;
         }
         if let Some(p) = n.peer.filter(|_| n.link_up) {
-            receive(s, iommu, p, &frame);
+            receive(s, view, p, &frame);
         }
     }
     s.scratch = frame;
@@ -158,10 +157,10 @@ fn transmit(s: &mut SocState, iommu: &SoftIommu, d: usize, fd: Fd) {
 
 /// An enqueue of `fd` to frame queue `fqid`: a transmit queue sends it, a receive queue takes
 /// it as if it had arrived (what a real portal allows too).
-fn enqueue_one(s: &mut SocState, iommu: &SoftIommu, fqid: u32, fd: Fd) {
+fn enqueue_one(s: &mut SocState, view: &DmaView, fqid: u32, fd: Fd) {
     let n = s.dpnis.len();
     if let Some(d) = (0..n).find(|&d| tx_fqid(d) == fqid) {
-        transmit(s, iommu, d, fd);
+        transmit(s, view, d, fd);
     } else if let Some(d) = (0..n).find(|&d| rx_fqid(d) == fqid) {
         s.dpnis[d].rx_fq.push_back(fd);
     } else {
@@ -178,6 +177,8 @@ fn enqueue_one(s: &mut SocState, iommu: &SoftIommu, fqid: u32, fd: Fd) {
 pub fn eqcr_consume(s: &mut SocState, iommu: &SoftIommu, mem: &[AtomicU32], hot: &Hot, pi: u32) {
     let pi = pi & (2 * EQCR_SIZE - 1);
     let mut ci = hot.device.ci.load(Relaxed);
+    // One hold of the IOMMU table for the whole walk (see `DmaView`).
+    let view = iommu.view();
     while ci != pi {
         let at = cena::eqcr(ci & (EQCR_SIZE - 1));
         let verb = word(mem, at);
@@ -188,7 +189,7 @@ pub fn eqcr_consume(s: &mut SocState, iommu: &SoftIommu, mem: &[AtomicU32], hot:
         let fqid = word(mem, at + 4 * eq::TGTID_WORD) & 0x00ff_ffff;
         let fd = fd_at(mem, at + 4 * eq::FD_WORD);
         if verb & 3 != 0 && verb & eq::VERB_TARGET_QD == 0 {
-            enqueue_one(s, iommu, fqid, fd);
+            enqueue_one(s, &view, fqid, fd);
         } else {
             s.faults.bad_commands += 1;
         }
@@ -213,16 +214,16 @@ pub fn pull(s: &mut SocState, iommu: &SoftIommu, mem: &[AtomicU32]) {
         s.faults.bad_commands += 1;
     }
     let fq = (0..s.dpnis.len()).find(|&d| rx_fqid(d) == fqid);
+    let view = iommu.view();
     if let Some(d) = fq {
         if let Some(frame) = s.dpnis[d].source.take() {
             // The source keeps the queue at least as full as this pull asks for.
             for _ in s.dpnis[d].rx_fq.len()..frames {
-                receive(s, iommu, d, &frame);
+                receive(s, &view, d, &frame);
             }
             s.dpnis[d].source = Some(frame);
         }
     }
-    let view = iommu.view();
     let mut i = 0;
     loop {
         let fd = fq.and_then(|d| (i < frames).then(|| s.dpnis[d].rx_fq.pop_front()).flatten());

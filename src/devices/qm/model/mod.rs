@@ -368,7 +368,7 @@ impl QmDevice {
     /// A frame arrives from the wire (as if the peer had sent it).
     pub fn inject(&self, frame: &[u8]) {
         let mut s = self.state();
-        engine::receive(&mut s, &self.soc.0.iommu, self.d, frame);
+        engine::receive(&mut s, &self.soc.0.iommu.view(), self.d, frame);
     }
 
     /// Gives the port a traffic source (see the module documentation), or takes it away.
