@@ -136,21 +136,14 @@ impl LentBuffers {
             return Err(NotLent::NotLent(buf_iova));
         }
         self.lent.fetch_sub(1, Ordering::Relaxed);
-        let off = rel as u32;
+        let (off, data) = (rel as u32, self.iova + u64::from(offset));
         // SAFETY: the pool is alive (this table holds a handle); `off` is one of its buffers
         // (checked above: inside the pool, on a buffer boundary), and its bit was set, so it
         // was lent by `lend`, which consumed its packet: nobody else owns it, and the atomic
-        // `fetch_and` above, which cleared the bit, gave it to this call alone. `offset + len` fits the buffer (checked).
-        Ok(unsafe {
-            Packet::from_parts(
-                self.shared,
-                self.iova + u64::from(offset),
-                off,
-                offset,
-                len as u16,
-                meta,
-            )
-        })
+        // `fetch_and` above, which cleared the bit, gave it to this call alone. `offset +
+        // len` fits the buffer (checked).
+        let p = unsafe { Packet::from_parts(self.shared, data, off, offset, len as u16, meta) };
+        Ok(p)
     }
 }
 
