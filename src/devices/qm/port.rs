@@ -117,13 +117,10 @@ impl<B: QmBus> QmPort<B> {
         let pool = Pool::new(config.pool, bus.dma_mapper())?;
         let mc = McPortal::new(bus.regs().clone(), name.clone());
         let o = open_objects(&mc, bus.dpni_id(), bus.dpbp_id())?;
-        let (dpni, dpbp, bpid, attr, mac) = (o.dpni, o.dpbp, o.bpid, o.attr, o.mac);
-        let (rx_fqid, tx_fqid) = (o.rx_fqid, o.tx_fqid);
-        let lent = Arc::new(LentBuffers::new(&pool));
         let domain = bus.dma_mapper().domain();
         let lender = Lender {
-            table: lent.clone(),
-            bpid,
+            table: Arc::new(LentBuffers::new(&pool)),
+            bpid: o.bpid,
             alive: Arc::new(AtomicBool::new(true)),
         };
         register_lender(domain, lender.clone());
@@ -131,21 +128,19 @@ impl<B: QmBus> QmPort<B> {
             bus,
             name,
             mc,
-            dpni,
-            dpbp,
-            bpid,
-            lent,
+            dpni: o.dpni,
+            dpbp: o.dpbp,
             lender,
-            rx_fqid,
-            tx_fqid,
+            rx_fqid: o.rx_fqid,
+            tx_fqid: o.tx_fqid,
             domain,
             target: config.hw_buffers,
         });
         let mut port = QmPort {
             shared,
             config,
-            mac: MacAddr(mac),
-            vlan_entries: dpni_get_attr::VLAN_FILTER_ENTRIES.get(&attr) as usize,
+            mac: MacAddr(o.mac),
+            vlan_entries: dpni_get_attr::VLAN_FILTER_ENTRIES.get(&o.attr) as usize,
             vlan: VlanFilter::new(),
             vlan_on: false,
             taken: false,
@@ -217,7 +212,7 @@ impl<B: QmBus> QmPort<B> {
 
     /// The pool id of the port's hardware buffer pool.
     pub fn bpid(&self) -> u16 {
-        self.shared.bpid
+        self.shared.lender.bpid
     }
 
     fn refuse(&self, what: &str, why: &str) -> Error {

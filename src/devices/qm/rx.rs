@@ -47,9 +47,8 @@ pub struct QmRx<B: QmBus> {
     /// The pull results' storage; `None` only once a queue dropped while the device might
     /// still write into it has given it up for good (see `Drop`).
     storage: Option<DmaMemory>,
+    /// The pool's lending table (the shared one, kept here for the burst's take-backs).
     lent: Arc<LentBuffers>,
-    pool: Pool,
-    bpid: u16,
     fqid: u32,
     pull: usize,
     active: Option<Active>,
@@ -76,9 +75,7 @@ impl<B: QmBus> QmRx<B> {
         let mut q = QmRx {
             portal,
             storage: Some(storage),
-            lent: shared.lent.clone(),
-            pool: shared.lent.pool().clone(),
-            bpid: shared.bpid,
+            lent: shared.lender.table.clone(),
             fqid: shared.rx_fqid,
             pull: config.pull,
             active: None,
@@ -199,7 +196,7 @@ impl<B: QmBus> QmRx<B> {
         let mut fresh = Vec::with_capacity(BUFS_PER_CMD);
         while self.lent.lent() < self.target {
             let want = (self.target - self.lent.lent()).min(BUFS_PER_CMD);
-            if self.pool.alloc_bulk(want, &mut fresh) == 0 {
+            if self.lent.pool().alloc_bulk(want, &mut fresh) == 0 {
                 self.stats.no_room += 1;
                 return;
             }
@@ -211,9 +208,9 @@ impl<B: QmBus> QmRx<B> {
                 // The pool is the table's: lending cannot fail.
                 *a = self.lent.lend(p).unwrap_or_else(|p| p.buf_iova());
             }
-            if !self.portal.release(self.bpid, &addrs[..n]) {
+            if !self.portal.release(self.shared.lender.bpid, &addrs[..n]) {
                 // No release slot now: the buffers come back and wait for the next burst.
-                let off = self.pool.headroom() as u16;
+                let off = self.lent.pool().headroom() as u16;
                 for &a in &addrs[..n] {
                     let _ = self.lent.take_back(a, off, 0, Meta::default());
                 }
@@ -254,7 +251,7 @@ impl<B: QmBus> RxQueue for QmRx<B> {
     }
 
     fn pool(&self) -> &Pool {
-        &self.pool
+        self.lent.pool()
     }
 }
 

@@ -61,9 +61,8 @@ pub(super) struct Shared<B: QmBus> {
     pub mc: McPortal<B::Mmio>,
     pub dpni: u16,
     pub dpbp: u16,
-    pub bpid: u16,
-    pub lent: Arc<LentBuffers>,
-    /// This port as a lender (its `alive` goes false when the port goes).
+    /// This port as a lender: its pool's lending table and pool id (its `alive` goes false
+    /// when the port goes).
     pub lender: Lender,
     pub rx_fqid: u32,
     pub tx_fqid: u32,
@@ -81,15 +80,16 @@ impl<B: QmBus> Shared<B> {
     /// Takes up to `most` buffers back from the device's pool (acquires of 7 until it is
     /// empty) and frees them to the software pool; returns how many.
     pub fn reclaim(&self, portal: &mut SwPortal<B::Mmio>, most: usize) -> Result<usize> {
+        let table = &self.lender.table;
+        let off = table.pool().headroom() as u16;
         let mut n = 0;
         while n < most {
-            let got = portal.acquire(self.bpid, BUFS_PER_CMD.min(most - n))?;
+            let got = portal.acquire(self.lender.bpid, BUFS_PER_CMD.min(most - n))?;
             if got.is_empty() {
                 break;
             }
             for a in got {
-                let off = self.lent.pool().headroom() as u16;
-                match self.lent.take_back(a, off, 0, Meta::default()) {
+                match table.take_back(a, off, 0, Meta::default()) {
                     Ok(p) => drop(p),
                     Err(e) => tracing::warn!(port = %self.name, error = %e, "reclaim: refused"),
                 }
@@ -136,11 +136,11 @@ impl<B: QmBus> Drop for Shared<B> {
         LENDERS
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|e| !Arc::ptr_eq(&e.1.table, &self.lent));
+            .retain(|e| !Arc::ptr_eq(&e.1.table, &self.lender.table));
         if let Err(e) = self.teardown() {
             tracing::warn!(port = %self.name, error = %e, "qm port teardown incomplete");
         }
-        let left = self.lent.lent();
+        let left = self.lender.table.lent();
         if left > 0 {
             tracing::warn!(port = %self.name, buffers = left, "buffers still with the device");
         }

@@ -89,7 +89,13 @@ impl<B: QmBus> QmTx<B> {
 
     /// A copy of `p` in a buffer of the port's own pool.
     fn copy_of(&mut self, p: &Packet) -> Result<Packet, NoCopy> {
-        let mut c = self.shared.lent.pool().alloc().ok_or(NoCopy::Empty)?;
+        let mut c = self
+            .shared
+            .lender
+            .table
+            .pool()
+            .alloc()
+            .ok_or(NoCopy::Empty)?;
         if !c.set_data(p.data()) {
             return Err(NoCopy::TooLong);
         }
@@ -165,10 +171,11 @@ impl<B: QmBus> TxQueue for QmTx<B> {
         self.stats.packets += sent as u64;
         self.stats.bytes += bytes;
         let s = &self.shared;
-        if s.lent.lent() > s.target + RECLAIM_SLACK {
+        let lent = s.lender.table.lent();
+        if lent > s.target + RECLAIM_SLACK {
             // A management command through this queue's own portal; errors are the device's
             // (gone, or not answering), and the next burst meets them on the ring.
-            let surplus = s.lent.lent() - s.target;
+            let surplus = lent - s.target;
             if let Err(e) = s.reclaim(&mut self.portal, surplus.min(RECLAIM_SLACK)) {
                 tracing::debug!(port = %s.name, error = %e, "reclaim from the hardware pool failed");
             }
