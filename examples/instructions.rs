@@ -31,7 +31,7 @@ use vfio_nic::devices::qm::{QmConfig, QmPort};
 use vfio_nic::devices::sim::{Mode, SimConfig, SimPort, Source};
 use vfio_nic::platform::dma::{Packet, Pool, PoolConfig};
 use vfio_nic::vlan::{
-    PacketVlan, RxMode, SwVlanTx, TxMode, VlanConfig, VlanControl, VlanRx, VlanTx,
+    PacketVlan, RxMode, SwVlanTx, TxMode, VlanConfig, VlanControl, VlanHardware, VlanRx, VlanTx,
 };
 
 const BURST: usize = 32;
@@ -125,8 +125,34 @@ fn main() {
         link_timeout: Duration::from_secs(2),
         ..IxgbeConfig::default()
     };
-    let mut a = IxgbePort::open(sa.clone(), icfg.clone()).expect("open A");
-    let mut b = IxgbePort::open(sb.clone(), icfg).expect("open B");
+    let a = IxgbePort::open(sa, icfg.clone()).expect("open A");
+    let b = IxgbePort::open(sb.clone(), icfg).expect("open B");
+    run(
+        a,
+        b,
+        (rx_mode, tx_mode),
+        l2,
+        packets,
+        4 * RING as u64,
+        || sb.counters().tx_frames,
+    );
+}
+
+/// Forwards A.rx -> B.tx in the given receive (A) and transmit (B) modes: a warm-up of
+/// `warm` packets, then `measured`; checks that the model put exactly what the driver sent
+/// on the wire (`model_tx` reads its transmit counter; inline: no frame in flight), with no
+/// packet copied.
+fn run<A: Port + VlanHardware, B: Port + VlanHardware>(
+    mut a: A,
+    mut b: B,
+    (rx_mode, tx_mode): (RxMode, TxMode),
+    l2: bool,
+    packets: u64,
+    warm: u64,
+    model_tx: impl Fn() -> u64,
+) where
+    B::Tx: SwVlanTx,
+{
     let vcfg = |rx_mode, tx_mode| VlanConfig {
         rx_mode,
         tx_mode,
@@ -141,20 +167,19 @@ fn main() {
 
     // Warm-up (not measured): cycles every descriptor and buffer once.
     let mut batch = Vec::with_capacity(BURST);
-    let mut warm = FwdStats::default();
-    while warm.tx < 4 * RING as u64 {
-        forward_burst(&mut rx, &mut tx, &mut batch, BURST, &mut warm).expect("warm-up");
+    let mut st = FwdStats::default();
+    while st.tx < warm {
+        forward_burst(&mut rx, &mut tx, &mut batch, BURST, &mut st).expect("warm-up");
     }
-    let before = sb.counters().tx_frames;
+    let before = model_tx();
     let (st, acc) = measured(&mut rx, &mut tx, packets, l2);
-    let sent = sb.counters().tx_frames - before;
+    let sent = model_tx() - before;
     std::hint::black_box(acc);
-    // What the model put on the wire is what the driver sent (inline: no frame in flight).
     println!(
         "forwarded {} rx {} tx_dropped {} empty_polls {} model_tx {}",
         st.tx, st.rx, st.tx_dropped, st.empty_polls, sent
     );
-    if sent != st.tx || st.tx_dropped != 0 {
+    if sent != st.tx || st.tx_dropped != 0 || tx.inner().stats().copied != 0 {
         eprintln!(
             "instructions: the model sent {sent} frames, the driver {}",
             st.tx
@@ -179,37 +204,9 @@ fn qm(rx_mode: RxMode, tx_mode: TxMode, tagged: bool, l2: bool, packets: u64) {
         src = src.with_vlan(0x8100, 0xa064);
     }
     da.set_source(Some(src.frame()));
-    let mut a = QmPort::open(da, QmConfig::default()).expect("open A");
-    let mut b = QmPort::open(db.clone(), QmConfig::default()).expect("open B");
-    let vcfg = |rx_mode, tx_mode| VlanConfig {
-        rx_mode,
-        tx_mode,
-        ..VlanConfig::default()
-    };
-    let a_ctl = VlanControl::new(&mut a, &vcfg(rx_mode, TxMode::Software)).expect("A VLAN");
-    let b_ctl = VlanControl::new(&mut b, &vcfg(RxMode::Software, tx_mode)).expect("B VLAN");
-    let (mut arx, _) = a.take_queues().expect("A queues");
-    let (_, mut btx) = b.take_queues().expect("B queues");
-    let mut rx = a_ctl.wrap_rx(arx.remove(0));
-    let mut tx = b_ctl.wrap_tx(btx.remove(0));
-    let mut batch = Vec::with_capacity(BURST);
-    let mut warm = FwdStats::default();
-    while warm.tx < 4096 {
-        forward_burst(&mut rx, &mut tx, &mut batch, BURST, &mut warm).expect("warm-up");
-    }
-    let before = db.counters().egress[0];
-    let (st, acc) = measured(&mut rx, &mut tx, packets, l2);
-    let sent = db.counters().egress[0] - before;
-    std::hint::black_box(acc);
-    println!(
-        "forwarded {} rx {} tx_dropped {} empty_polls {} model_tx {}",
-        st.tx, st.rx, st.tx_dropped, st.empty_polls, sent
-    );
-    if sent != st.tx || st.tx_dropped != 0 || tx.inner().stats().copied != 0 {
-        eprintln!(
-            "instructions: the model sent {sent} frames, the driver {}",
-            st.tx
-        );
-        std::process::exit(1);
-    }
+    let a = QmPort::open(da, QmConfig::default()).expect("open A");
+    let b = QmPort::open(db.clone(), QmConfig::default()).expect("open B");
+    run(a, b, (rx_mode, tx_mode), l2, packets, 4096, || {
+        db.counters().egress[0]
+    });
 }
