@@ -242,6 +242,30 @@ fn expected_frames(src: MacAddr, count: u64, size: usize, tci: u16) -> Vec<Vec<u
         .collect()
 }
 
+/// `capture RX -w PATH --gen-on GEN` of 40 frames of 100 bytes tagged VID 100 PCP 5, through
+/// a VLAN filter of VID 100, in receive mode `mode`, without timestamps; its JSON.
+fn capture_tagged(rx: &str, gen: &str, mode: &str, path: &Path) -> Value {
+    json(&[
+        "capture",
+        rx,
+        "-w",
+        path.to_str().unwrap(),
+        "--gen-on",
+        gen,
+        "--count",
+        "40",
+        "--vlan",
+        "100:5",
+        "--size",
+        "100",
+        "--vlan-rx",
+        mode,
+        "--no-timestamps",
+        "--vlan-filter",
+        "100",
+    ])
+}
+
 #[test]
 fn capture_of_generated_tagged_traffic_is_byte_identical_in_every_vlan_mode() {
     let dir = tempfile::tempdir().unwrap();
@@ -254,26 +278,7 @@ fn capture_of_generated_tagged_traffic_is_byte_identical_in_every_vlan_mode() {
     let mut files = Vec::new();
     for mode in ["hw", "sw", "deferred"] {
         let path = dir.path().join(format!("{mode}.pcap"));
-        let p = path.to_str().unwrap();
-        let v = json(&[
-            "capture",
-            "sim:1",
-            "-w",
-            p,
-            "--gen-on",
-            "sim:0",
-            "--count",
-            "40",
-            "--vlan",
-            "100:5",
-            "--size",
-            "100",
-            "--vlan-rx",
-            mode,
-            "--no-timestamps",
-            "--vlan-filter",
-            "100",
-        ]);
+        let v = capture_tagged("sim:1", "sim:0", mode, &path);
         assert_eq!(v["frames"], 40, "{mode}");
         assert_eq!(v["vlan"]["rx_mode"], mode);
         assert_eq!(v["channels"][0]["name"], "sim:1 rx");
@@ -619,25 +624,7 @@ fn every_command_works_on_qm_ports() {
     let expect = expected_frames(src, 40, 100, 0xa064);
     for mode in ["sw", "deferred"] {
         let path = dir.path().join(format!("{mode}.pcap"));
-        let v = json(&[
-            "capture",
-            "qm:17",
-            "-w",
-            path.to_str().unwrap(),
-            "--gen-on",
-            "qm:16",
-            "--count",
-            "40",
-            "--vlan",
-            "100:5",
-            "--size",
-            "100",
-            "--vlan-rx",
-            mode,
-            "--no-timestamps",
-            "--vlan-filter",
-            "100",
-        ]);
+        let v = capture_tagged("qm:17", "qm:16", mode, &path);
         assert_eq!(v["frames"], 40, "{mode}: {v}");
         let frames: Vec<Vec<u8>> = parse_pcap_by_hand(&std::fs::read(&path).unwrap())
             .into_iter()
