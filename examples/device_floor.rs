@@ -16,6 +16,9 @@
 //! as `model_cost` does, so the two can be read side by side. Argument: PACKETS (default
 //! 20,000,000).
 
+#[path = "common/out.rs"]
+mod out;
+
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
@@ -78,13 +81,14 @@ fn main() {
         (took, sent, driver_busy, dev.join().expect("device thread"))
     });
     let per = |d: Duration| d.as_nanos() as f64 / sent as f64;
-    println!(
+    let report = out::line(format_args!(
         "{sent} packets in {:.3} s: {:.1} ns per packet forwarded; the forwarder busy {:.1} ns per packet; the device busy {:.1} ns per frame (receive and transmit)",
         took.as_secs_f64(),
         per(took),
         per(driver_busy),
         per(device_busy),
-    );
+    ));
+    out::exit("device_floor", report);
 }
 
 /// The device: places a frame per free receive descriptor and completes transmit descriptors,

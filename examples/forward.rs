@@ -11,6 +11,10 @@
 //! ports, receive and transmit rings, and the driver's every per-packet step, for as long as it
 //! runs. Prints packets and Mpps per direction once a second, and a summary at the end.
 
+#[macro_use]
+#[path = "common/out.rs"]
+mod out;
+
 use std::time::{Duration, Instant};
 
 use vfio_nic::app::wire::{build_udp_frame, UdpFlow};
@@ -25,10 +29,7 @@ fn main() {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    if let Err(e) = run() {
-        eprintln!("forward: {e}");
-        std::process::exit(1);
-    }
+    out::exit("forward", run());
 }
 
 fn run() -> vfio_nic::Result<()> {
@@ -49,8 +50,8 @@ fn run() -> vfio_nic::Result<()> {
                 })?
             }
             "-h" | "--help" => {
-                println!(
-                    "usage: forward [PORT_A PORT_B] [--seconds S]   (default: null:0 null:1, 3 s)"
+                outln!(
+                    "usage: forward [PORT_A PORT_B] [--seconds S] [--tx-first N]   (default: sim:0 sim:1, 3 s, 64 frames)"
                 );
                 return Ok(());
             }
@@ -62,7 +63,7 @@ fn run() -> vfio_nic::Result<()> {
     }
     if names.len() != 2 {
         return Err(vfio_nic::Error::InvalidConfig(
-            "give two ports, or none for null:0 null:1".into(),
+            "give two ports, or none for sim:0 sim:1".into(),
         ));
     }
     let config = PortConfig::default();
@@ -70,7 +71,7 @@ fn run() -> vfio_nic::Result<()> {
     let mut b = devices::open(&names[1], &config)?;
     let (mut a_rx, mut a_tx) = a.take_queues()?;
     let (mut b_rx, mut b_tx) = b.take_queues()?;
-    println!(
+    outln!(
         "forwarding {} <-> {} for {seconds} s, burst {BURST}",
         a.info().name,
         b.info().name
@@ -104,7 +105,7 @@ fn run() -> vfio_nic::Result<()> {
         let now = Instant::now();
         if now.duration_since(last) >= Duration::from_secs(1) || now >= end {
             let dt = now.duration_since(last).as_secs_f64();
-            println!(
+            outln!(
                 "{:6.1} s  {} -> {}: {:>12} pkts {:8.2} Mpps   {} -> {}: {:>12} pkts {:8.2} Mpps",
                 now.duration_since(start).as_secs_f64(),
                 names[0],
@@ -125,7 +126,7 @@ fn run() -> vfio_nic::Result<()> {
     }
     let total = counts[0] + counts[1];
     let secs = start.elapsed().as_secs_f64();
-    println!(
+    outln!(
         "total {total} packets in {secs:.2} s: {:.2} Mpps, {:.1} ns per packet; buffers held by rings and in flight: {}",
         total as f64 / secs / 1e6,
         secs * 1e9 / total.max(1) as f64,
@@ -134,15 +135,15 @@ fn run() -> vfio_nic::Result<()> {
     // What the figure measures, so that nobody reads a model's speed as the driver's.
     let inline_sim = [&a, &b].iter().any(|p| p.info().name.starts_with("sim:"));
     if inline_sim {
-        println!(
+        outln!(
             "what this measures: the ixgbe driver AND the software 82599 doing the device's work inside the driver's register writes, on this one thread; the driver's own cost is about 70 instructions per packet (bench/instructions), the model's the rest; `vfio-nic bench` compares VLAN placements with the device on another core"
         );
     } else if [&a, &b].iter().all(|p| p.info().driver == "null") {
-        println!(
+        outln!(
             "what this measures: the burst API, the buffer pools and the forwarding loop, with no device in the way (the null device)"
         );
     } else {
-        println!("what this measures: forwarding between the two ports as the hardware delivers");
+        outln!("what this measures: forwarding between the two ports as the hardware delivers");
     }
     if total == 0 && tx_first > 0 {
         return Err(vfio_nic::Error::InvalidConfig(format!(

@@ -21,6 +21,9 @@
 //! the same way (`bench/instructions --device qm`).
 //! Warm-up: one full pass over the ring and the pool (not measured) before `measured` runs.
 
+#[path = "common/out.rs"]
+mod out;
+
 use std::time::Duration;
 
 use vfio_nic::app::forward::{forward_burst, FwdStats};
@@ -99,7 +102,7 @@ fn main() {
     let l2 = args[3] == "l2";
     let packets: u64 = args[4].parse().expect("PACKETS is a number");
     if args.len() == 6 {
-        return qm(rx_mode, tx_mode, tagged, l2, packets);
+        out::exit("instructions", qm(rx_mode, tx_mode, tagged, l2, packets));
     }
 
     let scfg = SimConfig {
@@ -127,7 +130,7 @@ fn main() {
     };
     let a = IxgbePort::open(sa, icfg.clone()).expect("open A");
     let b = IxgbePort::open(sb.clone(), icfg).expect("open B");
-    run(
+    let result = run(
         a,
         b,
         (rx_mode, tx_mode),
@@ -136,6 +139,7 @@ fn main() {
         4 * RING as u64,
         || sb.counters().tx_frames,
     );
+    out::exit("instructions", result);
 }
 
 /// Forwards A.rx -> B.tx in the given receive (A) and transmit (B) modes: a warm-up of
@@ -150,7 +154,8 @@ fn run<A: Port + VlanHardware, B: Port + VlanHardware>(
     packets: u64,
     warm: u64,
     model_tx: impl Fn() -> u64,
-) where
+) -> vfio_nic::Result<()>
+where
     B::Tx: SwVlanTx,
 {
     let vcfg = |rx_mode, tx_mode| VlanConfig {
@@ -175,10 +180,10 @@ fn run<A: Port + VlanHardware, B: Port + VlanHardware>(
     let (st, acc) = measured(&mut rx, &mut tx, packets, l2);
     let sent = model_tx() - before;
     std::hint::black_box(acc);
-    println!(
+    let report = out::line(format_args!(
         "forwarded {} rx {} tx_dropped {} empty_polls {} model_tx {}",
         st.tx, st.rx, st.tx_dropped, st.empty_polls, sent
-    );
+    ));
     if sent != st.tx || st.tx_dropped != 0 || tx.inner().stats().copied != 0 {
         eprintln!(
             "instructions: the model sent {sent} frames, the driver {}",
@@ -186,11 +191,18 @@ fn run<A: Port + VlanHardware, B: Port + VlanHardware>(
         );
         std::process::exit(1);
     }
+    report
 }
 
 /// The same measurement on the qm driver: A receives from the model's source, B (unwired)
 /// sends into the void; both in one set, so no packet is copied.
-fn qm(rx_mode: RxMode, tx_mode: TxMode, tagged: bool, l2: bool, packets: u64) {
+fn qm(
+    rx_mode: RxMode,
+    tx_mode: TxMode,
+    tagged: bool,
+    l2: bool,
+    packets: u64,
+) -> vfio_nic::Result<()> {
     let soc = QmSoc::build(QmSocConfig {
         ports: 2,
         wired: false,
@@ -208,5 +220,5 @@ fn qm(rx_mode: RxMode, tx_mode: TxMode, tagged: bool, l2: bool, packets: u64) {
     let b = QmPort::open(db.clone(), QmConfig::default()).expect("open B");
     run(a, b, (rx_mode, tx_mode), l2, packets, 4096, || {
         db.counters().egress[0]
-    });
+    })
 }

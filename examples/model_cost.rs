@@ -17,6 +17,10 @@
 //!
 //! Argument: PACKETS (default 20,000,000).
 
+#[macro_use]
+#[path = "common/out.rs"]
+mod out;
+
 use std::time::{Duration, Instant};
 
 use vfio_nic::device::{MacAddr, Port, RxQueue, TxQueue};
@@ -25,10 +29,7 @@ use vfio_nic::devices::sim::{pin_current_thread, DeviceThread, Mode, SimConfig, 
 use vfio_nic::platform::dma::PoolConfig;
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("model_cost: {e}");
-        std::process::exit(1);
-    }
+    out::exit("model_cost", run());
 }
 
 fn run() -> vfio_nic::Result<()> {
@@ -84,7 +85,7 @@ fn run() -> vfio_nic::Result<()> {
     driver_busy += took.saturating_sub(t0 - start);
     let busy = sa.counters().busy_ns + sb.counters().busy_ns;
     let per = |ns: u128| ns as f64 / sent as f64;
-    println!(
+    outln!(
         "{sent} packets in {:.3} s: {:.1} ns per packet forwarded; the driver busy {:.1} ns per packet on its core ({empty} polls found nothing); the model busy {:.1} ns per frame on its core (receive {:.1}, transmit {:.1})",
         took.as_secs_f64(),
         per(took.as_nanos()),
@@ -94,7 +95,7 @@ fn run() -> vfio_nic::Result<()> {
         per(u128::from(sb.counters().busy_ns)),
     );
     let (pa, pb) = (sa.counters().busy_polls, sb.counters().busy_polls);
-    println!(
+    outln!(
         "the device thread worked in {pa} polls of the receiving port ({:.1} frames each) and {pb} of the transmitting one ({:.1} frames each)",
         sent as f64 / pa.max(1) as f64,
         sent as f64 / pb.max(1) as f64,

@@ -26,6 +26,9 @@ use vfio_nic::vlan::{Tci, Tpid, VlanRxCtx};
 #[path = "vlan_check.rs"]
 mod vlan_check;
 
+#[path = "../examples/common/out.rs"]
+mod out;
+
 /// xorshift64*: small, seeded, reproducible.
 struct Rng(u64);
 
@@ -103,7 +106,8 @@ fn generate(rng: &mut Rng, out: &mut Vec<u8>) {
 fn fail(what: &str, input: &[u8], seed: u64, passed: u64) -> ! {
     let hex: String = input.iter().map(|b| format!("{b:02x}")).collect();
     eprintln!("vlan-fuzz: FAILED on {what} (seed {seed}): input {hex}");
-    println!("vlan-fuzz: {passed} passed, 1 failed");
+    // The verdict stays status 1 even when nobody reads it.
+    let _ = out::line(format_args!("vlan-fuzz: {passed} passed, 1 failed"));
     std::process::exit(1);
 }
 
@@ -195,10 +199,11 @@ fn main() {
         n += 1;
         passed += 1;
     }
-    println!(
+    let report = out::line(format_args!(
         "vlan-fuzz: {exhaustive} exhaustive checks in {:.1} s, {n} random inputs (seed {seed}) in {:.1} s",
         t1.as_secs_f64(),
         (t0.elapsed() - t1).as_secs_f64()
-    );
-    println!("vlan-fuzz: {passed} passed, 0 failed");
+    ))
+    .and_then(|()| out::line(format_args!("vlan-fuzz: {passed} passed, 0 failed")));
+    out::exit("vlan-fuzz", report);
 }

@@ -42,6 +42,7 @@ pub mod device;
 pub mod devices;
 pub mod error;
 pub mod platform;
+pub(crate) mod sealed;
 pub mod vlan;
 
 pub use error::{Error, Result};

@@ -421,20 +421,32 @@ fn bad_arguments_fail_with_one_line() {
 /// Runs `args` with standard output read for one line and then closed, as `vfio-nic ... | head
 /// -1` does; returns the exit status and standard error. Fails after 20 s.
 fn with_reader_gone(args: &[&str]) -> (std::process::ExitStatus, String) {
+    run_with_reader_gone(Path::new(env!("CARGO_BIN_EXE_vfio-nic")), args, 1)
+}
+
+/// Runs `program` with `args`, its standard output read for `lines` lines (0: none) and then
+/// closed; returns the exit status and standard error. Fails after 20 s.
+fn run_with_reader_gone(
+    program: &Path,
+    args: &[&str],
+    lines: usize,
+) -> (std::process::ExitStatus, String) {
     use std::io::{BufRead, BufReader, Read};
     use std::process::Stdio;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vfio-nic"))
+    let mut child = Command::new(program)
         .args(args)
         .env("RUST_LOG", "error")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("run vfio-nic");
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    assert!(!first.is_empty(), "{args:?} printed nothing");
+        .unwrap_or_else(|e| panic!("run {}: {e}", program.display()));
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    for _ in 0..lines {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        assert!(!line.is_empty(), "{args:?} printed too little");
+    }
+    drop(reader);
     // The reader is gone now (its end of the pipe was dropped with the BufReader).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let status = loop {
@@ -691,4 +703,56 @@ fn bench_runs_the_seed_comparison_on_the_qm_device() {
     assert_eq!(seed["a"], "rx deferred tx sw", "{seed}");
     assert_eq!(seed["b"], "rx sw tx sw", "{seed}");
     assert!(seed["model_ns_per_frame"].is_number(), "{seed}");
+}
+
+/// An example program, built for this test: `cargo test` builds the examples only as test
+/// harnesses, so the first call runs `cargo build --examples` (in this test's profile; the
+/// build lock is free while tests run) and the programs are target/<profile>/examples/NAME.
+fn example(name: &str) -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the test's own path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>/deps/");
+        let mut build = Command::new(env!("CARGO"));
+        build
+            .args(["build", "--quiet", "--examples"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if profile_dir.ends_with("release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("run cargo build --examples");
+        assert!(status.success(), "cargo build --examples failed: {status}");
+        profile_dir.join("examples")
+    });
+    dir.join(name)
+}
+
+#[test]
+fn examples_end_quietly_when_their_reader_goes_away() {
+    // Every example program, with its reader gone before its first line (`| head -0`), and the
+    // forwarder, which prints once a second, after its first line (`| head -1`): each stops at
+    // the write, exits 0 and says nothing (no "failed printing to stdout" panic).
+    let runs: [(&str, &[&str], usize); 6] = [
+        ("forward", &["null:0", "null:1", "--seconds", "0.2"], 0),
+        ("forward", &["null:0", "null:1", "--seconds", "60"], 1),
+        (
+            "instructions",
+            &["deferred", "sw", "untagged", "fwd", "2000"],
+            0,
+        ),
+        ("model_cost", &["20000"], 0),
+        ("device_floor", &["20000"], 0),
+        ("vlan-fuzz", &["--seconds", "0.2", "--iterations", "100"], 0),
+    ];
+    for (name, args, lines) in runs {
+        let (status, err) = run_with_reader_gone(&example(name), args, lines);
+        assert!(status.success(), "{name} {args:?}: {status}: {err}");
+        assert!(
+            err.trim().is_empty(),
+            "{name} {args:?} wrote to stderr: {err}"
+        );
+    }
 }

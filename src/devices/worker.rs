@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
-/// A model a device thread serves.
-pub trait Polled: Send + Sync + 'static {
+/// A model a device thread serves. Sealed: only this crate's models implement it
+/// (see `src/sealed.rs`).
+pub trait Polled: crate::sealed::Sealed + Send + Sync + 'static {
     /// Does the work pending now; whether there was any.
     fn poll(&self) -> bool;
     /// The port's name, for the thread's name and messages.

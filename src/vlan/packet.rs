@@ -25,8 +25,8 @@ use crate::platform::dma::{Meta, Packet};
 use super::frame::{self, Lookup, VlanRxCtx, MAC_LEN, TAG_LEN};
 use super::tag::{ReservedVid, Tci, Tpid};
 
-/// VLAN operations on a [`Packet`].
-pub trait PacketVlan {
+/// VLAN operations on a [`Packet`]. Sealed: only `Packet` implements it (see `src/sealed.rs`).
+pub trait PacketVlan: crate::sealed::Sealed {
     /// Reports the packet's receive tag and leaves the frame untagged (strips now if no one has
     /// yet). Same answer and same bytes in every receive mode; calling it again changes nothing.
     fn take_vlan(&mut self, ctx: VlanRxCtx) -> Option<Tci>;
@@ -84,6 +84,8 @@ pub(crate) fn strip_now(p: &mut Packet, ctx: VlanRxCtx) -> Lookup {
     }
     found
 }
+
+impl crate::sealed::Sealed for Packet {}
 
 impl PacketVlan for Packet {
     #[inline]

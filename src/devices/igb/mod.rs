@@ -68,6 +68,8 @@ const LIMITS: Limits = Limits {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Chip82576;
 
+impl crate::sealed::Sealed for Chip82576 {}
+
 impl Chip for Chip82576 {
     const LIMITS: Limits = LIMITS;
 }

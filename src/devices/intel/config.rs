@@ -13,7 +13,10 @@ use crate::error::{Error, Result};
 use crate::platform::dma::PoolConfig;
 
 /// A chip family's limits, which parameterise [`IntelConfig`].
-pub trait Chip: Clone + Copy + Debug + Default + PartialEq + Eq + Send + Sync + 'static {
+/// Sealed: only this crate's chips implement it (see `src/sealed.rs`).
+pub trait Chip:
+    crate::sealed::Sealed + Clone + Copy + Debug + Default + PartialEq + Eq + Send + Sync + 'static
+{
     /// The limits of this chip.
     const LIMITS: Limits;
 }

@@ -33,6 +33,7 @@ pub struct ShellOnly(());
 
 /// What a chip supplies to the shell. Implemented by the chip's marker type
 /// ([`Chip82576`](crate::devices::igb::Chip82576), [`Chip82599`](crate::devices::ixgbe::Chip82599)).
+/// Sealed, through [`Chip`]: only this crate's chips implement it (see `src/sealed.rs`).
 pub trait IntelChip: Chip {
     /// The family in the PCI id table; its name is the driver's in [`PortInfo`] ("igb",
     /// "ixgbe").

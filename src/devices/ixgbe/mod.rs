@@ -58,6 +58,8 @@ pub const MAX_MTU: u16 = 9710;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Chip82599;
 
+impl crate::sealed::Sealed for Chip82599 {}
+
 impl Chip for Chip82599 {
     const LIMITS: Limits = LIMITS;
 }

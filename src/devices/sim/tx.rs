@@ -405,6 +405,8 @@ impl SimRegs {
 }
 
 /// The device thread's view of a software 82599.
+impl crate::sealed::Sealed for SimRegs {}
+
 impl crate::devices::worker::Polled for SimRegs {
     fn poll(&self) -> bool {
         SimRegs::poll(self)

@@ -147,6 +147,8 @@ impl Inner {
 }
 
 /// The device thread's work: every portal's waiting doorbells and triggers, under the lock.
+impl crate::sealed::Sealed for Inner {}
+
 impl crate::devices::worker::Polled for Inner {
     fn poll(&self) -> bool {
         if !self.hot.iter().any(Inner::pending) {
