@@ -524,6 +524,7 @@ fn bench_reports_paired_comparisons_with_their_intervals() {
     ]);
     assert_eq!(v["interval"], "95 % paired t");
     let all = v["comparisons"].as_array().unwrap();
+    holm_judged_the_matrix(&v);
     // A comparison whose baseline moved off its run before is followed by an A/A anew (at
     // 10 ms a repetition that may happen or not); the planned ones come in their order.
     let c: Vec<&Value> = all.iter().filter(|c| c["kind"] != "A/A anew").collect();
@@ -580,6 +581,100 @@ fn bench_reports_paired_comparisons_with_their_intervals() {
         assert_eq!(
             c[1]["floor"], c[0]["floor"],
             "judged with its group's A/A floor"
+        );
+    }
+}
+
+/// The verdicts of a bench run's JSON were corrected for the matrix: the family is every
+/// comparison but the A/A rows, each of those has a raw p and a Holm-adjusted one not below it,
+/// the smallest adjusted p is the smallest raw one times the family's size, and no difference is
+/// declared with an adjusted p of 0.05 or more.
+fn holm_judged_the_matrix(v: &Value) {
+    let all = v["comparisons"].as_array().unwrap();
+    let tested: Vec<&Value> = all
+        .iter()
+        .filter(|c| !c["kind"].as_str().unwrap().starts_with("A/A"))
+        .collect();
+    assert_eq!(v["correction"]["method"], "holm", "{v}");
+    assert_eq!(v["correction"]["family_size"], tested.len(), "{v}");
+    for c in all {
+        let p = c["p"].as_f64().unwrap_or_else(|| panic!("no raw p: {c}"));
+        assert!((0.0..=1.0).contains(&p), "{c}");
+        if c["kind"].as_str().unwrap().starts_with("A/A") {
+            assert!(
+                c["p_holm"].is_null(),
+                "an A/A row is a floor, not tested: {c}"
+            );
+            assert_eq!(c["verdict"]["verdict"], "no_difference", "{c}");
+            continue;
+        }
+        let held = c["p_holm"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no p_holm: {c}"));
+        assert!(p <= held && held <= 1.0, "{c}");
+        if held >= 0.05 {
+            assert_eq!(c["verdict"]["verdict"], "no_difference", "{c}");
+        }
+    }
+    let smallest = |key: &str| {
+        tested
+            .iter()
+            .map(|c| c[key].as_f64().unwrap())
+            .fold(f64::INFINITY, f64::min)
+    };
+    let m = tested.len() as f64;
+    assert!(
+        (smallest("p_holm") - (m * smallest("p")).min(1.0)).abs() < 1e-12,
+        "{v}"
+    );
+}
+
+/// `bench` as people read it: the table comes once the matrix is measured (its verdicts need
+/// every p-value of the run), every row but the floors with its Holm-adjusted p.
+#[test]
+fn bench_prints_the_judged_table_with_holm_adjusted_p() {
+    let out = vfio_nic(&[
+        "bench",
+        "--device",
+        "null",
+        "--pairs",
+        "2",
+        "--seconds",
+        "0.01",
+        "--work",
+        "l2",
+        "--traffic",
+        "untagged",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    let header = lines
+        .iter()
+        .position(|l| l.starts_with("dev "))
+        .unwrap_or_else(|| panic!("no table header: {stdout}"));
+    assert!(
+        lines[..header]
+            .iter()
+            .any(|l| l.starts_with("p(Holm): ") && l.contains("over the 1 comparison of this run")),
+        "the table says what p(Holm) is and over how many comparisons: {stdout}"
+    );
+    let rows: Vec<&str> = lines[header + 1..]
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with("null "))
+        .collect();
+    assert!(rows.len() >= 2, "{stdout}");
+    for row in rows {
+        let floor = row.contains(" A/A ");
+        assert_eq!(
+            floor,
+            !row.contains(", p(Holm) "),
+            "p(Holm) on every row but the floors: {row}"
         );
     }
 }
@@ -703,6 +798,7 @@ fn bench_runs_the_seed_comparison_on_the_qm_device() {
     assert_eq!(seed["a"], "rx deferred tx sw", "{seed}");
     assert_eq!(seed["b"], "rx sw tx sw", "{seed}");
     assert!(seed["model_ns_per_frame"].is_number(), "{seed}");
+    holm_judged_the_matrix(&v);
 }
 
 /// An example program, built for this test: `cargo test` builds the examples only as test

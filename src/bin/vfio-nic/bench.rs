@@ -14,6 +14,15 @@
 //! interval (paired t), and the relative difference. A difference whose interval includes zero,
 //! or that is within the A/A floor, is printed as "no difference measurable here".
 //!
+//! A matrix of some 30 comparisons at 95 % each would show a winner or two by chance alone, so
+//! the matrix is judged as one family once it has all been measured: the paired t tests'
+//! p-values of its comparisons (not of its A/A rows, which measure floors) are adjusted by
+//! Holm's procedure (`compare::holm`), and a difference is declared only where the adjusted p is
+//! below 0.05 as well. That is why the table comes at the end of the run, each row with its
+//! `p(Holm)`, and only a progress line (standard error) shows before; a run that stops early
+//! prints the rows it measured, judged as a family of those. `--json` has each comparison's raw
+//! and adjusted p, and the correction and its family size at the top.
+//!
 //! The floor is the machine's noise when it was measured. When a comparison's baseline A runs
 //! clearly off where the same placement ran in the group's comparison before
 //! (`compare::baseline_moved`: the host moved the vCPUs, say), an A/A of that baseline is run
@@ -64,7 +73,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use vfio_nic::app::compare::{
-    self, abba, mean_95, noise_floor, paired_t_95, Interval, Pace, Verdict,
+    self, abba, mean_95, noise_floor, paired_p, paired_t_95, Interval, Pace, Verdict,
 };
 use vfio_nic::app::forward::{forward_burst, forward_burst_with, FwdStats};
 use vfio_nic::app::pipeline::{forward_pipelined, recycle_pipelined, FreeOn};
@@ -786,11 +795,12 @@ fn check_qm(soc: &QmSoc, sent: u64) -> Result<()> {
 
 /// The pipeline comparisons against page_pool's seed figure (72.74 ns per packet recycled on
 /// the allocating CPU, 74.42 ns returned from another, called noise by its authors).
-fn pipeline_lines(results: &[Comparison]) -> Vec<String> {
+fn pipeline_lines(results: &[Judged]) -> Vec<String> {
     results
         .iter()
-        .filter(|c| c.kind == "pipeline" || c.kind == "return")
-        .map(|c| {
+        .filter(|r| r.c.kind == "pipeline" || r.c.kind == "return")
+        .map(|r| {
+            let c = &r.c;
             let what = if c.kind == "return" {
                 "the pool alone, buffers freed on the other core (slow path) vs handed back and freed where allocated (fast path)"
             } else {
@@ -798,19 +808,23 @@ fn pipeline_lines(results: &[Comparison]) -> Vec<String> {
             };
             format!(
                 "{} {}, {what}: {:.2} vs {:.2} ns per packet: {} (page_pool's seed: 74.42 vs 72.74 ns, +1.68 ns, called noise)",
-                c.kind, c.traffic, c.b_mean.mean, c.a_mean.mean, c.verdict
+                c.kind,
+                c.traffic,
+                c.b_mean.mean,
+                c.a_mean.mean,
+                verdict_text(r)
             )
         })
         .collect()
 }
 
-/// One comparison's result.
+/// One comparison as measured; its verdict waits for the rest of the matrix ([`Judged`]).
 #[derive(Clone, Debug, Serialize)]
 struct Comparison {
     device: &'static str,
     traffic: &'static str,
     work: Work,
-    /// "A/A", "receive" or "transmit".
+    /// "A/A", "A/A anew", "receive", "transmit", "cold", "pipeline" or "return".
     kind: &'static str,
     a: String,
     b: String,
@@ -827,7 +841,8 @@ struct Comparison {
     diff: Interval,
     /// The A/A floor of the group this comparison belongs to, ns.
     floor: f64,
-    verdict: Verdict,
+    /// The paired t test's two-sided p-value of B - A, before the matrix's correction.
+    p: f64,
     /// The baseline's move from the same placement's run before in the group (A's mean over
     /// that one's, minus one), when it moved (`compare::baseline_moved`): an A/A of A was then
     /// run anew.
@@ -848,6 +863,70 @@ struct Comparison {
     /// something) in A and B, from one extra repetition of each; beside the model's time per
     /// frame, the larger of the two sets the pace.
     driver_busy_ns: Option<[f64; 2]>,
+}
+
+impl Comparison {
+    /// An A/A row (planned or run anew): it measures a floor and is not one of the matrix's
+    /// hypotheses.
+    fn is_floor(&self) -> bool {
+        self.kind.starts_with("A/A")
+    }
+}
+
+/// A comparison judged with the rest of its matrix ([`judge`]).
+#[derive(Clone, Debug, Serialize)]
+struct Judged {
+    #[serde(flatten)]
+    c: Comparison,
+    /// The p-value adjusted by Holm's procedure over the matrix's comparisons; none on the A/A
+    /// rows (floors, not hypotheses).
+    p_holm: Option<f64>,
+    verdict: Verdict,
+}
+
+/// Judges a whole matrix at once: the p-values of its comparisons, the A/A rows left out, are
+/// adjusted together by Holm's procedure, and each verdict asks for its adjusted p below 0.05
+/// besides an interval clear of zero and of the floor. An A/A row is judged with its raw p
+/// against its own floor, which covers it: never a difference.
+fn judge(results: Vec<Comparison>) -> Vec<Judged> {
+    let family: Vec<f64> = results
+        .iter()
+        .filter(|c| !c.is_floor())
+        .map(|c| c.p)
+        .collect();
+    let mut adjusted = compare::holm(&family).into_iter();
+    results
+        .into_iter()
+        .map(|c| {
+            let p_holm = if c.is_floor() { None } else { adjusted.next() };
+            let p = p_holm.unwrap_or(c.p);
+            let verdict = compare::verdict(&c.diff, c.a_mean.mean, c.floor, p);
+            Judged { c, p_holm, verdict }
+        })
+        .collect()
+}
+
+/// The size of the family Holm's procedure corrected for: the matrix's comparisons, not its
+/// A/A rows.
+fn family_size(rows: &[Judged]) -> usize {
+    rows.iter().filter(|r| r.p_holm.is_some()).count()
+}
+
+/// `p(Holm) 0.003` (or `<0.001`), for the rows and the summary lines.
+fn p_holm_text(p: f64) -> String {
+    if p < 0.001 {
+        "p(Holm) <0.001".to_string()
+    } else {
+        format!("p(Holm) {p:.3}")
+    }
+}
+
+/// A row's verdict with its Holm-adjusted p, as the table and the summary lines print it.
+fn verdict_text(r: &Judged) -> String {
+    match r.p_holm {
+        Some(p) => format!("{}, {}", r.verdict, p_holm_text(p)),
+        None => r.verdict.to_string(),
+    }
 }
 
 /// The comparisons run on one device: the A/A first (its floor judges the others).
@@ -895,28 +974,32 @@ fn plan(device: &str) -> Vec<(&'static str, Placement, Placement)> {
 }
 
 /// The cold-line A/B: the same Software vs Deferred receive comparison with the device's
-/// writes on the other core (threaded) and on the forwarding core (inline), and the difference
-/// of the two differences (its interval from both half-widths added in quadrature: the two
-/// comparisons are independent).
-fn cold_lines(results: &[Comparison]) -> Vec<String> {
+/// writes on the other core (threaded) and on the forwarding core (inline), each with its
+/// Holm-adjusted p, and the difference of the two differences (its interval from both
+/// half-widths added in quadrature: the two comparisons are independent).
+fn cold_lines(results: &[Judged]) -> Vec<String> {
+    let cold = |device: &'static str| {
+        results
+            .iter()
+            .filter(move |r| r.c.device == device && r.c.kind == "cold")
+    };
     let mut out = Vec::new();
-    for c in results
-        .iter()
-        .filter(|c| c.device == "sim" && c.kind == "cold")
-    {
-        let Some(w) = results.iter().find(|w| {
-            w.device == "sim-inline"
-                && w.kind == "cold"
-                && w.traffic == c.traffic
-                && w.work == c.work
-        }) else {
+    for r in cold("sim") {
+        let c = &r.c;
+        let Some(wr) = cold("sim-inline").find(|w| w.c.traffic == c.traffic && w.c.work == c.work)
+        else {
             continue;
+        };
+        let w = &wr.c;
+        let p = |r: &Judged| {
+            r.p_holm
+                .map_or_else(String::new, |p| format!(" ({})", p_holm_text(p)))
         };
         let d = c.diff.mean - w.diff.mean;
         let h = (c.diff.half_width().powi(2) + w.diff.half_width().powi(2)).sqrt();
         out.push(format!(
-            "cold lines, {} {}: software strip (sw vs deferred receive) {:+.2} ns [{:+.2}, {:+.2}] with the frame written on the other core, {:+.2} ns [{:+.2}, {:+.2}] on the forwarding core: {:+.2} ns +-{:.2} per packet for the line arriving cold",
-            c.traffic, c.work.name(), c.diff.mean, c.diff.lo, c.diff.hi, w.diff.mean, w.diff.lo, w.diff.hi, d, h
+            "cold lines, {} {}: software strip (sw vs deferred receive) {:+.2} ns [{:+.2}, {:+.2}]{} with the frame written on the other core, {:+.2} ns [{:+.2}, {:+.2}]{} on the forwarding core: {:+.2} ns +-{:.2} per packet for the line arriving cold",
+            c.traffic, c.work.name(), c.diff.mean, c.diff.lo, c.diff.hi, p(r), w.diff.mean, w.diff.lo, w.diff.hi, p(wr), d, h
         ));
     }
     out
@@ -1060,22 +1143,84 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
         if let Some(m) = &machine {
             outln!("{}", m.line());
         }
-        outln!("B - A: ns per packet with its 95 % confidence interval (paired t over the pairs); floor: the A/A comparison's");
-        outln!(
-            "{:<4} {:<8} {:<3} {:<8} {:<17} {:<17} {:>14} {:>14}  verdict (B - A)",
-            "dev",
-            "traffic",
-            "wrk",
-            "kind",
-            "A",
-            "B",
-            "A ns/pkt",
-            "B ns/pkt"
-        );
     }
     let mut results = Vec::new();
-    for &dev in devices {
-        for &t in &traffic {
+    let matrix = Matrix {
+        devices,
+        traffic: &traffic,
+        works: &works,
+    };
+    let measured = measure_matrix(args, &matrix, &stop, &mut progress, &mut results);
+    progress.end();
+    // Holm needs every p-value of the matrix: the rows are judged, and printed, only now.
+    let rows = judge(results);
+    if let Err(e) = measured {
+        if !json_out && !rows.is_empty() {
+            // The run's own failure is the one to report, even where the reader has gone.
+            let _ = print_partial_table(&rows, &e);
+        }
+        return Err(e);
+    }
+    if !json_out {
+        print_table(&rows)?;
+    }
+    // Again at the end, with every device thread gone: a machine whose latency moved during
+    // the run shows it here.
+    let machine_end = match &machine {
+        Some(m) => Some(MachineNotes::probe(m.cpus)?),
+        None => None,
+    };
+    if let (Some(m), false) = (&machine_end, json_out) {
+        outln!("at the end, {}", m.line());
+    }
+    let cold = cold_lines(&rows);
+    let piped = pipeline_lines(&rows);
+    if !json_out {
+        for line in cold.iter().chain(&piped) {
+            outln!("{line}");
+        }
+    }
+    if let Some(path) = &args.svg {
+        chart(path, &rows, args)?;
+        if !json_out {
+            outln!("chart written to {}", path.display());
+        }
+    }
+    if json_out {
+        let correction = serde_json::json!({
+            "method": "holm", "family_size": family_size(&rows), "alpha": compare::ALPHA,
+            "family": "every comparison of this run but the A/A rows (noise floors)",
+        });
+        let v = serde_json::json!({
+            "pairs": args.pairs, "seconds": args.seconds, "burst": args.burst, "ring": args.ring,
+            "frame_bytes": FRAME, "pin": args.pin, "interval": "95 % paired t", "correction": correction,
+            "machine": machine, "machine_at_end": machine_end,
+            "comparisons": rows, "cold_lines": cold, "pipeline_lines": piped,
+        });
+        outln!("{v}");
+    }
+    Ok(())
+}
+
+/// What a run measures: each device's plan for each traffic and work.
+struct Matrix<'a> {
+    devices: &'a [&'static str],
+    traffic: &'a [&'static str],
+    works: &'a [Work],
+}
+
+/// Measures the whole matrix into `results`, in order (an A/A run anew right after the
+/// comparison whose moved baseline called for it). Judging waits for all of it ([`judge`]);
+/// on an error, `results` holds what was measured before it.
+fn measure_matrix(
+    args: &BenchArgs,
+    matrix: &Matrix<'_>,
+    stop: &AtomicBool,
+    progress: &mut Progress,
+    results: &mut Vec<Comparison>,
+) -> Result<()> {
+    for &dev in matrix.devices {
+        for &t in matrix.traffic {
             let tagged = t == "tagged";
             let mut rig = match dev {
                 "null" => Rig::null(args, tagged)?,
@@ -1085,7 +1230,7 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
                 "qm-inline" => Rig::qm(args, tagged, QmMode::Inline)?,
                 _ => Rig::sim(args, tagged, Mode::Inline)?,
             };
-            for &work in &works {
+            for &work in matrix.works {
                 let g = Group { dev, t, work };
                 // The group's floor (its A/A's, or the A/A run anew's), and each placement's
                 // latest samples, which tell whether the machine moved since.
@@ -1096,8 +1241,8 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
                     if piped && work != Work::Fwd {
                         continue;
                     }
-                    let m = measure(&mut rig, g, (kind, pa, pb), args, &stop, &mut progress)?;
-                    let mut c = m.judged(g, (kind, pa, pb), floor);
+                    let m = measure(&mut rig, g, (kind, pa, pb), args, stop, progress)?;
+                    let mut c = m.compared(g, (kind, pa, pb), floor);
                     let moved = seen
                         .latest(pa)
                         .filter(|_| kind != "return") // (its A is not a forwarding loop)
@@ -1112,20 +1257,16 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
                         let again = ("A/A anew", pa, pa);
                         progress.total_reps +=
                             args.pairs * 2 + 2 * usize::from(rig.model_time().is_some());
-                        let m = measure(&mut rig, g, again, args, &stop, &mut progress)?;
-                        let r = m.judged(g, again, 0.0);
+                        let m = measure(&mut rig, g, again, args, stop, progress)?;
+                        let r = m.compared(g, again, 0.0);
                         let both = [r.a_ns.clone(), r.b_ns.clone()].concat();
                         let matches = compare::baseline_moved(&both, &c.a_ns).is_none();
                         floor = if matches { r.floor } else { floor.max(r.floor) };
-                        c = c.rejudged(floor, share, matches);
+                        c = c.with_floor_anew(floor, share, matches);
                         anew = Some(r);
                     }
                     for row in std::iter::once(c).chain(anew) {
                         seen.record(&row);
-                        if !json_out {
-                            progress.end();
-                            print_comparison(&row)?;
-                        }
                         results.push(row);
                     }
                 }
@@ -1133,36 +1274,41 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
             rig.check_model()?;
         }
     }
-    progress.end();
-    // Again at the end, with every device thread gone: a machine whose latency moved during
-    // the run shows it here.
-    let machine_end = match &machine {
-        Some(m) => Some(MachineNotes::probe(m.cpus)?),
-        None => None,
-    };
-    if let (Some(m), false) = (&machine_end, json_out) {
-        outln!("at the end, {}", m.line());
-    }
-    let cold = cold_lines(&results);
-    let piped = pipeline_lines(&results);
-    if !json_out {
-        for line in cold.iter().chain(&piped) {
-            outln!("{line}");
-        }
-    }
-    if let Some(path) = &args.svg {
-        chart(path, &results, args)?;
-        if !json_out {
-            outln!("chart written to {}", path.display());
-        }
-    }
-    if json_out {
-        let v = serde_json::json!({
-            "pairs": args.pairs, "seconds": args.seconds, "burst": args.burst, "ring": args.ring,
-            "frame_bytes": FRAME, "pin": args.pin, "interval": "95 % paired t", "machine": machine, "machine_at_end": machine_end,
-            "comparisons": results, "cold_lines": cold, "pipeline_lines": piped,
-        });
-        outln!("{v}");
+    Ok(())
+}
+
+/// The table of a run that stopped at `e`: the rows measured before, corrected as a family of
+/// those (the comparisons it did not reach were never tested).
+fn print_partial_table(rows: &[Judged], e: &Error) -> Result<()> {
+    outln!(
+        "the run stopped after {} rows ({e}); what it measured, judged as a family of those:",
+        rows.len()
+    );
+    print_table(rows)
+}
+
+/// The table of a judged matrix: what its columns and verdicts mean, then a row per comparison.
+fn print_table(rows: &[Judged]) -> Result<()> {
+    outln!("B - A: ns per packet with its 95 % confidence interval (paired t over the pairs); floor: the A/A comparison's");
+    let m = family_size(rows);
+    outln!(
+        "p(Holm): the paired t test's p adjusted over the {m} comparison{} of this run (A/A rows are floors, not tested); a difference is declared where p(Holm) < {} and B - A is clear of zero and of the floor",
+        if m == 1 { "" } else { "s" },
+        compare::ALPHA
+    );
+    outln!(
+        "{:<4} {:<8} {:<3} {:<8} {:<17} {:<17} {:>14} {:>14}  verdict (B - A)",
+        "dev",
+        "traffic",
+        "wrk",
+        "kind",
+        "A",
+        "B",
+        "A ns/pkt",
+        "B ns/pkt"
+    );
+    for r in rows {
+        print_comparison(r)?;
     }
     Ok(())
 }
@@ -1198,9 +1344,7 @@ impl Baselines {
         match c.kind {
             "return" => {}
             "pipeline" => self.set(c.pa, c.a_ns.clone()),
-            kind if kind.starts_with("A/A") => {
-                self.set(c.pa, [c.a_ns.clone(), c.b_ns.clone()].concat())
-            }
+            _ if c.is_floor() => self.set(c.pa, [c.a_ns.clone(), c.b_ns.clone()].concat()),
             _ => {
                 self.set(c.pa, c.a_ns.clone());
                 self.set(c.pb, c.b_ns.clone());
@@ -1307,9 +1451,9 @@ fn measure(
 }
 
 impl Measured {
-    /// The comparison these samples make, judged against `floor` (an A/A's own floor is its
-    /// own).
-    fn judged(
+    /// The comparison these samples make, to be judged against `floor` (an A/A's own floor is
+    /// its own) once the matrix is done.
+    fn compared(
         self,
         g: Group,
         (kind, pa, pb): (&'static str, Placement, Placement),
@@ -1346,7 +1490,7 @@ impl Measured {
             b,
             pa,
             pb,
-            verdict: compare::verdict(&diff, a_mean.mean, floor),
+            p: paired_p(&self.a_ns, &self.b_ns),
             a_mean,
             b_mean: mean_95(&self.b_ns),
             a_ns: self.a_ns,
@@ -1373,11 +1517,11 @@ impl Measured {
 }
 
 impl Comparison {
-    /// The same comparison judged again against `floor`, measured again because its baseline
-    /// moved by `share` from the group's A/A; `matches`: the new A/A's baseline matches it.
-    fn rejudged(mut self, floor: f64, share: f64, matches: bool) -> Comparison {
+    /// The same comparison to be judged against `floor`, from the A/A run anew because its
+    /// baseline moved by `share` from the group's A/A; `matches`: the new A/A's baseline
+    /// matches it.
+    fn with_floor_anew(mut self, floor: f64, share: f64, matches: bool) -> Comparison {
         self.floor = floor;
-        self.verdict = compare::verdict(&self.diff, self.a_mean.mean, floor);
         self.baseline_moved = Some(Moved {
             share,
             anew_matches: matches,
@@ -1386,14 +1530,17 @@ impl Comparison {
     }
 }
 
-fn print_comparison(c: &Comparison) -> Result<()> {
-    let mut verdict = if c.kind.starts_with("A/A") {
+/// One row of the table: the comparison, and its verdict with its Holm-adjusted p (an A/A row's
+/// floor instead), and its notes.
+fn print_comparison(r: &Judged) -> Result<()> {
+    let c = &r.c;
+    let mut verdict = if c.is_floor() {
         format!(
             "floor: +-{:.2} ns (A/A difference {:+.2} [{:+.2}, {:+.2}])",
             c.floor, c.diff.mean, c.diff.lo, c.diff.hi
         )
     } else {
-        c.verdict.to_string()
+        verdict_text(r)
     };
     if let Some(m) = c.baseline_moved {
         let judge = if m.anew_matches {
@@ -1406,7 +1553,7 @@ fn print_comparison(c: &Comparison) -> Result<()> {
             100.0 * m.share
         );
     }
-    if let (Some(Pace::Model { a, b }), false) = (c.pace, c.kind.starts_with("A/A")) {
+    if let (Some(Pace::Model { a, b }), false) = (c.pace, c.is_floor()) {
         let sides = match (a, b) {
             (true, true) => "A and B",
             (true, false) => "A",
@@ -1440,19 +1587,20 @@ fn print_comparison(c: &Comparison) -> Result<()> {
     Ok(())
 }
 
-/// One row per comparison: B - A with its 95 % interval as an error bar, and the group's noise
-/// floor as a grey band; one panel per device (their scales differ).
-fn chart(path: &std::path::Path, results: &[Comparison], args: &BenchArgs) -> Result<()> {
+/// One row per comparison: B - A with its 95 % interval as an error bar, coloured by its
+/// verdict (after the matrix's correction), and the group's noise floor as a grey band; one
+/// panel per device (their scales differ).
+fn chart(path: &std::path::Path, results: &[Judged], args: &BenchArgs) -> Result<()> {
     use plotters::prelude::*;
     let fail = |e: String| Error::InvalidConfig(format!("writing {}: {e}", path.display()));
     let devices: Vec<&str> = ["null", "sim", "sim-inline", "qm", "qm-inline"]
         .into_iter()
-        .filter(|d| results.iter().any(|c| c.device == *d))
+        .filter(|d| results.iter().any(|r| r.c.device == *d))
         .collect();
     if devices.is_empty() {
         return Ok(());
     }
-    let rows = |d: &str| results.iter().filter(|c| c.device == d).count() as u32;
+    let rows = |d: &str| results.iter().filter(|r| r.c.device == d).count() as u32;
     let height = devices.iter().map(|d| 90 + 22 * rows(d)).sum::<u32>();
     let root = SVGBackend::new(path, (1000, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
@@ -1460,17 +1608,18 @@ fn chart(path: &std::path::Path, results: &[Comparison], args: &BenchArgs) -> Re
     for d in devices {
         let (area, below) = rest.split_vertically(90 + 22 * rows(d));
         rest = below;
-        let mine: Vec<&Comparison> = results.iter().filter(|c| c.device == d).collect();
+        let mine: Vec<&Judged> = results.iter().filter(|r| r.c.device == d).collect();
         let n = mine.len();
         let reach = mine
             .iter()
-            .map(|c| c.diff.lo.abs().max(c.diff.hi.abs()).max(c.floor))
+            .map(|r| r.c.diff.lo.abs().max(r.c.diff.hi.abs()).max(r.c.floor))
             .filter(|x| x.is_finite())
             .fold(1.0f64, f64::max)
             * 1.1;
         let labels: Vec<String> = mine
             .iter()
-            .map(|c| {
+            .map(|r| {
+                let c = &r.c;
                 format!(
                     "{} {} {}: {} vs {}",
                     c.traffic,
@@ -1507,45 +1656,48 @@ fn chart(path: &std::path::Path, results: &[Comparison], args: &BenchArgs) -> Re
                 SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
                 _ => String::new(),
             })
-            .x_desc("B - A, ns per packet (right: B costs more)")
+            .x_desc(
+                "B - A, ns per packet (right: B costs more; red, blue: slower, faster after Holm)",
+            )
             .draw()
             .map_err(|e| fail(e.to_string()))?;
-        ch.draw_series(mine.iter().enumerate().map(|(i, c)| {
+        ch.draw_series(mine.iter().enumerate().map(|(i, r)| {
             Rectangle::new(
                 [
-                    (-c.floor, SegmentValue::Exact(i as i32)),
-                    (c.floor, SegmentValue::Exact(i as i32 + 1)),
+                    (-r.c.floor, SegmentValue::Exact(i as i32)),
+                    (r.c.floor, SegmentValue::Exact(i as i32 + 1)),
                 ],
                 BLACK.mix(0.12).filled(),
             )
         }))
         .map_err(|e| fail(e.to_string()))?;
-        let color = |c: &Comparison| match c.verdict {
+        let color = |r: &Judged| match r.verdict {
             Verdict::NoDifference { .. } => BLACK,
             Verdict::Slower { .. } => RED,
             Verdict::Faster { .. } => BLUE,
         };
-        let shown: Vec<(usize, &&Comparison)> = mine
+        let shown: Vec<(usize, &Judged)> = mine
             .iter()
+            .copied()
             .enumerate()
-            .filter(|(_, c)| c.diff.lo.is_finite() && c.diff.hi.is_finite())
+            .filter(|(_, r)| r.c.diff.lo.is_finite() && r.c.diff.hi.is_finite())
             .collect();
         // The interval as a whisker, the mean as a dot.
-        ch.draw_series(shown.iter().map(|&(i, c)| {
+        ch.draw_series(shown.iter().map(|&(i, r)| {
             PathElement::new(
                 vec![
-                    (c.diff.lo, SegmentValue::CenterOf(i as i32)),
-                    (c.diff.hi, SegmentValue::CenterOf(i as i32)),
+                    (r.c.diff.lo, SegmentValue::CenterOf(i as i32)),
+                    (r.c.diff.hi, SegmentValue::CenterOf(i as i32)),
                 ],
-                color(c).stroke_width(2),
+                color(r).stroke_width(2),
             )
         }))
         .map_err(|e| fail(e.to_string()))?;
-        ch.draw_series(shown.iter().map(|&(i, c)| {
+        ch.draw_series(shown.iter().map(|&(i, r)| {
             Circle::new(
-                (c.diff.mean, SegmentValue::CenterOf(i as i32)),
+                (r.c.diff.mean, SegmentValue::CenterOf(i as i32)),
                 4,
-                color(c).filled(),
+                color(r).filled(),
             )
         }))
         .map_err(|e| fail(e.to_string()))?;
