@@ -1593,7 +1593,7 @@ fn print_comparison(r: &Judged) -> Result<()> {
 fn chart(path: &std::path::Path, results: &[Judged], args: &BenchArgs) -> Result<()> {
     use plotters::prelude::*;
     let fail = |e: String| Error::InvalidConfig(format!("writing {}: {e}", path.display()));
-    let devices: Vec<&str> = ["null", "sim", "sim-inline", "qm", "qm-inline"]
+    let devices: Vec<&str> = ["null", "afp", "sim", "sim-inline", "qm", "qm-inline"]
         .into_iter()
         .filter(|d| results.iter().any(|r| r.c.device == *d))
         .collect();
@@ -1634,7 +1634,9 @@ fn chart(path: &std::path::Path, results: &[Judged], args: &BenchArgs) -> Result
             "null" => "null device (copy mode)",
             "afp" => "af_packet port on a veth pair (ring drained)",
             "sim" => "ixgbe on the software 82599, threaded",
-            _ => "ixgbe on the software 82599, inline",
+            "sim-inline" => "ixgbe on the software 82599, inline",
+            "qm" => "qm on the queue-manager model, threaded",
+            _ => "qm on the queue-manager model, inline",
         };
         let mut ch = ChartBuilder::on(&area)
             .caption(
