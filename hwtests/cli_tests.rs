@@ -320,3 +320,111 @@ pub fn cli_respond_and_capture_kernel_peer(ctx: &Ctx) -> Outcome {
     drop(peer);
     result
 }
+
+/// Clock ticks a second in /proc/PID/stat's times: USER_HZ, 100 on every x86-64 Linux.
+const USER_HZ: f64 = 100.0;
+/// How long the idle responder is watched.
+const IDLE_WATCH: Duration = Duration::from_secs(5);
+/// The most of a core an idle responder in interrupt mode may use.
+const IDLE_SHARE: f64 = 0.05;
+
+/// User plus system time of process `pid` so far, in clock ticks (/proc/PID/stat fields 14 and
+/// 15, counted after the parenthesised command name, which may hold spaces).
+fn cpu_ticks(pid: u32) -> Result<u64, String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| format!("/proc/{pid}/stat: {e}"))?;
+    let after = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| format!("/proc/{pid}/stat has no command name: {stat}"))?;
+    // Fields from 3 (state) on: utime and stime are 14 and 15, so the 12th and 13th here.
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let tick = |i: usize| -> Result<u64, String> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| format!("/proc/{pid}/stat: field {} unreadable: {stat}", i + 3))
+    };
+    Ok(tick(11)? + tick(12)?)
+}
+
+/// Kernel peer: `respond --interrupts` sleeps when idle (under 5 % of a core over 5 s with no
+/// traffic, from /proc/PID/stat), and still answers Linux's ping over VLAN 100 when it comes.
+/// A polling responder uses a whole core here.
+pub fn cli_respond_interrupts_idle(ctx: &Ctx) -> Outcome {
+    let Some(ifname) = ctx.peer_if.clone() else {
+        return Outcome::Skip(
+            "set VFIO_NIC_PEER_IF to the Linux netdev wired to the first port (kernel-peer layout)"
+                .into(),
+        );
+    };
+    let Some(bin) = cli() else {
+        return Outcome::Skip("no vfio-nic binary (set VFIO_NIC_CLI or put it on PATH)".into());
+    };
+    let port = ctx.ports[0].to_string();
+    let peer = match PeerVlan::up(&ifname) {
+        Ok(p) => p,
+        Err(e) => return Outcome::Fail(e),
+    };
+    let result = super::verdict(|| {
+        let args = [
+            "respond",
+            &port,
+            "--ip",
+            OUR_IP,
+            "--vlan",
+            "100",
+            "--interrupts",
+            "--duration",
+            "60",
+            "--stats-period",
+            "0.5",
+        ];
+        let what = "respond --interrupts";
+        let mut child = spawn(&bin, &args)?;
+        wait_serving(&mut child, what)?;
+        step(format!(
+            "{what}: watching its CPU time for {} s of no traffic",
+            IDLE_WATCH.as_secs()
+        ));
+        let t0 = cpu_ticks(child.pid())?;
+        std::thread::sleep(IDLE_WATCH);
+        let t1 = cpu_ticks(child.pid())?;
+        let share = (t1 - t0) as f64 / USER_HZ / IDLE_WATCH.as_secs_f64();
+        let _ = sh(&format!("ip neigh flush dev {}", peer.vif));
+        step(format!("{what}: Linux pings 10.99.0.2 (3 requests)"));
+        let ping = sh("ping -c 3 -W 2 -w 15 10.99.0.2");
+        let out = interrupt(child, what)?;
+        if share >= IDLE_SHARE {
+            return Err(format!(
+                "idle, it used {:.1} % of a core over {} s (at most {:.0} % expected): it does not sleep; it said: {}",
+                share * 100.0,
+                IDLE_WATCH.as_secs(),
+                IDLE_SHARE * 100.0,
+                out.text()
+            ));
+        }
+        match ping {
+            Ok(t) if t.contains("3 packets received") => {}
+            other => {
+                return Err(format!(
+                    "after sleeping, Linux's ping failed ({other:?}); respond said: {}",
+                    out.text()
+                ))
+            }
+        }
+        let slept = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("interrupt mode:"))
+            .unwrap_or("(no interrupt mode line)")
+            .to_string();
+        Ok(format!(
+            "idle for {} s it used {:.2} % of a core; then answered Linux's 3 pings over VLAN 100; {slept}",
+            IDLE_WATCH.as_secs(),
+            share * 100.0
+        ))
+    });
+    drop(peer);
+    result
+}

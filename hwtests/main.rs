@@ -36,6 +36,7 @@
 
 mod cli_tests;
 mod drv;
+mod irq_tests;
 mod peer;
 mod proc;
 mod traffic;
@@ -112,6 +113,11 @@ const TESTS: &[Test] = &[
     ),
     test("mac_loopback", traffic::mac_loopback, 60),
     test(
+        "interrupt_wakes_a_sleeping_queue",
+        irq_tests::interrupt_wakes_a_sleeping_queue,
+        60,
+    ),
+    test(
         "drop_mid_traffic_and_reopen",
         traffic::drop_mid_traffic_and_reopen,
         90,
@@ -130,6 +136,11 @@ const TESTS: &[Test] = &[
         "cli_respond_and_capture_kernel_peer",
         cli_tests::cli_respond_and_capture_kernel_peer,
         180,
+    ),
+    test(
+        "cli_respond_interrupts_idle",
+        cli_tests::cli_respond_interrupts_idle,
+        90,
     ),
 ];
 

@@ -101,6 +101,11 @@ fn collect(r: Option<Reader>, grace: Duration) -> String {
 }
 
 impl Bounded {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Starts `cmd` (stdin from /dev/null, stdout and stderr collected) as the leader of a new
     /// process group. `what` names it in errors.
     pub fn spawn(what: impl Into<String>, cmd: &mut Command) -> Result<Bounded, String> {

@@ -16,9 +16,11 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::platform::dma::{Packet, Pool};
+use crate::platform::irq::Interrupt;
 
 /// A 48-bit Ethernet address.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -156,6 +158,11 @@ pub enum QueueError {
 pub type QueueSet<R, T> = (Vec<R>, Vec<T>);
 
 /// A receive queue.
+///
+/// Interrupt mode: a queue of a port opened with interrupts can sleep until frames arrive
+/// ([`RxQueue::wait`]), or hand its eventfd to an application's own poll loop
+/// ([`RxQueue::interrupt`], then [`RxQueue::arm_interrupt`] before sleeping on it and
+/// [`RxQueue::disarm_interrupt`] after). Other queues refuse with [`Error::NotSupported`].
 pub trait RxQueue: Send {
     /// Receives up to `max` packets, appending them to `batch`; returns how many.
     fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError>;
@@ -163,6 +170,44 @@ pub trait RxQueue: Send {
     fn stats(&self) -> QueueStats;
     /// The pool the queue receives into.
     fn pool(&self) -> &Pool;
+
+    /// The queue's interrupt eventfd (interrupt mode), for an application's own epoll, mio or
+    /// tokio loop; `None` for a polled queue.
+    fn interrupt(&self) -> Option<&Interrupt> {
+        None
+    }
+
+    /// Lets the device signal the queue's interrupt on the next frame, and returns whether
+    /// frames are already waiting (then do not sleep: receive them). Call it after a poll found
+    /// nothing and before sleeping on [`RxQueue::interrupt`]; a frame that lands in between is
+    /// either seen here or signalled, never lost.
+    fn arm_interrupt(&mut self) -> Result<bool> {
+        Err(Error::NotSupported {
+            device: "this queue".into(),
+            what: "interrupt mode".into(),
+            why: "its device has no interrupts (or its driver no interrupt mode); poll it".into(),
+        })
+    }
+
+    /// Stops the queue's interrupt again (back to polling). Harmless on a polled queue.
+    fn disarm_interrupt(&mut self) {}
+
+    /// Sleeps until frames arrive or `timeout` passes (interrupt mode); returns whether the
+    /// queue was signalled or frames were already waiting. The queue is polled again after it
+    /// (its interrupt disarmed), so a busy queue costs no interrupts.
+    fn wait(&mut self, timeout: Duration) -> Result<bool> {
+        if self.arm_interrupt()? {
+            self.disarm_interrupt();
+            return Ok(true);
+        }
+        let irq = self.interrupt().cloned();
+        let woke = match irq {
+            Some(irq) => irq.wait(timeout),
+            None => Ok(false),
+        };
+        self.disarm_interrupt();
+        woke
+    }
 }
 
 /// A transmit queue.

@@ -118,16 +118,19 @@ fn selftest_passes_on_sim_and_skips_what_null_lacks() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["register", "loopback", "link"]);
-    assert!(v["tests"]
+    assert_eq!(names, ["register", "loopback", "interrupt", "link"]);
+    let results: Vec<&str> = v["tests"]
         .as_array()
         .unwrap()
         .iter()
-        .all(|t| t["result"] == "PASS"));
+        .map(|t| t["result"].as_str().unwrap())
+        .collect();
+    // The ixgbe driver has no interrupt mode yet: the test says so instead of passing.
+    assert_eq!(results, ["PASS", "PASS", "N/A", "PASS"], "{v}");
     let v = json(&["selftest", "null:0"]);
     assert_eq!(v["result"], "PASS");
     assert_eq!(v["tests"][0]["result"], "N/A");
-    assert_eq!(v["tests"][2]["result"], "PASS");
+    assert_eq!(v["tests"][3]["result"], "PASS");
 }
 
 #[test]
@@ -699,7 +702,7 @@ fn every_command_works_on_qm_ports() {
     assert!(v["value"].is_string(), "{v}");
     let v = json(&["selftest", "qm:10"]);
     assert_eq!(v["tests"][0]["result"], "PASS", "{v}");
-    assert_eq!(v["tests"][2]["result"], "PASS", "{v}");
+    assert_eq!(v["tests"][3]["result"], "PASS", "{v}");
     let v = json(&["stats", "qm:10"]);
     assert!(v["hw"]["ingress_nobuffer_discards"].is_u64(), "{v}");
     let v = json(&["gen", "qm:10", "--count", "50", "--size", "128"]);

@@ -12,6 +12,7 @@
 pub mod capture;
 pub mod compare;
 pub mod forward;
+pub mod idle;
 pub mod pipeline;
 pub mod respond;
 pub mod selftest;

@@ -23,6 +23,7 @@ use crate::devices::sim::{SimConfig, SimPort};
 use crate::error::{Error, Result};
 use crate::platform::bus::{Bus, PciBus};
 use crate::platform::dma::{Packet, Pool};
+use crate::platform::irq::Interrupt;
 use crate::platform::pci::PciAddress;
 use crate::vlan::{SwVlanCounts, SwVlanTx, Tpid, Vid, VlanCaps, VlanHardware};
 
@@ -308,6 +309,43 @@ impl RxQueue for AnyRx {
             AnyRx::IxgbeSim(q) => q.pool(),
             AnyRx::AfPacket(q) => q.pool(),
             AnyRx::Qm(q) => q.pool(),
+        }
+    }
+    fn interrupt(&self) -> Option<&Interrupt> {
+        match self {
+            AnyRx::Igb(q) => q.interrupt(),
+            // Only the igb driver has an interrupt mode (`IntelChip::IRQ`).
+            _ => None,
+        }
+    }
+    fn arm_interrupt(&mut self) -> Result<bool> {
+        match self {
+            AnyRx::Igb(q) => q.arm_interrupt(),
+            _ => Err(Error::NotSupported {
+                device: self.kind().into(),
+                what: "interrupt mode".into(),
+                why: "only the 82576 (igb) driver has an interrupt mode today; poll this port"
+                    .into(),
+            }),
+        }
+    }
+    fn disarm_interrupt(&mut self) {
+        if let AnyRx::Igb(q) = self {
+            q.disarm_interrupt();
+        }
+    }
+}
+
+impl AnyRx {
+    /// The kind of port the queue belongs to, for messages.
+    fn kind(&self) -> &'static str {
+        match self {
+            AnyRx::Null(_) => "a null port",
+            AnyRx::Igb(_) => "an 82576 port",
+            AnyRx::Ixgbe(_) => "an 82599 port",
+            AnyRx::IxgbeSim(_) => "a software 82599 port",
+            AnyRx::AfPacket(_) => "an af_packet port",
+            AnyRx::Qm(_) => "a qm port",
         }
     }
 }

@@ -7,8 +7,9 @@
 
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::platform::dma::DmaMapper;
+use crate::platform::irq::InterruptSet;
 use crate::platform::mmio::{Mmio, MmioRegion};
 use crate::platform::pci::PciAddress;
 use crate::platform::vfio::VfioDevice;
@@ -29,6 +30,15 @@ pub trait Bus: Send + Sync + 'static {
     fn enable_bus_master(&self) -> Result<()>;
     /// Stops the device from mastering the bus.
     fn disable_bus_master(&self) -> Result<()>;
+    /// Routes `vectors` MSI-X vectors (0 to n - 1) to eventfds, until the returned set is
+    /// dropped. A bus without interrupts refuses, saying so.
+    fn enable_interrupts(&self, vectors: u16) -> Result<InterruptSet> {
+        Err(Error::NotSupported {
+            device: self.name().to_string(),
+            what: format!("interrupt mode ({vectors} vectors)"),
+            why: "this device delivers no interrupts; poll instead (leave interrupts off)".into(),
+        })
+    }
 }
 
 /// A PCI device opened through VFIO, with BAR0 mapped.
@@ -84,5 +94,9 @@ impl Bus for PciBus {
 
     fn disable_bus_master(&self) -> Result<()> {
         self.dev.disable_bus_master()
+    }
+
+    fn enable_interrupts(&self, vectors: u16) -> Result<InterruptSet> {
+        self.dev.enable_msix(vectors)
     }
 }

@@ -19,6 +19,7 @@ pub mod bus;
 pub mod checksum;
 #[allow(unsafe_code)]
 pub mod dma;
+pub mod irq;
 #[allow(unsafe_code)]
 pub mod mmio;
 #[allow(unsafe_code)]

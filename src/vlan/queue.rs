@@ -18,7 +18,9 @@
 //! VLAN layer did in software; what the device did shows in the device's counters.
 
 use crate::device::{QueueError, QueueStats, RxQueue, TxQueue};
+use crate::error::Result;
 use crate::platform::dma::{Meta, Packet, Pool};
+use crate::platform::irq::Interrupt;
 
 use super::control::{RxKey, VlanControl};
 use super::frame::{find_tag, Lookup, VlanRxCtx, TAG_LEN};
@@ -250,6 +252,18 @@ impl<Q: RxQueue> RxQueue for VlanRx<Q> {
 
     fn pool(&self) -> &Pool {
         self.inner.pool()
+    }
+
+    fn interrupt(&self) -> Option<&Interrupt> {
+        self.inner.interrupt()
+    }
+
+    fn arm_interrupt(&mut self) -> Result<bool> {
+        self.inner.arm_interrupt()
+    }
+
+    fn disarm_interrupt(&mut self) {
+        self.inner.disarm_interrupt();
     }
 }
 

@@ -4,11 +4,89 @@
 //! other error of the tool: one line saying what is wrong and what to use instead.
 
 use std::str::FromStr;
+use std::time::Duration;
 
-use vfio_nic::device::{Port, PortStats};
+use vfio_nic::app::idle::{Idle, IdlePolicy};
+use vfio_nic::device::{Port, PortStats, RxQueue};
 use vfio_nic::devices::any::{AnyPort, PortConfig};
+use vfio_nic::devices::intel::config::MAX_THROTTLE_US;
+use vfio_nic::devices::intel::IrqConfig;
 use vfio_nic::vlan::{RxMode, Tci, TxMode, Vid, VlanConfig, VlanControl, VlanFilter};
 use vfio_nic::{Error, Result};
+
+/// Interrupt mode of the traffic commands: poll while frames come, sleep when idle.
+#[derive(clap::Args, Debug, Clone)]
+pub struct IrqOpts {
+    /// Sleep on the receive queues' MSI-X interrupts after --idle-polls empty polls in a row,
+    /// instead of polling for ever (82576 ports; other ports refuse it).
+    #[arg(long)]
+    pub interrupts: bool,
+    /// Empty polls in a row before sleeping (with --interrupts).
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub idle_polls: u32,
+    /// Least time between two interrupts of one queue, microseconds (EITR; with --interrupts).
+    #[arg(long, default_value_t = 50, value_name = "US")]
+    pub throttle_us: u16,
+}
+
+impl IrqOpts {
+    /// Checks the numbers.
+    pub fn check(&self) -> Result<()> {
+        if self.idle_polls == 0 {
+            return Err(Error::InvalidConfig(
+                "--idle-polls must be 1 or more (empty polls before sleeping)".into(),
+            ));
+        }
+        if self.throttle_us > MAX_THROTTLE_US {
+            return Err(Error::InvalidConfig(format!(
+                "--throttle-us {} is beyond EITR's 13 bits; use 0 to {MAX_THROTTLE_US}",
+                self.throttle_us
+            )));
+        }
+        Ok(())
+    }
+
+    /// Opens ports in interrupt mode when asked.
+    pub fn apply(&self, c: &mut PortConfig) {
+        if self.interrupts {
+            c.igb.interrupts = Some(IrqConfig {
+                throttle_us: self.throttle_us,
+            });
+        }
+    }
+
+    /// The idle counter of a polling loop, when in interrupt mode. Sleeps last at most 100 ms,
+    /// so that status lines and Ctrl-C are still seen.
+    pub fn idle(&self) -> Option<Idle> {
+        self.interrupts.then(|| {
+            Idle::new(IdlePolicy {
+                idle_polls: self.idle_polls,
+                max_sleep: Duration::from_millis(100),
+            })
+        })
+    }
+
+    /// With --interrupts, every receive queue of `port` must have its interrupt (ports whose
+    /// driver has no interrupt mode ignore the setting at open).
+    pub fn require<R: RxQueue>(&self, port: &str, queues: &[R]) -> Result<()> {
+        if self.interrupts && queues.iter().any(|q| q.interrupt().is_none()) {
+            return Err(Error::NotSupported {
+                device: port.to_string(),
+                what: "--interrupts".into(),
+                why: "only 82576 (igb) ports have an interrupt mode today; leave --interrupts out to poll".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What an idle loop did, in one line.
+pub fn idle_line(s: &vfio_nic::app::idle::IdleStats) -> String {
+    format!(
+        "interrupt mode: slept {} times when idle, {} of them ended by a frame (the others by the 100 ms limit)",
+        s.sleeps, s.wakeups
+    )
+}
 
 /// How long a traffic command runs and how often it reports.
 #[derive(clap::Args, Debug, Clone)]

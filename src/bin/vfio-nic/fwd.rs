@@ -15,13 +15,14 @@ use std::time::Duration;
 
 use serde_json::{json, Map};
 use vfio_nic::app::forward::{forward_burst, forward_burst_with, FwdStats};
-use vfio_nic::device::{Port, QueueError};
+use vfio_nic::app::idle::IdleStats;
+use vfio_nic::device::{Port, QueueError, RxQueue};
 use vfio_nic::devices::{self, AnyRx, AnyTx};
 use vfio_nic::platform::dma::{Meta, Packet};
 use vfio_nic::vlan::{PacketVlan, Tci, VlanControl};
 use vfio_nic::{Error, Result};
 
-use crate::common::{self, RunOpts, VlanRxOpts, VlanTxOpts};
+use crate::common::{self, IrqOpts, RunOpts, VlanRxOpts, VlanTxOpts};
 use crate::live::{Channel, Live};
 
 /// Options of `fwd`.
@@ -54,12 +55,24 @@ pub struct FwdArgs {
     /// Turn the VLAN filter on with these VIDs (comma-separated) on every port.
     #[arg(long, value_name = "VID,...")]
     pub vlan_filter: Option<String>,
+    #[command(flatten)]
+    pub irq: IrqOpts,
 }
 
 /// A receive and a transmit queue, with or without the VLAN layer.
 enum Dir {
     Plain(AnyRx, AnyTx),
     Vlan(vfio_nic::vlan::VlanRx<AnyRx>, vfio_nic::vlan::VlanTx<AnyTx>),
+}
+
+impl Dir {
+    /// The receive side, for sleeping on its interrupt.
+    fn rx(&mut self) -> &mut dyn RxQueue {
+        match self {
+            Dir::Plain(rx, _) => rx,
+            Dir::Vlan(rx, _) => rx,
+        }
+    }
 }
 
 /// One burst through the VLAN layer, keeping tags: what the receive side stripped goes back on
@@ -89,6 +102,7 @@ fn publish(ch: &Channel, st: &FwdStats) {
 /// Runs the forwarder.
 pub fn run(args: &FwdArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> {
     args.run.check()?;
+    args.irq.check()?;
     if args.burst == 0 || args.burst > 512 {
         return Err(Error::InvalidConfig(format!(
             "--burst {} must be between 1 and 512",
@@ -108,6 +122,7 @@ pub fn run(args: &FwdArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> 
     let mut config = common::port_config(args.queues);
     config.null.frame_size = args.null_size;
     config.null.copy = args.null_copy;
+    args.irq.apply(&mut config);
     let mut ports = Vec::new();
     let mut ctls: Vec<VlanControl> = Vec::new();
     let mut queues = Vec::new();
@@ -116,7 +131,9 @@ pub fn run(args: &FwdArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> 
         if use_vlan {
             ctls.push(common::vlan_control(&mut p, &vcfg)?);
         }
-        queues.push(p.take_queues()?);
+        let q = p.take_queues()?;
+        args.irq.require(name, &q.0)?;
+        queues.push(q);
         // Ports outlive their queues: they are dropped (device reset) after the threads end.
         ports.push(p);
     }
@@ -163,12 +180,14 @@ pub fn run(args: &FwdArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> 
     for (q, mut dirs) in pairs.into_iter().enumerate() {
         let channels = live.channels();
         let stop = live.stop_flag();
-        threads.push(std::thread::spawn(move || -> Result<()> {
+        let mut idle = args.irq.idle();
+        threads.push(std::thread::spawn(move || -> Result<IdleStats> {
             let mut batch = Vec::with_capacity(burst);
             let mut stats = vec![FwdStats::default(); dirs.len()];
             while !stop.load(Relaxed) {
+                let mut got = 0;
                 for (d, dir) in dirs.iter_mut().enumerate() {
-                    match dir {
+                    got += match dir {
                         Dir::Plain(rx, tx) => {
                             forward_burst(rx, tx, &mut batch, burst, &mut stats[d])?
                         }
@@ -176,8 +195,15 @@ pub fn run(args: &FwdArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> 
                     };
                     publish(&channels[q * directions + d], &stats[d]);
                 }
+                // Interrupt mode: after enough empty rounds, sleep until a frame arrives.
+                if let Some(idle) = idle.as_mut() {
+                    if idle.after_round(got) {
+                        let mut rxs: Vec<&mut dyn RxQueue> = dirs.iter_mut().map(Dir::rx).collect();
+                        idle.sleep(&mut rxs)?;
+                    }
+                }
             }
-            Ok(())
+            Ok(idle.map(|i| i.stats()).unwrap_or_default())
         }));
     }
 
@@ -191,9 +217,16 @@ pub fn run(args: &FwdArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> 
     }
     live.request_stop();
     let mut failure = None;
+    let mut idle = IdleStats::default();
     for t in threads {
-        if let Err(e) = t.join().expect("forwarding thread panicked") {
-            failure.get_or_insert(e);
+        match t.join().expect("forwarding thread panicked") {
+            Ok(s) => {
+                idle.sleeps += s.sleeps;
+                idle.wakeups += s.wakeups;
+            }
+            Err(e) => {
+                failure.get_or_insert(e);
+            }
         }
     }
     let secs = live.elapsed();
@@ -231,6 +264,10 @@ pub fn run(args: &FwdArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> 
     )];
     if let Some(c) = ctls.first() {
         text.push(format!("VLAN: {}", common::vlan_line(c)));
+    }
+    if args.irq.interrupts {
+        extra.insert("idle".into(), json!(idle));
+        text.push(common::idle_line(&idle));
     }
     // The run's own failure before any error of the printing (a reader gone, `| head`).
     let printed = live.finish(extra, &text);

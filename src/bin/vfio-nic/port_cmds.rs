@@ -13,7 +13,7 @@ use vfio_nic::app::selftest::{self, SelftestConfig, Verdict};
 use vfio_nic::device::{Port, QueueStats, RxQueue, TxQueue};
 use vfio_nic::devices::qm::model::{QmDevice, PORTALS_PER_PORT};
 use vfio_nic::devices::sim;
-use vfio_nic::devices::{self, PortName};
+use vfio_nic::devices::{self, AnyPort, PortName};
 use vfio_nic::platform::bus::{Bus, PciBus};
 use vfio_nic::platform::dma::Pool;
 use vfio_nic::platform::mmio::Mmio;
@@ -71,6 +71,34 @@ fn bars(name: &str) -> Result<Vec<Value>> {
     }
 }
 
+/// What interrupts a port's device offers through VFIO, and whether its driver has an
+/// interrupt mode (`null` for in-memory and af_packet ports: they are polled).
+fn interrupts(port: &AnyPort) -> Result<Value> {
+    let (counts, mode) = match port {
+        AnyPort::Igb(p) => (p.bus().device().irq_counts()?, true),
+        AnyPort::Ixgbe(p) => (p.bus().device().irq_counts()?, false),
+        _ => return Ok(Value::Null),
+    };
+    Ok(json!({"msix": counts.msix, "msi": counts.msi, "intx": counts.intx, "interrupt_mode": mode}))
+}
+
+fn interrupts_text(v: &Value) -> String {
+    if v.is_null() {
+        return "none (an in-memory or socket port is polled)".into();
+    }
+    format!(
+        "MSI-X {} vectors, MSI {}, INTx {}; interrupt mode {}",
+        v["msix"],
+        v["msi"],
+        v["intx"],
+        if v["interrupt_mode"] == true {
+            "available (--interrupts: one MSI-X vector per receive queue)"
+        } else {
+            "not in this driver yet (polled)"
+        }
+    )
+}
+
 /// `vfio-nic info PORT`.
 pub fn info(name: &str, json_out: bool) -> Result<()> {
     let bars = bars(name)?;
@@ -78,6 +106,7 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
     let info = port.info();
     let link = port.link()?;
     let caps = port.vlan_caps();
+    let irqs = interrupts(&port)?;
     let ctl = common::vlan_control(&mut port, &VlanConfig::default())?;
     let v = json!({
         "port": info.name,
@@ -95,6 +124,7 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
                        "any_tpid": caps.any_tpid,
                        "strip_queues": caps.rx_queues},
         "vlan": common::vlan_json(&ctl),
+        "interrupts": irqs,
     });
     if json_out {
         outln!("{v}");
@@ -168,6 +198,7 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
     if let Some(mtu) = info.mtu {
         outln!("mtu         {mtu}");
     }
+    outln!("interrupts  {}", interrupts_text(&irqs));
     outln!(
         "vlan caps   {}",
         if caps_list.is_empty() {

@@ -23,7 +23,7 @@ use vfio_nic::platform::dma::Pool;
 use vfio_nic::vlan::{PacketVlan, Tci, VlanRx, VlanTx};
 use vfio_nic::{Error, Result};
 
-use crate::common::{self, RunOpts, VlanRxOpts, VlanTxOpts};
+use crate::common::{self, IrqOpts, RunOpts, VlanRxOpts, VlanTxOpts};
 use crate::live::Live;
 use crate::{CliError, CliResult};
 
@@ -56,6 +56,8 @@ pub struct RespondArgs {
     /// Pings sent by --probe-from.
     #[arg(long, default_value_t = 3)]
     pub pings: u16,
+    #[command(flatten)]
+    pub irq: IrqOpts,
     #[command(flatten)]
     pub run: RunOpts,
 }
@@ -170,6 +172,7 @@ impl Probe {
 /// `vfio-nic respond`.
 pub fn run(args: &RespondArgs, json_out: bool, stop: Arc<AtomicBool>) -> CliResult {
     args.run.check()?;
+    args.irq.check()?;
     let ip: Ipv4Cidr = args.ip.parse()?;
     let vlan = args
         .vlan
@@ -177,7 +180,9 @@ pub fn run(args: &RespondArgs, json_out: bool, stop: Arc<AtomicBool>) -> CliResu
         .map(|v| common::parse_vid(v, "--vlan"))
         .transpose()?;
     let vcfg = common::vlan_config(Some(&args.rx), Some(&args.tx))?;
-    let mut port = devices::open(&args.port, &common::port_config(1))?;
+    let mut pcfg = common::port_config(1);
+    args.irq.apply(&mut pcfg);
+    let mut port = devices::open(&args.port, &pcfg)?;
     let ctl = common::vlan_control(&mut port, &vcfg)?;
     let cfg = ResponderConfig {
         mac: port.info().mac,
@@ -208,6 +213,8 @@ pub fn run(args: &RespondArgs, json_out: bool, stop: Arc<AtomicBool>) -> CliResu
         None => None,
     };
     let (mut rxs, mut txs) = port.take_queues()?;
+    args.irq.require(&args.port, &rxs)?;
+    let mut idle = args.irq.idle();
     let mut rx: VlanRx<AnyRx> = ctl.wrap_rx(rxs.swap_remove(0));
     let mut tx: VlanTx<AnyTx> = ctl.wrap_tx(txs.swap_remove(0));
 
@@ -282,6 +289,12 @@ pub fn run(args: &RespondArgs, json_out: bool, stop: Arc<AtomicBool>) -> CliResu
             }
         }
         live.tick();
+        // Interrupt mode: after enough empty polls, sleep until a frame arrives.
+        if let Some(idle) = idle.as_mut() {
+            if idle.after_round(n) {
+                idle.sleep(&mut [&mut rx])?;
+            }
+        }
     }
     let st = responder.stats();
     let hw = common::read_hw(&mut port);
@@ -306,6 +319,10 @@ pub fn run(args: &RespondArgs, json_out: bool, stop: Arc<AtomicBool>) -> CliResu
         st.not_for_us,
         st.bad
     )];
+    if let Some(idle) = &idle {
+        extra.insert("idle".into(), json!(idle.stats()));
+        text.push(common::idle_line(&idle.stats()));
+    }
     let mut probe_ok = true;
     if let Some((_, p)) = &probe {
         probe_ok = p.done();

@@ -149,6 +149,8 @@ impl<B: Bus> IgbPort<B> {
         for q in self.cfg.rx_queues..r::RXDCTL.count() as u16 {
             RX.ring.ctl(q.into()).clear(m);
         }
+        // Interrupt mode (when opened with it): a vector per receive queue, masked while polled.
+        self.setup_interrupts(|q, irq| q.irq = Some(irq));
         if self.cfg.rx_queues > 1 {
             rss::setup(m, &RSS, self.cfg.rx_queues);
         }

@@ -22,7 +22,7 @@
 //! and turns bus mastering off, also while a panic unwinds.
 
 mod init;
-mod queue;
+pub(crate) mod queue;
 mod vlan;
 
 #[cfg(test)]
@@ -33,6 +33,7 @@ use std::time::Duration;
 use crate::device::LinkStatus;
 use crate::devices::ids::Family;
 use crate::devices::intel::config::{Chip, IntelConfig, Limits};
+use crate::devices::intel::irq::IrqRegs;
 use crate::devices::intel::port::{link_status, IntelChip, IntelPort, ShellOnly};
 use crate::devices::intel::queue::RingRegs;
 use crate::devices::intel::vlan::VlanShadow;
@@ -93,6 +94,7 @@ impl IntelChip for Chip82576 {
     const STATS: &'static Stats = &r::STATS;
     /// STATUS.LU, STATUS.SPEED and STATUS.FD (notes 1.1).
     const LINK: (Reg, u32, &'static str) = (r::STATUS, r::status::LU.bit(), "STATUS.LU");
+    const IRQ: Option<&'static IrqRegs> = Some(&queue::IRQ);
     type Rx<B: Bus> = IgbRx<B>;
     /// CTRL.VME as last written: the 82576 strips for the whole port.
     type Strip = bool;

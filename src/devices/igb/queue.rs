@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use crate::devices::intel::irq::IrqRegs;
 use crate::devices::intel::queue::{ring_regs, RingRegs};
 use crate::devices::intel::rx::ChipRx;
 use crate::devices::intel::rxq::{rx_regs, IntelRx, RxRegs};
@@ -22,6 +23,7 @@ use crate::platform::bus::Bus;
 use crate::platform::dma::DmaMapper;
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::igb::{self as r};
+use crate::platform::regs::Reg;
 
 use super::IgbConfig;
 
@@ -41,6 +43,44 @@ pub(crate) static RX: RxRegs = rx_regs!(r, ChipRx::errors(31, 30, 29).vp_means_s
 
 /// The 82576's transmit ring registers.
 pub(crate) static TX_RING: RingRegs = ring_regs!(r, tx);
+
+/// The 82576's interrupt registers (notes 1.1; `regs/igb.toml`; Linux `igb_configure_msix` for
+/// the 82576: GPIE = MSIX_MODE | PBA | NSICR, plus EIAME, which this driver leaves off because
+/// it masks a woken vector itself with EIMC).
+pub(crate) static IRQ: IrqRegs = IrqRegs {
+    eicr: r::EICR,
+    eics: r::EICS,
+    eims: r::EIMS,
+    eimc: r::EIMC,
+    eiac: r::EIAC,
+    gpie: (
+        r::GPIE,
+        r::gpie::MSIX_MODE.bit() | r::gpie::PBA.bit() | r::gpie::NSICR.bit(),
+    ),
+    eitr: r::EITR,
+    eitr_value: |us| r::eitr::INTERVAL.val(us.into()),
+    ivar_rx,
+};
+
+/// IVAR for receive queue `queue` on `vector`: IVAR[queue & 7], byte 0 for queues 0-7, byte 2
+/// for 8-15 (Linux `igb_assign_vector`, 82576 case; QEMU `igb_ivar_entry_rx`).
+fn ivar_rx(queue: u32, vector: u32) -> (Reg, u32, u32) {
+    use r::ivar::*;
+    let reg = r::IVAR.at(queue & 7);
+    if queue < 8 {
+        (
+            reg,
+            RX_LO_VEC.mask() | RX_LO_VALID.bit(),
+            RX_LO_VEC.val(vector) | RX_LO_VALID.bit(),
+        )
+    } else {
+        (
+            reg,
+            RX_HI_VEC.mask() | RX_HI_VALID.bit(),
+            RX_HI_VEC.val(vector) | RX_HI_VALID.bit(),
+        )
+    }
+}
 
 /// A receive queue of an 82576 port: the receive queue shared with the 82599 driver.
 pub type IgbRx<B> = IntelRx<B>;

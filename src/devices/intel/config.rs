@@ -56,6 +56,9 @@ pub struct IntelConfig<C: Chip> {
     pub vlans: Vec<u16>,
     /// The TPID recognised on receive and inserted on transmit (VET / VLNCTRL.VET + DMATXCTL.VT).
     pub tpid: u16,
+    /// Interrupt mode: each receive queue gets an MSI-X vector of its own, so that it can sleep
+    /// until frames arrive (`RxQueue::wait`). Off by default: the queues are polled.
+    pub interrupts: Option<IrqConfig>,
     /// The chip the limits come from.
     pub chip: PhantomData<C>,
 }
@@ -78,8 +81,31 @@ impl<C: Chip> Default for IntelConfig<C> {
             vlan_filter: false,
             vlans: Vec::new(),
             tpid: 0x8100,
+            interrupts: None,
             chip: PhantomData,
         }
+    }
+}
+
+/// The largest throttle interval EITR holds (INTERVAL, bits 14:2, in microseconds).
+pub const MAX_THROTTLE_US: u16 = (1 << 13) - 1;
+
+/// Interrupt mode's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IrqConfig {
+    /// The least time between two interrupts of one vector, microseconds (EITR.INTERVAL, 0 to
+    /// 8191; 0: no throttling). Frames arriving meanwhile wait for the interval's end, so a
+    /// busy queue interrupts at most 1 / interval times a second. (Linux's igb starts at
+    /// EITR = 648, an interval of 162 us or about 6,000 a second, and adapts it to the load;
+    /// `IGB_START_ITR` in igb.h, QEMU's `IGB_START_EITR`.)
+    pub throttle_us: u16,
+}
+
+impl Default for IrqConfig {
+    /// 50 us between interrupts: at most 20,000 a second per queue, a wake-up latency of at
+    /// most 50 us added by the throttle.
+    fn default() -> Self {
+        IrqConfig { throttle_us: 50 }
     }
 }
 
@@ -98,6 +124,14 @@ impl<C: Chip> IntelConfig<C> {
         check_rings_and_mtu(l, self.rx_ring, self.tx_ring, &self.pool, self.mtu)?;
         for &vid in &self.vlans {
             crate::vlan::Vid::new(vid)?;
+        }
+        if let Some(irq) = self.interrupts {
+            if irq.throttle_us > MAX_THROTTLE_US {
+                return Err(Error::InvalidConfig(format!(
+                    "{}: an interrupt throttle of {} us is beyond EITR.INTERVAL's 13 bits; use 0 to {MAX_THROTTLE_US} us",
+                    l.family, irq.throttle_us
+                )));
+            }
         }
         Ok(())
     }

@@ -23,6 +23,7 @@
 
 pub mod config;
 pub mod desc;
+pub mod irq;
 pub mod port;
 pub mod queue;
 pub(crate) mod rss;
@@ -36,7 +37,7 @@ pub mod vlan;
 #[cfg(test)]
 pub(crate) mod testkit;
 
-pub use config::{Chip, IntelConfig, Limits};
+pub use config::{Chip, IntelConfig, IrqConfig, Limits};
 pub use port::{IntelChip, IntelPort};
 pub use txq::IntelTx;
 pub use vlan::VlanShadow;

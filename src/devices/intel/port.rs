@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::{Chip, IntelConfig};
+use super::irq::{IrqRegs, QueueIrq};
 use super::queue::{self, RingRegs};
 use super::stats::HwStats;
 use super::vlan::VlanShadow;
@@ -23,6 +24,7 @@ use crate::device::{LinkStatus, MacAddr, Port, PortInfo, PortStats, QueueSet, Rx
 use crate::devices::ids::{self, Family};
 use crate::error::{Error, Result};
 use crate::platform::bus::Bus;
+use crate::platform::irq::{Interrupt, InterruptSet};
 use crate::platform::mmio::{wait_for, Mmio};
 use crate::platform::regs::{Reg, RegArray, Stats};
 use crate::vlan::{Tpid, Vid, VlanCaps, VlanHardware};
@@ -58,6 +60,9 @@ pub trait IntelChip: Chip {
     const RESET: (Reg, u32, &'static str, Duration);
     /// The link register, its "up" bit and its datasheet name (for the wait after init).
     const LINK: (Reg, u32, &'static str);
+    /// The interrupt registers, for interrupt mode ([`IntelConfig::interrupts`]); `None` where
+    /// the driver has no interrupt mode yet (opening with interrupts is then refused).
+    const IRQ: Option<&'static IrqRegs>;
     /// The chip's receive queue.
     type Rx<B: Bus>: RxQueue;
     /// The chip's own strip state (port-wide on the 82576, per queue on the 82599).
@@ -97,6 +102,9 @@ pub(crate) fn link_status(up: bool, speed: u32, mbps: [u32; 4], full_duplex: boo
 /// An open Intel port: the shell's state, the chip's strip state and the queues until they are
 /// taken. Fields are the chips' to use in their init and VLAN code.
 pub struct IntelPort<C: IntelChip, B: Bus> {
+    /// Interrupt mode's vectors, routed to eventfds (shared with the receive queues). First,
+    /// so that the routing is taken down before the bus and its BAR mapping go.
+    pub(crate) irqs: Option<Arc<InterruptSet>>,
     pub(crate) bus: B,
     pub(crate) regs: Arc<B::Mmio>,
     pub(crate) name: Arc<str>,
@@ -140,6 +148,7 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
         // From here on the port exists, so an error or a panic below runs its `Drop`: queues
         // disabled, device reset, bus mastering off, before any ring memory is freed.
         let mut port = IntelPort {
+            irqs: None,
             regs: bus.regs().clone(),
             name: bus.name().into(),
             bus,
@@ -156,8 +165,44 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
         // Bus master on before anything else (notes 1.2 and 1.4 step 1: nothing is received
         // without it); the chip's bring-up follows.
         port.bus.enable_bus_master()?;
+        if port.cfg.interrupts.is_some() {
+            port.irqs = Some(Arc::new(port.enable_interrupts()?));
+        }
         C::init(&mut port, ShellOnly(()))?;
         Ok(port)
+    }
+
+    /// Routes one vector per receive queue to an eventfd (interrupt mode), or says why not.
+    fn enable_interrupts(&self) -> Result<InterruptSet> {
+        if C::IRQ.is_none() {
+            return Err(Error::NotSupported {
+                device: self.name.to_string(),
+                what: "interrupt mode".into(),
+                why: format!(
+                    "the {} driver has no interrupt mode yet (the 82576's igb driver has); poll instead (leave interrupts off)",
+                    C::FAMILY.name()
+                ),
+            });
+        }
+        self.bus.enable_interrupts(self.cfg.rx_queues)
+    }
+
+    /// For init, after the receive queues are set up: programs interrupt mode (when the port
+    /// was opened with it) and gives each receive queue its vector, masked.
+    pub(crate) fn setup_interrupts(&mut self, attach: impl Fn(&mut C::Rx<B>, QueueIrq)) {
+        let (Some(set), Some(regs), Some(cfg)) = (&self.irqs, C::IRQ, self.cfg.interrupts) else {
+            return;
+        };
+        let queues = self.rx.len() as u32;
+        let irqs = super::irq::program(&*self.regs, regs, set, queues, cfg);
+        for (q, irq) in self.rx.iter_mut().zip(irqs) {
+            attach(q, irq);
+        }
+    }
+
+    /// The interrupt vectors of interrupt mode, in queue order (none when polled).
+    pub fn interrupts(&self) -> &[Interrupt] {
+        self.irqs.as_ref().map_or(&[], |s| s.vectors())
     }
 
     /// The port's MAC address (receive address 0 as loaded from the EEPROM).

@@ -11,12 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::{Chip, IntelConfig};
+use super::irq::QueueIrq;
 use super::queue::RingRegs;
 use super::rx::{ChipRx, RxRing};
 use crate::device::{QueueError, QueueStats, RxQueue};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::platform::bus::Bus;
 use crate::platform::dma::{DmaMapper, Packet, Pool};
+use crate::platform::irq::Interrupt;
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::RegArray;
 
@@ -56,6 +58,9 @@ pub(crate) use rx_regs;
 
 /// A receive queue of an Intel port: its ring, and what it needs to stop itself in `Drop`.
 pub struct IntelRx<B: Bus> {
+    /// Interrupt mode's vector (None: polled). Before `regs`, so that the routing it shares is
+    /// taken down before the register window can be unmapped.
+    pub(crate) irq: Option<QueueIrq>,
     pub(crate) ring: RxRing<B::Mmio>,
     pub(crate) regs: Arc<B::Mmio>,
     pub(crate) name: Arc<str>,
@@ -88,6 +93,7 @@ impl<B: Bus> IntelRx<B> {
             rx.chip,
         )?;
         let q = IntelRx {
+            irq: None,
             ring,
             regs,
             name,
@@ -118,6 +124,22 @@ impl<B: Bus> IntelRx<B> {
     pub fn index(&self) -> u32 {
         self.queue
     }
+
+    /// The queue's interrupt vector, or why it has none.
+    fn queue_irq(&self) -> Result<&QueueIrq> {
+        self.irq.as_ref().ok_or_else(|| Error::NotSupported {
+            device: self.name.to_string(),
+            what: format!("sleeping on receive queue {}", self.queue),
+            why: "the port was opened without interrupt mode; open it with interrupts (IntelConfig::interrupts, `--interrupts`)".into(),
+        })
+    }
+
+    /// Sets the queue's interrupt cause by hand (EICS), as a frame would: with the queue armed,
+    /// the device sends its vector's message. The self-test's interrupt check.
+    pub fn trigger_interrupt(&self) -> Result<()> {
+        self.queue_irq()?.trigger(&*self.regs);
+        Ok(())
+    }
 }
 
 impl<B: Bus> RxQueue for IntelRx<B> {
@@ -132,6 +154,22 @@ impl<B: Bus> RxQueue for IntelRx<B> {
 
     fn pool(&self) -> &Pool {
         self.ring.pool()
+    }
+
+    fn interrupt(&self) -> Option<&Interrupt> {
+        self.irq.as_ref().map(QueueIrq::interrupt)
+    }
+
+    fn arm_interrupt(&mut self) -> Result<bool> {
+        self.queue_irq()?.arm(&*self.regs);
+        // The look after the unmask: a frame written back before it is in the ring now.
+        Ok(self.ring.done_pending())
+    }
+
+    fn disarm_interrupt(&mut self) {
+        if let Some(irq) = &self.irq {
+            irq.disarm(&*self.regs);
+        }
     }
 }
 

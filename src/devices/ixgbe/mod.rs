@@ -33,6 +33,7 @@ use std::time::Duration;
 use crate::device::LinkStatus;
 use crate::devices::ids::Family;
 use crate::devices::intel::config::{Chip, IntelConfig, Limits};
+use crate::devices::intel::irq::IrqRegs;
 use crate::devices::intel::port::{link_status, IntelChip, IntelPort, ShellOnly};
 use crate::devices::intel::queue::RingRegs;
 use crate::devices::intel::vlan::VlanShadow;
@@ -97,6 +98,9 @@ impl IntelChip for Chip82599 {
     const STATS: &'static Stats = &r::STATS;
     /// LINKS.UP and LINKS.LINK_SPEED (datasheet 8.2.3.22.20 via notes 1.3).
     const LINK: (Reg, u32, &'static str) = (r::LINKS, r::links::UP.bit(), "LINKS.UP");
+    /// No interrupt mode yet: the 82599's IVAR layout, GPIE and EIAM_EX differ from the
+    /// 82576's, and the software 82599 does not model interrupt delivery.
+    const IRQ: Option<&'static IrqRegs> = None;
     type Rx<B: Bus> = IxgbeRx<B>;
     /// One per receive queue, shared with the queue after `take_queues`.
     type Strip = Vec<Arc<StripCtl>>;

@@ -19,9 +19,10 @@ use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 use vfio_bindings::bindings::vfio::{
-    VFIO_DEVICE_FLAGS_PCI, VFIO_DEVICE_FLAGS_RESET, VFIO_PCI_BAR5_REGION_INDEX,
-    VFIO_PCI_CONFIG_REGION_INDEX, VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ,
-    VFIO_REGION_INFO_FLAG_WRITE,
+    VFIO_DEVICE_FLAGS_PCI, VFIO_DEVICE_FLAGS_RESET, VFIO_IRQ_INFO_EVENTFD,
+    VFIO_PCI_BAR5_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_INTX_IRQ_INDEX,
+    VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_MSI_IRQ_INDEX, VFIO_REGION_INFO_FLAG_MMAP,
+    VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
 };
 
 use super::container::Container;
@@ -30,6 +31,7 @@ use super::ioctl;
 use super::registry::{Claim, OPEN_DEVICES};
 use crate::error::{Error, Result};
 use crate::platform::dma::DmaMapper;
+use crate::platform::irq::{Interrupt, InterruptSet};
 use crate::platform::mmio::MmioRegion;
 use crate::platform::pci::{PciAddress, Sysfs};
 
@@ -362,6 +364,93 @@ impl Device {
         })?;
         tracing::debug!(addr = %self.inner.addr, "device reset");
         Ok(true)
+    }
+}
+
+/// How many interrupt vectors of each kind a device offers (`VFIO_DEVICE_GET_IRQ_INFO`; 0 where
+/// the kind is missing or cannot signal an eventfd).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct IrqCounts {
+    /// Legacy INTx (0 or 1).
+    pub intx: u32,
+    /// MSI vectors.
+    pub msi: u32,
+    /// MSI-X vectors.
+    pub msix: u32,
+}
+
+/// The routing of a device's MSI-X vectors to eventfds: disables MSI-X when dropped (before
+/// the device fd and its BAR mappings go, since it holds the device).
+struct MsixRouting {
+    device: Arc<Inner>,
+}
+
+impl Drop for MsixRouting {
+    fn drop(&mut self) {
+        if let Err(e) = ioctl::device_disable_irqs(self.device.fd.as_fd(), VFIO_PCI_MSIX_IRQ_INDEX)
+        {
+            tracing::warn!(addr = %self.device.addr, "disabling MSI-X (VFIO_DEVICE_SET_IRQS) failed: {e}");
+        }
+    }
+}
+
+impl Device {
+    /// The interrupt vectors the device offers, by kind.
+    pub fn irq_counts(&self) -> Result<IrqCounts> {
+        let count = |index| -> Result<u32> {
+            let info = ioctl::device_get_irq_info(self.inner.fd.as_fd(), index).map_err(|e| {
+                Error::Vfio {
+                    what: "VFIO_DEVICE_GET_IRQ_INFO",
+                    target: self.inner.addr.to_string(),
+                    source: e.into(),
+                }
+            })?;
+            Ok(if info.flags & VFIO_IRQ_INFO_EVENTFD != 0 {
+                info.count
+            } else {
+                0
+            })
+        };
+        Ok(IrqCounts {
+            intx: count(VFIO_PCI_INTX_IRQ_INDEX)?,
+            msi: count(VFIO_PCI_MSI_IRQ_INDEX)?,
+            msix: count(VFIO_PCI_MSIX_IRQ_INDEX)?,
+        })
+    }
+
+    /// Enables MSI-X with `vectors` vectors, vector `i` signalling the `i`-th eventfd of the
+    /// returned set, until the set is dropped.
+    ///
+    /// Interrupt mode needs MSI-X: the drivers give each queue a vector of its own. A device
+    /// with fewer MSI-X vectors than asked is refused with what it does offer (MSI and INTx
+    /// included), and so is a vector count of 0.
+    pub fn enable_msix(&self, vectors: u16) -> Result<InterruptSet> {
+        let counts = self.irq_counts()?;
+        if vectors == 0 || u32::from(vectors) > counts.msix {
+            return Err(Error::NotSupported {
+                device: self.inner.addr.to_string(),
+                what: format!("interrupt mode with {vectors} MSI-X vector(s)"),
+                why: format!(
+                    "the device offers {} MSI-X vector(s), {} MSI and {} INTx through VFIO, and this driver needs one MSI-X vector per queue (at least 1); use fewer queues, or poll (leave interrupts off)",
+                    counts.msix, counts.msi, counts.intx
+                ),
+            });
+        }
+        let irqs = (0..vectors)
+            .map(Interrupt::new)
+            .collect::<Result<Vec<_>>>()?;
+        let fds: Vec<_> = irqs.iter().map(|i| i.as_fd()).collect();
+        ioctl::device_set_irq_eventfds(self.inner.fd.as_fd(), VFIO_PCI_MSIX_IRQ_INDEX, &fds)
+            .map_err(|e| Error::Vfio {
+                what: "VFIO_DEVICE_SET_IRQS (MSI-X eventfds)",
+                target: self.inner.addr.to_string(),
+                source: e.into(),
+            })?;
+        tracing::info!(addr = %self.inner.addr, vectors, "MSI-X vectors routed to eventfds");
+        let routing = MsixRouting {
+            device: self.inner.clone(),
+        };
+        Ok(InterruptSet::new(irqs, routing))
     }
 }
 

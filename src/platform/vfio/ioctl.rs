@@ -16,8 +16,10 @@ use nix::errno::Errno;
 use nix::libc::{c_char, c_int};
 use vfio_bindings::bindings::vfio::{
     vfio_device_info, vfio_group_status, vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap,
-    vfio_iommu_type1_info, vfio_region_info, VFIO_BASE, VFIO_DMA_MAP_FLAG_READ,
-    VFIO_DMA_MAP_FLAG_WRITE, VFIO_IOMMU_INFO_CAPS, VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE, VFIO_TYPE,
+    vfio_iommu_type1_info, vfio_irq_info, vfio_irq_set, vfio_region_info, VFIO_BASE,
+    VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE, VFIO_IOMMU_INFO_CAPS,
+    VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD,
+    VFIO_IRQ_SET_DATA_NONE, VFIO_TYPE,
 };
 
 mod raw {
@@ -54,6 +56,16 @@ mod raw {
         device_get_region_info,
         request_code_none!(VFIO_TYPE, VFIO_BASE + 8),
         vfio_region_info
+    );
+    nix::ioctl_readwrite_bad!(
+        device_get_irq_info,
+        request_code_none!(VFIO_TYPE, VFIO_BASE + 9),
+        vfio_irq_info
+    );
+    nix::ioctl_write_ptr_bad!(
+        device_set_irqs,
+        request_code_none!(VFIO_TYPE, VFIO_BASE + 10),
+        vfio_irq_set
     );
     nix::ioctl_none_bad!(device_reset, request_code_none!(VFIO_TYPE, VFIO_BASE + 11));
     nix::ioctl_readwrite_bad!(
@@ -151,6 +163,63 @@ pub fn device_get_region_info(device: BorrowedFd<'_>, index: u32) -> nix::Result
     // the kernel only raises `argsz` to say how much it would need; it never writes past our size.
     unsafe { raw::device_get_region_info(device.as_raw_fd(), &mut info) }?;
     Ok(info)
+}
+
+/// `VFIO_DEVICE_GET_IRQ_INFO` for interrupt index `index` (`VFIO_PCI_INTX/MSI/MSIX_IRQ_INDEX`):
+/// how many vectors of that kind the device offers, and whether they signal eventfds.
+pub fn device_get_irq_info(device: BorrowedFd<'_>, index: u32) -> nix::Result<vfio_irq_info> {
+    let mut info = vfio_irq_info {
+        argsz: argsz::<vfio_irq_info>(),
+        index,
+        ..Default::default()
+    };
+    // SAFETY: `info` is a live struct of the size given in `argsz`; the kernel writes within it.
+    unsafe { raw::device_get_irq_info(device.as_raw_fd(), &mut info) }?;
+    Ok(info)
+}
+
+/// `VFIO_DEVICE_SET_IRQS` with `DATA_EVENTFD | ACTION_TRIGGER`: vector `i` of interrupt index
+/// `index` signals `eventfds[i]` from now on (vectors 0 to n - 1; the kernel enables MSI-X
+/// with that many vectors).
+pub fn device_set_irq_eventfds(
+    device: BorrowedFd<'_>,
+    index: u32,
+    eventfds: &[BorrowedFd<'_>],
+) -> nix::Result<()> {
+    // The struct's five u32 words, then one s32 file descriptor per vector (the UAPI's
+    // variable `data`), in one u32 buffer so that the header is aligned as the struct needs.
+    let header = size_of::<vfio_irq_set>() / 4;
+    let mut buf = vec![0u32; header + eventfds.len()];
+    buf[0] = (buf.len() * 4) as u32; // argsz: header and data
+    buf[1] = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
+    buf[2] = index;
+    buf[3] = 0; // start
+    buf[4] = eventfds.len() as u32; // count
+    for (slot, fd) in buf[header..].iter_mut().zip(eventfds) {
+        *slot = fd.as_raw_fd() as u32;
+    }
+    // SAFETY: `buf` holds a `vfio_irq_set` header (u32-aligned, as the struct is) followed by
+    // `count` descriptors, `argsz` bytes in all; the kernel only reads it, during the call.
+    // The descriptors are borrowed for the call, so they are open; the kernel takes its own
+    // reference to each eventfd.
+    unsafe { raw::device_set_irqs(device.as_raw_fd(), buf.as_ptr().cast::<vfio_irq_set>()) }
+        .map(drop)
+}
+
+/// `VFIO_DEVICE_SET_IRQS` with `DATA_NONE | ACTION_TRIGGER` and a count of 0: every vector of
+/// interrupt index `index` off (the kernel disables MSI-X and lets go of the eventfds).
+pub fn device_disable_irqs(device: BorrowedFd<'_>, index: u32) -> nix::Result<()> {
+    let set = vfio_irq_set {
+        argsz: argsz::<vfio_irq_set>(),
+        flags: VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER,
+        index,
+        start: 0,
+        count: 0,
+        ..Default::default()
+    };
+    // SAFETY: `set` is a live header of the size in `argsz`, with no data (count 0); the
+    // kernel only reads it.
+    unsafe { raw::device_set_irqs(device.as_raw_fd(), &set) }.map(drop)
 }
 
 /// `VFIO_DEVICE_RESET`.
@@ -278,6 +347,8 @@ mod tests {
         assert_eq!(argsz::<vfio_region_info>(), 32);
         assert_eq!(argsz::<vfio_iommu_type1_dma_map>(), 32);
         assert_eq!(argsz::<vfio_iommu_type1_dma_unmap>(), 24);
+        assert_eq!(argsz::<vfio_irq_info>(), 16);
+        assert_eq!(argsz::<vfio_irq_set>(), 20);
     }
 
     /// An info buffer as Linux 6.1 returns it for a VT-d container: a migration capability
@@ -332,5 +403,8 @@ mod tests {
         assert!(group_get_status(f.as_fd()).is_err());
         assert!(device_get_region_info(f.as_fd(), 7).is_err());
         assert!(iommu_get_info(f.as_fd()).is_err());
+        assert!(device_get_irq_info(f.as_fd(), 2).is_err());
+        assert!(device_set_irq_eventfds(f.as_fd(), 2, &[f.as_fd()]).is_err());
+        assert!(device_disable_irqs(f.as_fd(), 2).is_err());
     }
 }

@@ -26,6 +26,6 @@ mod registry;
 
 pub use container::{iova_alignment, Container, CONTAINER_PATH, GROUP_DIR};
 pub use device::{
-    command_with_bus_master, Device as VfioDevice, RegionInfo, PCI_COMMAND, PCI_COMMAND_MASTER,
-    PCI_COMMAND_MEMORY,
+    command_with_bus_master, Device as VfioDevice, IrqCounts, RegionInfo, PCI_COMMAND,
+    PCI_COMMAND_MASTER, PCI_COMMAND_MEMORY,
 };
