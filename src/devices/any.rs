@@ -314,29 +314,54 @@ impl RxQueue for AnyRx {
     fn interrupt(&self) -> Option<&Interrupt> {
         match self {
             AnyRx::Igb(q) => q.interrupt(),
-            // Only the igb driver has an interrupt mode (`IntelChip::IRQ`).
+            AnyRx::Ixgbe(q) => q.interrupt(),
+            AnyRx::IxgbeSim(q) => q.interrupt(),
+            // The Intel drivers have an interrupt mode (`IntelChip::IRQ`); the rest are polled.
             _ => None,
         }
     }
     fn arm_interrupt(&mut self) -> Result<bool> {
         match self {
             AnyRx::Igb(q) => q.arm_interrupt(),
+            AnyRx::Ixgbe(q) => q.arm_interrupt(),
+            AnyRx::IxgbeSim(q) => q.arm_interrupt(),
             _ => Err(Error::NotSupported {
                 device: self.kind().into(),
                 what: "interrupt mode".into(),
-                why: "only the 82576 (igb) driver has an interrupt mode today; poll this port"
-                    .into(),
+                why: NO_INTERRUPT_MODE.into(),
             }),
         }
     }
     fn disarm_interrupt(&mut self) {
-        if let AnyRx::Igb(q) = self {
-            q.disarm_interrupt();
+        match self {
+            AnyRx::Igb(q) => q.disarm_interrupt(),
+            AnyRx::Ixgbe(q) => q.disarm_interrupt(),
+            AnyRx::IxgbeSim(q) => q.disarm_interrupt(),
+            _ => {}
         }
     }
 }
 
+/// Why a port of another kind has no interrupt mode.
+pub const NO_INTERRUPT_MODE: &str =
+    "only the Intel drivers (82576, 82599 and the software 82599) have an interrupt mode; poll this port";
+
 impl AnyRx {
+    /// Sets the queue's interrupt cause by hand (EICS on the Intel chips): armed, the queue's
+    /// vector fires as if a frame had arrived. The self-test's interrupt check.
+    pub fn trigger_interrupt(&self) -> Result<()> {
+        match self {
+            AnyRx::Igb(q) => q.trigger_interrupt(),
+            AnyRx::Ixgbe(q) => q.trigger_interrupt(),
+            AnyRx::IxgbeSim(q) => q.trigger_interrupt(),
+            _ => Err(Error::NotSupported {
+                device: self.kind().into(),
+                what: "interrupt mode".into(),
+                why: NO_INTERRUPT_MODE.into(),
+            }),
+        }
+    }
+
     /// The kind of port the queue belongs to, for messages.
     fn kind(&self) -> &'static str {
         match self {

@@ -18,7 +18,7 @@ use vfio_nic::{Error, Result};
 #[derive(clap::Args, Debug, Clone)]
 pub struct IrqOpts {
     /// Sleep on the receive queues' MSI-X interrupts after --idle-polls empty polls in a row,
-    /// instead of polling for ever (82576 ports; other ports refuse it).
+    /// instead of polling for ever (82576, 82599 and software 82599 ports; others refuse it).
     #[arg(long)]
     pub interrupts: bool,
     /// Empty polls in a row before sleeping (with --interrupts).
@@ -49,9 +49,11 @@ impl IrqOpts {
     /// Opens ports in interrupt mode when asked.
     pub fn apply(&self, c: &mut PortConfig) {
         if self.interrupts {
-            c.igb.interrupts = Some(IrqConfig {
+            let irq = Some(IrqConfig {
                 throttle_us: self.throttle_us,
             });
+            c.igb.interrupts = irq;
+            c.ixgbe.interrupts = irq;
         }
     }
 
@@ -73,7 +75,10 @@ impl IrqOpts {
             return Err(Error::NotSupported {
                 device: port.to_string(),
                 what: "--interrupts".into(),
-                why: "only 82576 (igb) ports have an interrupt mode today; leave --interrupts out to poll".into(),
+                why: format!(
+                    "{}; leave --interrupts out",
+                    vfio_nic::devices::any::NO_INTERRUPT_MODE
+                ),
             });
         }
         Ok(())

@@ -10,20 +10,22 @@
 //! - EIMS / EIMC: unmask / mask. The device sends vector v's message when EICR.v & EIMS.v
 //!   becomes set, by a new cause or by unmasking a pending one (QEMU: `raised_ecauses` in
 //!   `igb_raise_interrupts`, which EIMS writes go through too);
-//! - EITR[v]: the least interval between two messages of vector v (QEMU postpones the message
+//! - `EITR[v]`: the least interval between two messages of vector v (QEMU postpones the message
 //!   while the interval's timer runs);
 //! - EICS: sets EICR bits by hand, for the self-test.
 //!
-//! So a queue sleeps in three steps ([`QueueIrq::arm`]): clear its stale cause (frames the polling
+//! So a queue sleeps in three steps (`QueueIrq::arm`): clear its stale cause (frames the polling
 //! loop already took set it while masked), unmask, then look at the ring once more. A frame
 //! that landed between the last empty poll and the unmask is in the ring (the look finds it);
 //! one that lands after the unmask sends the message. Nothing is lost and nobody sleeps on a
 //! frame that is already there: the race every interrupt-driven driver closes this way (NAPI's
 //! `napi_complete_done` then re-check, DPDK l3fwd-power's re-poll after `rx_intr_enable`).
 //!
-//! Only the 82576 has this mode today ([`IntelChip::IRQ`](super::IntelChip::IRQ)); that QEMU
-//! models these registers is what the on-device test proves, while the order of EICR and
-//! EIMS effects on a real card is the datasheet's word until a card confirms it.
+//! The 82599 has the same scheme with its own layout (`IVAR[q >> 1]` with byte 0 or 2, EITR in
+//! 2 us units, GPIE.PBA_SUPPORT; Linux `ixgbe_set_ivar`, `ixgbe_write_eitr`), and the software
+//! 82599 models it (`devices/sim/irq.rs`), so the host tests run this code. That QEMU models
+//! the 82576's registers is what the on-device test proves; the order of EICR and EIMS effects
+//! on a real card is the datasheets' word until a card confirms it.
 
 use std::sync::Arc;
 
@@ -51,6 +53,10 @@ pub struct IrqRegs {
     pub eitr: RegArray,
     /// EITR's value for an interval of `us` microseconds.
     pub eitr_value: fn(us: u16) -> u32,
+    /// The longest interval EITR holds, microseconds.
+    pub max_throttle_us: u16,
+    /// Vectors this mode can use: one EICR/EIMS bit each.
+    pub max_vectors: u16,
     /// The IVAR register, the bits of its entry, and the entry's value that route receive
     /// queue `queue` to vector `vector` (valid bit included).
     pub ivar_rx: fn(queue: u32, vector: u32) -> (Reg, u32, u32),

@@ -174,15 +174,36 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
 
     /// Routes one vector per receive queue to an eventfd (interrupt mode), or says why not.
     fn enable_interrupts(&self) -> Result<InterruptSet> {
-        if C::IRQ.is_none() {
+        let (Some(regs), Some(irq)) = (C::IRQ, self.cfg.interrupts) else {
             return Err(Error::NotSupported {
                 device: self.name.to_string(),
                 what: "interrupt mode".into(),
                 why: format!(
-                    "the {} driver has no interrupt mode yet (the 82576's igb driver has); poll instead (leave interrupts off)",
+                    "the {} driver has no interrupt mode; poll instead (leave interrupts off)",
                     C::FAMILY.name()
                 ),
             });
+        };
+        if self.cfg.rx_queues > regs.max_vectors {
+            return Err(Error::NotSupported {
+                device: self.name.to_string(),
+                what: format!("interrupt mode with {} receive queues", self.cfg.rx_queues),
+                why: format!(
+                    "the {} driver gives each receive queue a vector of its own and has {} (one EICR bit each); use at most {} queues",
+                    C::FAMILY.name(),
+                    regs.max_vectors,
+                    regs.max_vectors
+                ),
+            });
+        }
+        if irq.throttle_us > regs.max_throttle_us {
+            return Err(Error::InvalidConfig(format!(
+                "{}: an interrupt throttle of {} us is beyond what the {} driver's EITR holds; use 0 to {} us",
+                self.name,
+                irq.throttle_us,
+                C::FAMILY.name(),
+                regs.max_throttle_us
+            )));
         }
         self.bus.enable_interrupts(self.cfg.rx_queues)
     }

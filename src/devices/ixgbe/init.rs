@@ -109,6 +109,8 @@ impl<B: Bus> IxgbePort<B> {
         if self.cfg.rx_queues > 1 {
             rss::setup(m, &RSS, self.cfg.rx_queues);
         }
+        // Interrupt mode (when opened with it): a vector per receive queue, masked while polled.
+        self.setup_interrupts(IxgbeRx::set_irq);
 
         // Step 7 (datasheet 4.6.8 "Transmit initialization").
         self.init_tx_global();

@@ -98,9 +98,7 @@ impl IntelChip for Chip82599 {
     const STATS: &'static Stats = &r::STATS;
     /// LINKS.UP and LINKS.LINK_SPEED (datasheet 8.2.3.22.20 via notes 1.3).
     const LINK: (Reg, u32, &'static str) = (r::LINKS, r::links::UP.bit(), "LINKS.UP");
-    /// No interrupt mode yet: the 82599's IVAR layout, GPIE and EIAM_EX differ from the
-    /// 82576's, and the software 82599 does not model interrupt delivery.
-    const IRQ: Option<&'static IrqRegs> = None;
+    const IRQ: Option<&'static IrqRegs> = Some(&queue::IRQ);
     type Rx<B: Bus> = IxgbeRx<B>;
     /// One per receive queue, shared with the queue after `take_queues`.
     type Strip = Vec<Arc<StripCtl>>;

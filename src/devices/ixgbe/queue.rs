@@ -38,6 +38,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::device::{QueueError, QueueStats, RxQueue};
+use crate::devices::intel::irq::{IrqRegs, QueueIrq};
 use crate::devices::intel::queue::{ring_regs, RingRegs};
 use crate::devices::intel::rx::ChipRx;
 use crate::devices::intel::rxq::{rx_regs, IntelRx, RxRegs};
@@ -45,10 +46,55 @@ use crate::devices::intel::IntelTx;
 use crate::error::{Error, Result};
 use crate::platform::bus::Bus;
 use crate::platform::dma::{DmaMapper, Packet, Pool};
+use crate::platform::irq::Interrupt;
 use crate::platform::mmio::{wait_for, Mmio};
 use crate::platform::regs::ixgbe::{self as r};
+use crate::platform::regs::Reg;
 
 use super::IxgbeConfig;
+
+/// The 82599's interrupt registers (`regs/ixgbe.toml`; Linux `ixgbe_configure_msix`: GPIE =
+/// MSIX_MODE | PBA_SUPPORT | OCD | EIAME, of which this driver keeps the first two: it masks a
+/// woken vector itself, and no "other" cause has a vector). Vectors 0-15: the EICR queue bits
+/// (16-63 would need EIMS_EX).
+pub(crate) static IRQ: IrqRegs = IrqRegs {
+    eicr: r::EICR,
+    eics: r::EICS,
+    eims: r::EIMS,
+    eimc: r::EIMC,
+    eiac: r::EIAC,
+    gpie: (
+        r::GPIE,
+        r::gpie::MSIX_MODE.bit() | r::gpie::PBA_SUPPORT.bit(),
+    ),
+    eitr: r::EITR,
+    // ITR_INTERVAL counts 2 us (Linux `ixgbe_write_eitr` writes usecs << 2 masked to 11:3);
+    // an odd interval rounds up.
+    eitr_value: |us| r::eitr::ITR_INTERVAL.val(u32::from(us).div_ceil(2)),
+    max_throttle_us: 1022,
+    max_vectors: 16,
+    ivar_rx,
+};
+
+/// IVAR for receive queue `queue` on `vector`: IVAR[queue >> 1], byte 0 for even queues and
+/// byte 2 for odd ones (Linux `ixgbe_set_ivar` for the 82599: index 16 * (queue & 1)).
+fn ivar_rx(queue: u32, vector: u32) -> (Reg, u32, u32) {
+    use r::ivar::*;
+    let reg = r::IVAR.at(queue >> 1);
+    if queue & 1 == 0 {
+        (
+            reg,
+            RX_EVEN_VEC.mask() | RX_EVEN_VALID.bit(),
+            RX_EVEN_VEC.val(vector) | RX_EVEN_VALID.bit(),
+        )
+    } else {
+        (
+            reg,
+            RX_ODD_VEC.mask() | RX_ODD_VALID.bit(),
+            RX_ODD_VEC.val(vector) | RX_ODD_VALID.bit(),
+        )
+    }
+}
 
 /// TXDCTL thresholds: prefetch 36 and host 8 as ixy; write-back threshold 0 because the ring
 /// asks for write-backs with RS only every few descriptors (DPDK refuses WTHRESH > 0 with an
@@ -305,6 +351,32 @@ impl<B: Bus> RxQueue for IxgbeRx<B> {
 
     fn pool(&self) -> &Pool {
         self.q.ring.pool()
+    }
+
+    fn interrupt(&self) -> Option<&Interrupt> {
+        self.q.interrupt()
+    }
+
+    /// Frames a strip switch is holding, or a switch in progress, count as waiting.
+    fn arm_interrupt(&mut self) -> Result<bool> {
+        let pending = self.q.arm_interrupt()?;
+        Ok(pending || !self.held.is_empty() || self.stopping.is_some())
+    }
+
+    fn disarm_interrupt(&mut self) {
+        self.q.disarm_interrupt();
+    }
+}
+
+impl<B: Bus> IxgbeRx<B> {
+    /// For init: the queue's interrupt vector (interrupt mode).
+    pub(crate) fn set_irq(&mut self, irq: QueueIrq) {
+        self.q.irq = Some(irq);
+    }
+
+    /// Sets the queue's interrupt cause by hand (EICS): the self-test's interrupt check.
+    pub fn trigger_interrupt(&self) -> Result<()> {
+        self.q.trigger_interrupt()
     }
 }
 

@@ -72,7 +72,9 @@
 //!   (0x2300 + 4n) and TQSM(n) (0x8600 + 4n), which map every queue to counter 0 at reset, as
 //!   on the real part.
 //! - EICR (read-to-clear, write-1-to-clear), EICS (sets EICR bits), EIMS/EIMC (set/clear the
-//!   mask): modelled as registers; no interrupt is ever delivered.
+//!   mask); with interrupts routed ([`Bus::enable_interrupts`](crate::platform::bus::Bus::enable_interrupts))
+//!   and GPIE.MSIX_MODE, receive write-backs raise their IVAR vector's cause and unmasked
+//!   causes signal the vector's eventfd, EIAC auto-clears, EITR throttles: see `irq.rs`.
 //! - RX: see `rx.rs` for the order of decisions. VLAN: a tag is recognised when the ethertype at 12 is
 //!   VLNCTRL.VET; in extended mode (CTRL_EXT b26) the outer tag must carry EXVET.VET_EXT and the
 //!   inner one VLNCTRL.VET: filter (VLNCTRL.VFE + VFTA, VID 0 included, as on the part) and
@@ -103,7 +105,7 @@
 //!   [`Bus::enable_bus_master`](crate::platform::bus::Bus::enable_bus_master)) means no DMA at all.
 //!
 //! # Not modelled (logged once when a driver touches it)
-//! Interrupt delivery and moderation (EITR, IVAR, GPIE, EIAC, EIAM), flow control, DCB,
+//! Interrupt auto-mask (EIAM), the "other" and transmit causes' vectors, MSI and INTx, flow control, DCB,
 //! VMDq/SR-IOV pools (VLVF, VLVFB, RAH pool bits, MRQC modes other than RSS), header split and
 //! legacy receive descriptors (SRRCTL.DESCTYPE other than 001 is treated as one buffer), RSC,
 //! CFI filtering (VLNCTRL.CFIEN), the 82598-only VLNCTRL.VME, TSO and checksum insertion on
@@ -121,6 +123,7 @@
 
 mod engine;
 mod frame;
+mod irq;
 mod layout;
 mod port;
 mod regs;
@@ -226,4 +229,6 @@ counters! {
     /// Threaded mode: the polls counted in `busy_ns` (frames over polls is the batch the
     /// device thread works in).
     busy_polls,
+    /// MSI-X messages sent (eventfds signalled; interrupt mode, see `irq.rs`).
+    interrupts,
 }

@@ -10,9 +10,10 @@ use super::regs::{lock, SimRegs, Spec};
 use super::SimCounters;
 use crate::device::MacAddr;
 use crate::devices::worker::DeviceThread;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::platform::bus::Bus;
 use crate::platform::dma::{DmaMapper, SoftIommu};
+use crate::platform::irq::{Interrupt, InterruptSet};
 
 /// When the model does its work (see the module documentation).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -335,5 +336,42 @@ impl Bus for SimPort {
     fn disable_bus_master(&self) -> Result<()> {
         self.dev.bus_master.store(false, Release);
         Ok(())
+    }
+
+    /// The model's MSI-X: vectors 0 to n - 1 (at most 16, the EICR queue bits it models)
+    /// signal eventfds, until the set is dropped.
+    fn enable_interrupts(&self, vectors: u16) -> Result<InterruptSet> {
+        if vectors == 0 || usize::from(vectors) > super::irq::VECTORS {
+            return Err(Error::NotSupported {
+                device: self.dev.name().to_string(),
+                what: format!("interrupt mode with {vectors} vectors"),
+                why: format!(
+                    "the software 82599 models vectors 0 to {} (the EICR queue bits); use at most {} receive queues",
+                    super::irq::VECTORS - 1,
+                    super::irq::VECTORS
+                ),
+            });
+        }
+        let irqs = (0..vectors)
+            .map(Interrupt::new)
+            .collect::<Result<Vec<_>>>()?;
+        self.dev.route_interrupts(irqs.clone());
+        Ok(InterruptSet::new(
+            irqs,
+            Unroute {
+                dev: self.dev.clone(),
+            },
+        ))
+    }
+}
+
+/// Takes the model's interrupt routing down when an [`InterruptSet`] goes.
+struct Unroute {
+    dev: Arc<SimRegs>,
+}
+
+impl Drop for Unroute {
+    fn drop(&mut self) {
+        self.dev.unroute_interrupts();
     }
 }

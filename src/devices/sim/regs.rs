@@ -93,6 +93,8 @@ pub struct SimRegs {
     pub(super) gaps: Mutex<Vec<&'static str>>,
     /// Set while the device thread (threaded mode) runs.
     pub(super) worker_alive: Arc<AtomicBool>,
+    /// Interrupt delivery (`irq.rs`).
+    pub(super) irq: super::irq::SimIrq,
 }
 
 impl std::fmt::Debug for SimRegs {
@@ -162,6 +164,7 @@ impl SimRegs {
             tx_enabled: [AtomicU64::new(0), AtomicU64::new(0)],
             gaps: Mutex::new(Vec::new()),
             worker_alive: Arc::new(AtomicBool::new(false)),
+            irq: Default::default(),
         };
         dev.reset();
         dev
@@ -220,7 +223,17 @@ impl SimRegs {
     }
 
     fn raise(&self, cause: u32) {
-        self.word[r::EICR.offset() / 4].fetch_or(cause, AcqRel);
+        self.word_fetch_or(r::EICR.offset(), cause);
+    }
+
+    /// Sets bits of the register at `off` atomically (interrupt causes).
+    pub(super) fn word_fetch_or(&self, off: usize, bits: u32) {
+        self.word[off / 4].fetch_or(bits, AcqRel);
+    }
+
+    /// Clears bits of the register at `off` atomically.
+    pub(super) fn word_fetch_and(&self, off: usize, bits: u32) {
+        self.word[off / 4].fetch_and(bits, AcqRel);
     }
 
     pub(super) fn link_changed(&self) {
@@ -279,6 +292,7 @@ impl SimRegs {
     /// CTRL.RST / LNK_RST: every register back to its reset value, rings, contexts, counters
     /// and the inbound queue cleared, link down until autonegotiation is restarted.
     pub(super) fn reset(&self) {
+        self.irq.reset();
         let mut tx = lock(&self.tx);
         let mut rx = lock(&self.rx);
         for (i, w) in self.word.iter().enumerate() {
@@ -470,9 +484,14 @@ impl SimRegs {
             Kind::Eicr => {
                 self.word[c / 4].fetch_and(!v, AcqRel);
             }
-            Kind::Eics => self.raise(v),
+            Kind::Eics => {
+                self.raise(v);
+                self.send_due();
+            }
             Kind::Eims => {
                 self.word[r::EIMS.offset() / 4].fetch_or(v, AcqRel);
+                // A cause that waited while masked sends its message now.
+                self.send_due();
             }
             Kind::Eimc => {
                 self.word[r::EIMS.offset() / 4].fetch_and(!v, AcqRel);

@@ -90,6 +90,7 @@ impl SimRegs {
         }
         if placed > 0 {
             self.set_off(rxq(ring.q) + 0x10, ring.head as u32);
+            self.rx_cause(ring.q);
         }
         rx.cursor = Some(ring);
         (placed, bytes)

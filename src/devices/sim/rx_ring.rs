@@ -149,6 +149,7 @@ impl SimRegs {
     pub(super) fn advance(&self, ring: &mut RingCursor, k: usize) {
         ring.head = ring.at(k);
         self.set_off(rxq(ring.q) + 0x10, ring.head as u32);
+        self.rx_cause(ring.q);
     }
 }
 

@@ -400,7 +400,7 @@ impl SimRegs {
                 }
             }
         }
-        worked | self.service_rx()
+        worked | self.service_rx() | self.irq_poll()
     }
 }
 

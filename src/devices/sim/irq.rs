@@ -1,0 +1,187 @@
+//! Interrupt delivery of the software 82599, so that the ixgbe driver's interrupt mode runs in
+//! `sim:N` unchanged.
+//!
+//! What is modelled (82599 datasheet 7.3 "Interrupts" as Linux's `ixgbe_configure_msix` and
+//! DPDK's `ixgbe_configure_msix` program it, and as QEMU models the same scheme for the 82576 in
+//! `igb_raise_interrupts`):
+//! - with GPIE.MSIX_MODE set, a frame written back on receive queue q sets EICR bit v, where v
+//!   is the queue's IVAR entry (IVAR[q >> 1], byte 0 for even queues, byte 2 for odd ones, with
+//!   its valid bit); vectors 0-15 only (the EICR queue bits; 16-63 would need EIMS_EX);
+//! - a vector whose EICR and EIMS bits are both set sends its message: the eventfd that
+//!   [`Bus::enable_interrupts`](crate::platform::bus::Bus::enable_interrupts) routed it to is
+//!   signalled, and the EICR bit is cleared if EIAC has it. A cause raised while masked waits
+//!   in EICR; unmasking it (EIMS) sends the message then. EICS sets causes by hand;
+//! - EITR[v].ITR_INTERVAL (2 us units): a message within the interval after the vector's last
+//!   one is postponed, and the device thread sends it when the interval has passed (threaded
+//!   mode). Inline, with no thread to send it later, messages go out at once: a postponed one
+//!   could otherwise never be sent while the driver sleeps.
+//!
+//! Not modelled: auto-mask (EIAM, GPIE.EIAME), the "other" causes' vector (IVAR_MISC; LSC stays
+//! in EICR only), transmit queue causes, MSI and INTx. The model's messages cost a write to an
+//! eventfd; a card's cost an MSI-X write through the IOMMU's interrupt remapping.
+
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use super::regs::SimRegs;
+use crate::platform::irq::Interrupt;
+use crate::platform::regs::ixgbe as r;
+
+/// The vectors whose causes EICR holds one bit each (the queue causes, RTX_QUEUE).
+pub(super) const VECTORS: usize = 16;
+
+/// The interrupt side of one software 82599 port.
+pub(super) struct SimIrq {
+    /// Eventfds are routed (interrupt mode): the receive path looks at nothing else when not.
+    on: AtomicBool,
+    /// Vector -> eventfd, as routed.
+    fds: Mutex<Vec<Interrupt>>,
+    /// Each vector's last message, ns since `epoch` (0: never).
+    last: [AtomicU64; VECTORS],
+    /// Vectors whose message waits for its throttle interval to end.
+    pending: AtomicU32,
+    epoch: Instant,
+}
+
+impl Default for SimIrq {
+    fn default() -> Self {
+        SimIrq {
+            on: AtomicBool::new(false),
+            fds: Mutex::new(Vec::new()),
+            last: std::array::from_fn(|_| AtomicU64::new(0)),
+            pending: AtomicU32::new(0),
+            epoch: Instant::now(),
+        }
+    }
+}
+
+impl SimIrq {
+    fn fds(&self) -> MutexGuard<'_, Vec<Interrupt>> {
+        self.fds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Routes vector i to `fds[i]` (the bus's `enable_interrupts`).
+    pub(super) fn route(&self, fds: Vec<Interrupt>) {
+        *self.fds() = fds;
+        self.on.store(true, Release);
+    }
+
+    /// Takes the routing down: no message is sent any more.
+    pub(super) fn unroute(&self) {
+        self.on.store(false, Release);
+        self.fds().clear();
+        self.pending.store(0, Relaxed);
+    }
+
+    /// A device reset: no message is owed; the routing (a VFIO matter) stays.
+    pub(super) fn reset(&self) {
+        self.pending.store(0, Relaxed);
+        for l in &self.last {
+            l.store(0, Relaxed);
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        // 1 and up, so that 0 can mean "never".
+        self.epoch.elapsed().as_nanos() as u64 + 1
+    }
+}
+
+impl SimRegs {
+    /// A frame was written back on receive queue `q` (its RDH moved): its vector's cause, and
+    /// the message if the vector is unmasked. One relaxed load when interrupts are not routed.
+    #[inline]
+    pub(super) fn rx_cause(&self, q: usize) {
+        if self.irq.on.load(Relaxed) {
+            self.rx_cause_routed(q);
+        }
+    }
+
+    fn rx_cause_routed(&self, q: usize) {
+        if !r::gpie::MSIX_MODE.is_set(self.get(r::GPIE)) {
+            return;
+        }
+        let ivar = self.get(r::IVAR.at((q >> 1) as u32));
+        let (vec, valid) = if q & 1 == 0 {
+            (
+                r::ivar::RX_EVEN_VEC.get(ivar),
+                r::ivar::RX_EVEN_VALID.is_set(ivar),
+            )
+        } else {
+            (
+                r::ivar::RX_ODD_VEC.get(ivar),
+                r::ivar::RX_ODD_VALID.is_set(ivar),
+            )
+        };
+        if valid && (vec as usize) < VECTORS {
+            self.raise_cause(1 << vec);
+            self.send_due();
+        }
+    }
+
+    /// Sets EICR bits (a frame, or EICS).
+    pub(super) fn raise_cause(&self, bits: u32) {
+        self.word_fetch_or(r::EICR.offset(), bits);
+    }
+
+    /// Sends the message of every vector whose cause is set and unmasked, but for those still
+    /// in their throttle interval (threaded mode): they are marked pending for the device
+    /// thread ([`SimRegs::irq_poll`]). Returns whether a message was sent.
+    pub(super) fn send_due(&self) -> bool {
+        if !self.irq.on.load(Acquire) {
+            return false;
+        }
+        let due = self.get(r::EICR) & self.get(r::EIMS) & ((1 << VECTORS) - 1);
+        if due == 0 {
+            return false;
+        }
+        let throttle = !self.inline.load(Relaxed);
+        let now = self.irq.now_ns();
+        let eiac = self.get(r::EIAC);
+        let fds = self.irq.fds();
+        let mut sent = false;
+        let mut bits = due;
+        while bits != 0 {
+            let v = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let bit = 1u32 << v;
+            let interval_ns =
+                u64::from(r::eitr::ITR_INTERVAL.get(self.get(r::EITR.at(v as u32)))) * 2_000;
+            let last = self.irq.last[v].load(Relaxed);
+            if throttle && last != 0 && now.saturating_sub(last) < interval_ns {
+                self.irq.pending.fetch_or(bit, AcqRel);
+                continue;
+            }
+            self.irq.pending.fetch_and(!bit, AcqRel);
+            self.irq.last[v].store(now, Relaxed);
+            if eiac & bit != 0 {
+                self.word_fetch_and(r::EICR.offset(), !bit);
+            }
+            if let Some(fd) = fds.get(v) {
+                if let Err(e) = fd.trigger() {
+                    tracing::warn!(port = %self.name, vector = v, "the model could not signal its interrupt eventfd: {e}");
+                }
+                self.counters.interrupts.inc();
+                sent = true;
+            }
+        }
+        sent
+    }
+
+    /// The device thread's turn: messages whose throttle interval has ended.
+    pub(super) fn irq_poll(&self) -> bool {
+        self.irq.pending.load(Relaxed) != 0 && self.send_due()
+    }
+
+    /// Routes vectors 0 to n - 1 to `fds` (the bus's `enable_interrupts`).
+    pub(super) fn route_interrupts(&self, fds: Vec<Interrupt>) {
+        self.irq.route(fds);
+    }
+
+    /// Takes the routing down.
+    pub(super) fn unroute_interrupts(&self) {
+        self.irq.unroute();
+    }
+}

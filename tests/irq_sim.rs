@@ -1,0 +1,220 @@
+//! Interrupt mode of the ixgbe driver on the software 82599 (`devices/sim/irq.rs` models MSI-X,
+//! IVAR, EIAC and EITR): a sleeping queue wakes on a frame, a frame that lands between the last
+//! empty poll and the arming is never slept on, the throttle interval bounds the interrupt
+//! rate, and a queue dropped while armed leaves nothing behind.
+
+use std::time::{Duration, Instant};
+
+use vfio_nic::device::{MacAddr, Port, RxQueue, TxQueue};
+use vfio_nic::devices::intel::IrqConfig;
+use vfio_nic::devices::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx, IxgbeTx};
+use vfio_nic::devices::sim::{Mode, SimConfig, SimPort, Source};
+use vfio_nic::platform::dma::{Packet, Pool, PoolConfig};
+
+const RING: usize = 64;
+
+fn cfg(interrupts: Option<IrqConfig>) -> IxgbeConfig {
+    IxgbeConfig {
+        rx_ring: RING,
+        tx_ring: RING,
+        pool: PoolConfig {
+            buffers: 4 * RING,
+            ..PoolConfig::default()
+        },
+        link_timeout: Duration::from_secs(2),
+        reg_timeout: Duration::from_millis(500),
+        interrupts,
+        ..IxgbeConfig::default()
+    }
+}
+
+type Queues = (IxgbeRx<SimPort>, IxgbeTx<SimPort>);
+
+fn open(sim: &SimPort, cfg: IxgbeConfig) -> (IxgbePort<SimPort>, Queues) {
+    let mut port = IxgbePort::open(sim.clone(), cfg).unwrap();
+    let (mut rx, mut tx) = port.take_queues().unwrap();
+    (port, (rx.remove(0), tx.remove(0)))
+}
+
+fn frames(pool: &Pool, dst: MacAddr, n: usize) -> Vec<Packet> {
+    (0..n)
+        .map(|i| {
+            let mut f = dst.0.to_vec();
+            f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x99, 0x88, 0xb5]);
+            f.extend((f.len()..64).map(|j| (i + j) as u8));
+            let mut p = pool.alloc().expect("room in the test pool");
+            assert!(p.set_data(&f));
+            p
+        })
+        .collect()
+}
+
+fn drain(rx: &mut impl RxQueue) -> usize {
+    let mut batch = Vec::new();
+    let mut n = 0;
+    while rx.rx_burst(&mut batch, 64).unwrap() > 0 {
+        n += batch.len();
+        batch.clear();
+    }
+    n
+}
+
+#[test]
+fn a_sleeping_queue_wakes_on_a_frame_and_on_eics() {
+    let threaded = SimConfig {
+        mode: Mode::Threaded,
+        ..SimConfig::default()
+    };
+    let (a, b) = SimPort::pair(threaded);
+    let (pa, (mut rxa, _txa)) = open(&a, cfg(Some(IrqConfig::default())));
+    let (_pb, (_rxb, mut txb)) = open(&b, cfg(None));
+    assert_eq!(pa.interrupts().len(), 1);
+    assert!(rxa.interrupt().is_some());
+    drain(&mut rxa);
+    // Nothing sent: the wait times out.
+    assert!(!rxa.wait(Duration::from_millis(50)).unwrap());
+    // EICS on the armed vector.
+    assert!(!rxa.arm_interrupt().unwrap());
+    let before = a.counters().interrupts;
+    rxa.trigger_interrupt().unwrap();
+    assert!(rxa
+        .interrupt()
+        .unwrap()
+        .wait(Duration::from_secs(10))
+        .unwrap());
+    rxa.disarm_interrupt();
+    assert_eq!(a.counters().interrupts, before + 1);
+    // Frames sent while the queue sleeps wake it.
+    let pool = rxa.pool().clone();
+    let mut batch = frames(&pool, a.mac(), 8);
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        while !batch.is_empty() {
+            txb.tx_burst(&mut batch).unwrap();
+        }
+        txb
+    });
+    let t = Instant::now();
+    assert!(rxa.wait(Duration::from_secs(20)).unwrap(), "not woken");
+    assert!(
+        t.elapsed() >= Duration::from_millis(90),
+        "woke before the send"
+    );
+    let _txb = sender.join().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = 0;
+    while got < 8 && Instant::now() < deadline {
+        got += drain(&mut rxa);
+    }
+    assert_eq!(got, 8);
+}
+
+#[test]
+fn a_frame_between_the_last_empty_poll_and_the_arming_is_not_slept_on() {
+    // Inline: the peer's TDT write puts the frame in A's ring before it returns, while A's
+    // vector is masked (polling). Arming clears that stale cause, so no message will come:
+    // only the look at the ring after arming finds the frame. Without it, this sleeps 30 s.
+    let (a, b) = SimPort::pair(SimConfig::default());
+    let (_pa, (mut rxa, _txa)) = open(&a, cfg(Some(IrqConfig::default())));
+    let (_pb, (_rxb, mut txb)) = open(&b, cfg(None));
+    assert_eq!(drain(&mut rxa), 0, "the last empty poll");
+    let pool = rxa.pool().clone();
+    let mut batch = frames(&pool, a.mac(), 1);
+    assert_eq!(txb.tx_burst(&mut batch).unwrap(), 1);
+    let t = Instant::now();
+    assert!(rxa.wait(Duration::from_secs(30)).unwrap());
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "slept {:?} on a frame that was already in the ring",
+        t.elapsed()
+    );
+    assert_eq!(drain(&mut rxa), 1);
+}
+
+#[test]
+fn the_throttle_interval_bounds_the_interrupt_rate() {
+    // A source fills A's ring as fast as the loop frees it; the loop sleeps after every drain,
+    // so without a throttle each frame could wake it. With EITR at 1000 us, the model sends at
+    // most one message per 1000 us: over the window, at most window / interval + 2.
+    const INTERVAL_US: u16 = 1000;
+    let threaded = SimConfig {
+        mode: Mode::Threaded,
+        ..SimConfig::default()
+    };
+    let a = SimPort::with_source(threaded, Source::udp(MacAddr([2, 0, 0, 0, 0, 1]), 64));
+    let (_pa, (mut rxa, _txa)) = open(
+        &a,
+        cfg(Some(IrqConfig {
+            throttle_us: INTERVAL_US,
+        })),
+    );
+    let window = Duration::from_millis(300);
+    let (c0, t0) = (a.counters().interrupts, Instant::now());
+    let mut wakes = 0u64;
+    let mut frames = 0;
+    while t0.elapsed() < window {
+        frames += drain(&mut rxa);
+        if rxa.wait(Duration::from_millis(50)).unwrap() {
+            wakes += 1;
+        }
+    }
+    let (sent, elapsed) = (a.counters().interrupts - c0, t0.elapsed());
+    let bound = elapsed.as_micros() as u64 / u64::from(INTERVAL_US) + 2;
+    assert!(frames > 0, "the source delivered nothing");
+    assert!(sent >= 1, "no interrupt in {elapsed:?}");
+    assert!(
+        sent <= bound,
+        "{sent} interrupts in {elapsed:?} with a {INTERVAL_US} us throttle (at most {bound})"
+    );
+    assert!(wakes >= 1);
+}
+
+#[test]
+fn a_queue_dropped_while_armed_leaves_no_routing_and_reopens() {
+    let (a, b) = SimPort::pair(SimConfig::default());
+    let (_pb, (_rxb, mut txb)) = open(&b, cfg(None));
+    let kept = {
+        let (pa, (mut rxa, txa)) = open(&a, cfg(Some(IrqConfig::default())));
+        assert!(!rxa.arm_interrupt().unwrap());
+        let kept = rxa.interrupt().unwrap().clone();
+        drop((rxa, txa, pa)); // armed
+        kept
+    };
+    // The routing went with the port: frames for the (reset) port signal nothing.
+    let before = a.counters().interrupts;
+    let pool = Pool::new(
+        PoolConfig::default(),
+        vfio_nic::platform::bus::Bus::dma_mapper(&b),
+    )
+    .unwrap();
+    let mut batch = frames(&pool, a.mac(), 4);
+    let _ = txb.tx_burst(&mut batch);
+    assert_eq!(a.counters().interrupts, before);
+    assert_eq!(kept.take().unwrap(), 0);
+    // Reopened in interrupt mode, it wakes again.
+    let (_pa, (mut rxa, _txa)) = open(&a, cfg(Some(IrqConfig::default())));
+    drain(&mut rxa);
+    assert!(!rxa.arm_interrupt().unwrap());
+    rxa.trigger_interrupt().unwrap();
+    assert!(rxa
+        .interrupt()
+        .unwrap()
+        .wait(Duration::from_secs(10))
+        .unwrap());
+    rxa.disarm_interrupt();
+}
+
+#[test]
+fn a_throttle_beyond_eitr_is_refused_and_every_queue_gets_a_vector() {
+    let (a, _b) = SimPort::pair(SimConfig::default());
+    let mut c = cfg(Some(IrqConfig { throttle_us: 2000 }));
+    let e = IxgbePort::open(a.clone(), c.clone())
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("0 to 1022 us"), "{e}");
+    c.interrupts = Some(IrqConfig::default());
+    c.rx_queues = 4;
+    c.tx_queues = 4;
+    let p = IxgbePort::open(a, c).unwrap();
+    assert_eq!(p.interrupts().len(), 4);
+}
