@@ -855,3 +855,91 @@ fn examples_end_quietly_when_their_reader_goes_away() {
         );
     }
 }
+
+/// `bench --device irq`: the interrupt row (poll against the adaptive loop on the threaded
+/// software 82599), its three measures corrected together. A smoke test of the report's shape
+/// and of the wake-up measurement receiving every frame; no figure is asserted.
+#[test]
+fn bench_runs_the_interrupt_row() {
+    let v = json(&[
+        "bench",
+        "--device",
+        "irq",
+        "--pairs",
+        "2",
+        "--seconds",
+        "0.03",
+    ]);
+    let rows = v["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["measure"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["load ns/pkt", "wake median ns", "wake p99 ns"],
+        "{v}"
+    );
+    assert_eq!(v["correction"]["family_size"], 3, "{v}");
+    for r in rows {
+        assert!(r["a_poll"]["mean"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(r["b_adaptive"]["mean"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(
+            r["p_holm"].as_f64().unwrap() >= r["p"].as_f64().unwrap(),
+            "{v}"
+        );
+    }
+}
+
+/// `--interrupts` on the software 82599: `fwd` and `capture` with nothing arriving sleep (and
+/// say how often), `respond` still answers its probe while it sleeps between frames, `info`
+/// shows the vectors; a port without an interrupt mode refuses the option in one line.
+#[test]
+fn traffic_commands_sleep_in_interrupt_mode() {
+    let v = json(&[
+        "fwd",
+        "sim:40",
+        "sim:41",
+        "--interrupts",
+        "--idle-polls",
+        "8",
+        "--duration",
+        "0.3",
+    ]);
+    assert!(v["idle"]["sleeps"].as_u64().unwrap() >= 1, "{v}");
+    let file = std::env::temp_dir().join(format!("vfio-nic-irq-{}.pcap", std::process::id()));
+    let v = json(&[
+        "capture",
+        "sim:42",
+        "-w",
+        file.to_str().unwrap(),
+        "--interrupts",
+        "--duration",
+        "0.3",
+    ]);
+    assert!(v["idle"]["sleeps"].as_u64().unwrap() >= 1, "{v}");
+    let _ = std::fs::remove_file(&file);
+    let v = json(&[
+        "respond",
+        "sim:45",
+        "--ip",
+        "192.0.2.1/24",
+        "--probe-from",
+        "sim:44",
+        "--interrupts",
+        "--idle-polls",
+        "4",
+    ]);
+    assert_eq!(v["probe"]["ok"], true, "{v}");
+    assert!(v["idle"].is_object(), "{v}");
+    let v = json(&["info", "sim:46"]);
+    assert_eq!(v["interrupts"]["msix"], 16, "{v}");
+    fails_in_one_line(
+        &["fwd", "null:0", "--interrupts", "--duration", "0.1"],
+        "only the Intel drivers",
+    );
+    fails_in_one_line(
+        &["fwd", "sim:0", "--interrupts", "--idle-polls", "0"],
+        "--idle-polls must be 1 or more",
+    );
+}

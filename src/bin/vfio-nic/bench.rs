@@ -127,6 +127,9 @@ pub struct BenchArgs {
     /// forwarder receives from (both ends in this network namespace, up).
     #[arg(long, value_delimiter = ',')]
     pub afp_pair: Vec<String>,
+    /// `--device irq`: empty polls in a row before the adaptive loop sleeps.
+    #[arg(long, default_value_t = 256)]
+    pub idle_polls: u32,
 }
 
 /// The devices `--device` selects.
@@ -149,6 +152,9 @@ pub enum DeviceSel {
     Qm,
     /// The queue-manager model in inline mode too (its writes on the forwarding core).
     QmInline,
+    /// The interrupt row: polling against the adaptive loop (interrupt mode) on the threaded
+    /// software 82599, under load and for the wake-up latency (`bench_irq.rs`).
+    Irq,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -1067,6 +1073,14 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
             "--burst 1..=512, --pairs >= 2 and --seconds > 0".into(),
         ));
     }
+    if args.device == DeviceSel::Irq {
+        if args.idle_polls == 0 {
+            return Err(Error::InvalidConfig(
+                "--idle-polls must be 1 or more".into(),
+            ));
+        }
+        return crate::bench_irq::run(args, json_out, &stop);
+    }
     let traffic = pick(&args.traffic, &["untagged", "tagged"], "traffic")?;
     let works: Vec<Work> = pick(&args.work, &["fwd", "l2"], "work")?
         .into_iter()
@@ -1080,6 +1094,7 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
         DeviceSel::Afp => &["afp"],
         DeviceSel::Qm => &["qm"],
         DeviceSel::QmInline => &["qm", "qm-inline"],
+        DeviceSel::Irq => &[],
     };
     let comparisons: usize = devices
         .iter()

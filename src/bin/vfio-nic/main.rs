@@ -16,6 +16,7 @@ macro_rules! outln {
 }
 
 mod bench;
+mod bench_irq;
 mod common;
 mod fwd;
 mod live;

@@ -26,7 +26,7 @@ use vfio_nic::platform::dma::{Packet, Pool};
 use vfio_nic::vlan::{PacketVlan, Tci, VlanControl, VlanRx, VlanTx};
 use vfio_nic::{Error, Result};
 
-use crate::common::{self, RunOpts, VlanRxOpts, VlanTxOpts};
+use crate::common::{self, IrqOpts, RunOpts, VlanRxOpts, VlanTxOpts};
 use crate::live::{Channel, Live};
 
 /// What the generator sends (shared by `gen` and `capture --gen-on`).
@@ -120,6 +120,8 @@ pub struct CaptureArgs {
     pub gen_on: Option<String>,
     #[command(flatten)]
     pub gen: GenOpts,
+    #[command(flatten)]
+    pub irq: IrqOpts,
     /// Packets per burst.
     #[arg(long, default_value_t = 32)]
     pub burst: usize,
@@ -377,13 +379,20 @@ pub fn capture(args: &CaptureArgs, json_out: bool, stop: Arc<AtomicBool>) -> Res
         .transpose()?;
     // The file first: a bad path fails before any device is touched.
     let mut sink = PcapSink::create(&args.file, ts)?;
-    let mut port = devices::open(&args.port, &common::port_config(1))?;
+    args.irq.check()?;
+    let mut pcfg = common::port_config(1);
+    args.irq.apply(&mut pcfg);
+    let mut port = devices::open(&args.port, &pcfg)?;
     let ctl = common::vlan_control(&mut port, &vcfg)?;
     let mut gen = match (&args.gen_on, &plan) {
         (Some(peer), Some(plan)) => Some(Generator::open(peer, plan, None)?),
         _ => None,
     };
     let (mut rxs, _txs) = port.take_queues()?;
+    args.irq.require(&args.port, &rxs)?;
+    // Interrupt mode: sleep when idle (not while the in-process generator sends: it needs
+    // this thread).
+    let mut idle = args.irq.idle();
     let mut rx: VlanRx<AnyRx> = ctl.wrap_rx(rxs.swap_remove(0));
 
     let mut names = vec![format!("{} rx", args.port)];
@@ -417,9 +426,21 @@ pub fn capture(args: &CaptureArgs, json_out: bool, stop: Arc<AtomicBool>) -> Res
             .count
             .map_or(args.burst, |c| args.burst.min((c - captured) as usize));
         match rx.rx_burst(&mut batch, want) {
-            Ok(0) => {}
+            Ok(0) => {
+                if let (Some(i), None) = (idle.as_mut(), &gen) {
+                    if i.after_round(0) {
+                        if let Err(e) = i.sleep(&mut [&mut rx as &mut dyn RxQueue]) {
+                            failure = Some(e);
+                            break;
+                        }
+                    }
+                }
+            }
             Ok(n) => {
                 last_rx = Instant::now();
+                if let Some(i) = idle.as_mut() {
+                    i.after_round(n); // frames: the idle count starts again
+                }
                 let ctx = rx.ctx();
                 for p in &batch {
                     let before = sink.bytes();
@@ -463,11 +484,15 @@ pub fn capture(args: &CaptureArgs, json_out: bool, stop: Arc<AtomicBool>) -> Res
     if let Some((_, g)) = &gen {
         extra.insert("generator".into(), g.json());
     }
-    let text = vec![format!(
+    let mut text = vec![format!(
         "wrote {frames} frames to {} (VLAN {})",
         args.file.display(),
         common::vlan_line(&ctl)
     )];
+    if let Some(i) = &idle {
+        extra.insert("idle".into(), json!(i.stats()));
+        text.push(common::idle_line(&i.stats()));
+    }
     // The run's own failure before any error of the printing (a reader gone, `| head`).
     let printed = live.finish(extra, &text);
     drop(rx);
