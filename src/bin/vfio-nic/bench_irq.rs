@@ -118,7 +118,7 @@ fn wake_rep(
     std::thread::scope(|s| -> Result<()> {
         let (sent_at, done) = (&sent_at, &done);
         let sender = s.spawn(move || -> Result<()> {
-            for i in 0..frames {
+            for (i, sent) in sent_at.iter().enumerate() {
                 std::thread::sleep(GAP);
                 let mut p = pool
                     .alloc()
@@ -133,7 +133,7 @@ fn wake_rep(
                     ));
                 }
                 let mut one = vec![p];
-                sent_at[i].store(epoch.elapsed().as_nanos() as u64, Release);
+                sent.store(epoch.elapsed().as_nanos() as u64, Release);
                 while !one.is_empty() {
                     tx.tx_burst(&mut one)?;
                 }
