@@ -52,6 +52,9 @@ pub struct DeviceThread(Arc<Group>);
 struct Group {
     /// CPU to run on (`sched_setaffinity`), if any.
     pin: Option<usize>,
+    /// Never back off when idle: spin, as a NIC's DMA engine does not sleep (latency
+    /// measurements; it costs a whole core).
+    spin: bool,
     state: Mutex<GroupState>,
     /// Bumped whenever the port list changes, so the thread refreshes its copy.
     generation: AtomicU64,
@@ -87,6 +90,17 @@ impl DeviceThread {
     pub fn pinned(cpu: usize) -> DeviceThread {
         DeviceThread(Arc::new(Group {
             pin: Some(cpu),
+            ..Group::default()
+        }))
+    }
+
+    /// A device thread (pinned to `cpu`, if given) that never backs off when idle: it polls
+    /// its ports without pause, so that a frame is carried as soon as it is written, not after
+    /// an idle pause of up to 1 ms. For wake-up latency measurements; it keeps a core busy.
+    pub fn spinning(cpu: Option<usize>) -> DeviceThread {
+        DeviceThread(Arc::new(Group {
+            pin: cpu,
+            spin: true,
             ..Group::default()
         }))
     }
@@ -204,7 +218,7 @@ fn run(group: &Arc<Group>, name: &str) {
             continue;
         }
         idle = idle.saturating_add(1);
-        if idle < SPINS {
+        if idle < SPINS || group.spin {
             std::hint::spin_loop();
         } else if idle < SPINS + YIELDS {
             std::thread::yield_now();
