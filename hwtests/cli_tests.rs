@@ -168,23 +168,31 @@ fn pcap_frames(path: &str) -> Result<Vec<Vec<u8>>, String> {
     Ok(out)
 }
 
+/// What the kernel-peer tests need: the tool, our port, and the Linux peer on VLAN 100 (brought
+/// up); or the outcome that skips (not this layout, no tool) or fails (the peer would not come up).
+fn kernel_peer(ctx: &Ctx) -> Result<(String, String, PeerVlan), Outcome> {
+    let Some(ifname) = ctx.peer_if.clone() else {
+        return Err(Outcome::Skip(
+            "set VFIO_NIC_PEER_IF to the Linux netdev wired to the first port (kernel-peer layout)"
+                .into(),
+        ));
+    };
+    let Some(bin) = cli() else {
+        return Err(Outcome::Skip(
+            "no vfio-nic binary (set VFIO_NIC_CLI or put it on PATH)".into(),
+        ));
+    };
+    let peer = PeerVlan::up(&ifname).map_err(Outcome::Fail)?;
+    Ok((bin, ctx.ports[0].to_string(), peer))
+}
+
 /// Kernel peer: `respond` answers Linux's ping over VLAN 100 in every receive x transmit mode,
 /// and `capture` writes the peer's tagged ARP requests exactly as on the wire, the same bytes in
 /// every receive mode.
 pub fn cli_respond_and_capture_kernel_peer(ctx: &Ctx) -> Outcome {
-    let Some(ifname) = ctx.peer_if.clone() else {
-        return Outcome::Skip(
-            "set VFIO_NIC_PEER_IF to the Linux netdev wired to the first port (kernel-peer layout)"
-                .into(),
-        );
-    };
-    let Some(bin) = cli() else {
-        return Outcome::Skip("no vfio-nic binary (set VFIO_NIC_CLI or put it on PATH)".into());
-    };
-    let port = ctx.ports[0].to_string();
-    let peer = match PeerVlan::up(&ifname) {
-        Ok(p) => p,
-        Err(e) => return Outcome::Fail(e),
+    let (bin, port, peer) = match kernel_peer(ctx) {
+        Ok(t) => t,
+        Err(o) => return o,
     };
     let result = super::verdict(|| {
         let mut done = Vec::new();
@@ -352,19 +360,9 @@ fn cpu_ticks(pid: u32) -> Result<u64, String> {
 /// traffic, from /proc/PID/stat), and still answers Linux's ping over VLAN 100 when it comes.
 /// A polling responder uses a whole core here.
 pub fn cli_respond_interrupts_idle(ctx: &Ctx) -> Outcome {
-    let Some(ifname) = ctx.peer_if.clone() else {
-        return Outcome::Skip(
-            "set VFIO_NIC_PEER_IF to the Linux netdev wired to the first port (kernel-peer layout)"
-                .into(),
-        );
-    };
-    let Some(bin) = cli() else {
-        return Outcome::Skip("no vfio-nic binary (set VFIO_NIC_CLI or put it on PATH)".into());
-    };
-    let port = ctx.ports[0].to_string();
-    let peer = match PeerVlan::up(&ifname) {
-        Ok(p) => p,
-        Err(e) => return Outcome::Fail(e),
+    let (bin, port, peer) = match kernel_peer(ctx) {
+        Ok(t) => t,
+        Err(o) => return o,
     };
     let result = super::verdict(|| {
         let args = [

@@ -884,10 +884,10 @@ fn bench_runs_the_interrupt_row() {
     for r in rows {
         assert!(r["a_poll"]["mean"].as_f64().unwrap() > 0.0, "{v}");
         assert!(r["b_adaptive"]["mean"].as_f64().unwrap() > 0.0, "{v}");
-        assert!(
-            r["p_holm"].as_f64().unwrap() >= r["p"].as_f64().unwrap(),
-            "{v}"
-        );
+        // (A p that cannot be computed, NaN, is written as null.)
+        if let (Some(ph), Some(p)) = (r["p_holm"].as_f64(), r["p"].as_f64()) {
+            assert!(ph >= p, "{v}");
+        }
     }
 }
 

@@ -150,7 +150,7 @@ impl<B: Bus> IgbPort<B> {
             RX.ring.ctl(q.into()).clear(m);
         }
         // Interrupt mode (when opened with it): a vector per receive queue, masked while polled.
-        self.setup_interrupts(|q, irq| q.irq = Some(irq));
+        self.setup_interrupts(|q, irq| q.irq = Some(irq))?;
         if self.cfg.rx_queues > 1 {
             rss::setup(m, &RSS, self.cfg.rx_queues);
         }

@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use crate::devices::intel::irq::IrqRegs;
+use crate::devices::intel::irq::{ivar_entry, IrqRegs};
 use crate::devices::intel::queue::{ring_regs, RingRegs};
 use crate::devices::intel::rx::ChipRx;
 use crate::devices::intel::rxq::{rx_regs, IntelRx, RxRegs};
@@ -63,26 +63,19 @@ pub(crate) static IRQ: IrqRegs = IrqRegs {
     // EICR's MSI-X field, bits 24:0 (QEMU: IGB_MSIX_VEC_NUM, 10 on the PF).
     max_vectors: 10,
     ivar_rx,
+    flush: r::STATUS,
 };
 
 /// IVAR for receive queue `queue` on `vector`: IVAR[queue & 7], byte 0 for queues 0-7, byte 2
 /// for 8-15 (Linux `igb_assign_vector`, 82576 case; QEMU `igb_ivar_entry_rx`).
 fn ivar_rx(queue: u32, vector: u32) -> (Reg, u32, u32) {
     use r::ivar::*;
-    let reg = r::IVAR.at(queue & 7);
-    if queue < 8 {
-        (
-            reg,
-            RX_LO_VEC.mask() | RX_LO_VALID.bit(),
-            RX_LO_VEC.val(vector) | RX_LO_VALID.bit(),
-        )
+    let (vec, valid) = if queue < 8 {
+        (RX_LO_VEC, RX_LO_VALID)
     } else {
-        (
-            reg,
-            RX_HI_VEC.mask() | RX_HI_VALID.bit(),
-            RX_HI_VEC.val(vector) | RX_HI_VALID.bit(),
-        )
-    }
+        (RX_HI_VEC, RX_HI_VALID)
+    };
+    ivar_entry(r::IVAR.at(queue & 7), vec, valid, vector)
 }
 
 /// A receive queue of an 82576 port: the receive queue shared with the 82599 driver.

@@ -30,9 +30,10 @@
 use std::sync::Arc;
 
 use super::config::IrqConfig;
+use crate::error::{Error, Result};
 use crate::platform::irq::{Interrupt, InterruptSet};
 use crate::platform::mmio::Mmio;
-use crate::platform::regs::{Reg, RegArray};
+use crate::platform::regs::{Field, Reg, RegArray};
 
 /// A chip's interrupt registers and how its IVAR and EITR encode a setting.
 #[derive(Debug)]
@@ -60,6 +61,15 @@ pub struct IrqRegs {
     /// The IVAR register, the bits of its entry, and the entry's value that route receive
     /// queue `queue` to vector `vector` (valid bit included).
     pub ivar_rx: fn(queue: u32, vector: u32) -> (Reg, u32, u32),
+    /// A register whose read has no side effect (STATUS): read after the unmask, it makes sure
+    /// the posted EICR and EIMS writes have reached the device before the ring is looked at.
+    pub flush: Reg,
+}
+
+/// An IVAR entry: register `reg`, its vector field `vec` and valid bit `valid`, set to
+/// `vector` (what each chip's `ivar_rx` returns once it has picked the entry's fields).
+pub(crate) fn ivar_entry(reg: Reg, vec: Field, valid: Field, vector: u32) -> (Reg, u32, u32) {
+    (reg, vec.mask() | valid.bit(), vec.val(vector) | valid.bit())
 }
 
 /// One receive queue's vector: its eventfd and its bit in EICR, EIMS and EIMC.
@@ -77,11 +87,19 @@ impl QueueIrq {
         &self.irq
     }
 
-    /// Clears the vector's stale cause and unmasks it: from now on a frame on the queue sends
-    /// its message. The caller looks at the ring right after.
-    pub(crate) fn arm<M: Mmio + ?Sized>(&self, m: &M) {
+    /// Clears the vector's stale cause and signals, and unmasks it: from now on a frame on the
+    /// queue sends its message. The read at the end waits for both writes to reach the device
+    /// (PCIe writes are posted: without it, a late EICR clear could wipe the cause of a frame
+    /// written back after the caller's look at the ring). The caller looks at the ring right
+    /// after.
+    pub(crate) fn arm<M: Mmio + ?Sized>(&self, m: &M) -> Result<()> {
+        // A signal left from before (a message that raced the last sleep's end) would end the
+        // next sleep at once.
+        self.irq.take()?;
         m.write(self.regs.eicr, self.bit);
         m.write(self.regs.eims, self.bit);
+        m.read(self.regs.flush);
+        Ok(())
     }
 
     /// Masks the vector again (the queue is polled).
@@ -107,7 +125,20 @@ pub(crate) fn program<M: Mmio + ?Sized>(
     set: &Arc<InterruptSet>,
     queues: u32,
     cfg: IrqConfig,
-) -> Vec<QueueIrq> {
+) -> Result<Vec<QueueIrq>> {
+    let vectors = set.vectors();
+    let usable = |i: &Interrupt| i.vector() < regs.max_vectors;
+    if vectors.len() < queues as usize || !vectors.iter().all(usable) {
+        return Err(Error::NotSupported {
+            device: "the port's bus".into(),
+            what: format!("interrupt mode with {queues} receive queues"),
+            why: format!(
+                "the bus routed vectors {:?}, and each queue needs its own below {}; fix the Bus's enable_interrupts",
+                vectors.iter().map(Interrupt::vector).collect::<Vec<_>>(),
+                regs.max_vectors
+            ),
+        });
+    }
     let all = set
         .vectors()
         .iter()
@@ -131,13 +162,13 @@ pub(crate) fn program<M: Mmio + ?Sized>(
     m.modify(regs.eiac, 0, all);
     // Causes raised while the port came up (and before this) are stale.
     m.write(regs.eicr, all);
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::platform::mmio::RecordingMmio;
+    use crate::platform::mmio::{Access, RecordingMmio};
     use crate::platform::regs::igb as r;
 
     #[test]
@@ -153,7 +184,8 @@ mod tests {
             &set,
             2,
             IrqConfig { throttle_us: 50 },
-        );
+        )
+        .unwrap();
         assert_eq!(irqs.len(), 2);
         assert!(r::gpie::MSIX_MODE.is_set(m.read(r::GPIE)));
         assert_eq!(m.read(r::EIAC), 0b11);
@@ -162,17 +194,50 @@ mod tests {
         assert_eq!(m.read(r::IVAR.at(1)) & 0xff, 0x81);
         assert_eq!(r::eitr::INTERVAL.get(m.read(r::EITR.at(1))), 50);
         m.clear_log();
-        irqs[1].arm(&m);
+        irqs[1].interrupt().trigger().unwrap(); // a stale signal
+        irqs[1].arm(&m).unwrap();
+        assert_eq!(irqs[1].interrupt().take().unwrap(), 0, "arming drained it");
         irqs[1].disarm(&m);
         irqs[1].trigger(&m);
         assert_eq!(
-            m.writes(),
+            m.log(),
             [
-                (r::EICR.offset(), 0b10),
-                (r::EIMS.offset(), 0b10),
-                (r::EIMC.offset(), 0b10),
-                (r::EICS.offset(), 0b10)
+                Access::Write {
+                    offset: r::EICR.offset(),
+                    value: 0b10
+                },
+                Access::Write {
+                    offset: r::EIMS.offset(),
+                    value: 0b10
+                },
+                Access::Read {
+                    offset: r::STATUS.offset(),
+                    value: 0
+                },
+                Access::Write {
+                    offset: r::EIMC.offset(),
+                    value: 0b10
+                },
+                Access::Write {
+                    offset: r::EICS.offset(),
+                    value: 0b10
+                }
             ]
         );
+    }
+
+    #[test]
+    fn a_bus_that_routes_too_few_or_too_high_vectors_is_refused() {
+        let m = RecordingMmio::new(0x20000);
+        let one = Arc::new(InterruptSet::new(vec![Interrupt::new(0).unwrap()], ()));
+        let cfg = IrqConfig::default();
+        let irq = &crate::devices::igb::queue::IRQ;
+        assert!(
+            program(&m, irq, &one, 2, cfg).is_err(),
+            "two queues, one vector"
+        );
+        let high = Arc::new(InterruptSet::new(vec![Interrupt::new(40).unwrap()], ()));
+        assert!(program(&m, irq, &high, 1, cfg).is_err(), "vector 40");
+        assert!(program(&m, irq, &one, 1, cfg).is_ok());
     }
 }

@@ -210,15 +210,19 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
 
     /// For init, after the receive queues are set up: programs interrupt mode (when the port
     /// was opened with it) and gives each receive queue its vector, masked.
-    pub(crate) fn setup_interrupts(&mut self, attach: impl Fn(&mut C::Rx<B>, QueueIrq)) {
+    pub(crate) fn setup_interrupts(
+        &mut self,
+        attach: impl Fn(&mut C::Rx<B>, QueueIrq),
+    ) -> Result<()> {
         let (Some(set), Some(regs), Some(cfg)) = (&self.irqs, C::IRQ, self.cfg.interrupts) else {
-            return;
+            return Ok(());
         };
         let queues = self.rx.len() as u32;
-        let irqs = super::irq::program(&*self.regs, regs, set, queues, cfg);
+        let irqs = super::irq::program(&*self.regs, regs, set, queues, cfg)?;
         for (q, irq) in self.rx.iter_mut().zip(irqs) {
             attach(q, irq);
         }
+        Ok(())
     }
 
     /// The interrupt vectors of interrupt mode, in queue order (none when polled).

@@ -161,7 +161,7 @@ impl<B: Bus> RxQueue for IntelRx<B> {
     }
 
     fn arm_interrupt(&mut self) -> Result<bool> {
-        self.queue_irq()?.arm(&*self.regs);
+        self.queue_irq()?.arm(&*self.regs)?;
         // The look after the unmask: a frame written back before it is in the ring now.
         Ok(self.ring.done_pending())
     }

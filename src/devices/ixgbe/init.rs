@@ -110,7 +110,7 @@ impl<B: Bus> IxgbePort<B> {
             rss::setup(m, &RSS, self.cfg.rx_queues);
         }
         // Interrupt mode (when opened with it): a vector per receive queue, masked while polled.
-        self.setup_interrupts(IxgbeRx::set_irq);
+        self.setup_interrupts(IxgbeRx::set_irq)?;
 
         // Step 7 (datasheet 4.6.8 "Transmit initialization").
         self.init_tx_global();

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::device::{QueueError, QueueStats, RxQueue};
-use crate::devices::intel::irq::{IrqRegs, QueueIrq};
+use crate::devices::intel::irq::{ivar_entry, IrqRegs, QueueIrq};
 use crate::devices::intel::queue::{ring_regs, RingRegs};
 use crate::devices::intel::rx::ChipRx;
 use crate::devices::intel::rxq::{rx_regs, IntelRx, RxRegs};
@@ -74,26 +74,19 @@ pub(crate) static IRQ: IrqRegs = IrqRegs {
     max_throttle_us: 1022,
     max_vectors: 16,
     ivar_rx,
+    flush: r::STATUS,
 };
 
 /// IVAR for receive queue `queue` on `vector`: IVAR[queue >> 1], byte 0 for even queues and
 /// byte 2 for odd ones (Linux `ixgbe_set_ivar` for the 82599: index 16 * (queue & 1)).
 fn ivar_rx(queue: u32, vector: u32) -> (Reg, u32, u32) {
     use r::ivar::*;
-    let reg = r::IVAR.at(queue >> 1);
-    if queue & 1 == 0 {
-        (
-            reg,
-            RX_EVEN_VEC.mask() | RX_EVEN_VALID.bit(),
-            RX_EVEN_VEC.val(vector) | RX_EVEN_VALID.bit(),
-        )
+    let (vec, valid) = if queue & 1 == 0 {
+        (RX_EVEN_VEC, RX_EVEN_VALID)
     } else {
-        (
-            reg,
-            RX_ODD_VEC.mask() | RX_ODD_VALID.bit(),
-            RX_ODD_VEC.val(vector) | RX_ODD_VALID.bit(),
-        )
-    }
+        (RX_ODD_VEC, RX_ODD_VALID)
+    };
+    ivar_entry(r::IVAR.at(queue >> 1), vec, valid, vector)
 }
 
 /// TXDCTL thresholds: prefetch 36 and host 8 as ixy; write-back threshold 0 because the ring

@@ -36,8 +36,9 @@ pub(super) const VECTORS: usize = 16;
 pub(super) struct SimIrq {
     /// Eventfds are routed (interrupt mode): the receive path looks at nothing else when not.
     on: AtomicBool,
-    /// Vector -> eventfd, as routed.
-    fds: Mutex<Vec<Interrupt>>,
+    /// Vector -> eventfd, as routed, and the routing's generation. Also the lock under which
+    /// every decision to send is taken (see [`SimRegs::send_due`]).
+    fds: Mutex<(Vec<Interrupt>, u64)>,
     /// Each vector's last message, ns since `epoch` (0: never).
     last: [AtomicU64; VECTORS],
     /// Vectors whose message waits for its throttle interval to end.
@@ -49,7 +50,7 @@ impl Default for SimIrq {
     fn default() -> Self {
         SimIrq {
             on: AtomicBool::new(false),
-            fds: Mutex::new(Vec::new()),
+            fds: Mutex::new((Vec::new(), 0)),
             last: std::array::from_fn(|_| AtomicU64::new(0)),
             pending: AtomicU32::new(0),
             epoch: Instant::now(),
@@ -58,20 +59,29 @@ impl Default for SimIrq {
 }
 
 impl SimIrq {
-    fn fds(&self) -> MutexGuard<'_, Vec<Interrupt>> {
+    fn fds(&self) -> MutexGuard<'_, (Vec<Interrupt>, u64)> {
         self.fds.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Routes vector i to `fds[i]` (the bus's `enable_interrupts`).
-    pub(super) fn route(&self, fds: Vec<Interrupt>) {
-        *self.fds() = fds;
+    /// Routes vector i to `fds[i]` (the bus's `enable_interrupts`); returns the routing's
+    /// generation, for [`SimIrq::unroute`].
+    pub(super) fn route(&self, fds: Vec<Interrupt>) -> u64 {
+        let mut g = self.fds();
+        g.0 = fds;
+        g.1 += 1;
         self.on.store(true, Release);
+        g.1
     }
 
-    /// Takes the routing down: no message is sent any more.
-    pub(super) fn unroute(&self) {
+    /// Takes routing `generation` down: no message is sent any more. A newer routing (the port
+    /// reopened while queues of the old one lived on) is left alone.
+    pub(super) fn unroute(&self, generation: u64) {
+        let mut g = self.fds();
+        if g.1 != generation {
+            return;
+        }
         self.on.store(false, Release);
-        self.fds().clear();
+        g.0.clear();
         self.pending.store(0, Relaxed);
     }
 
@@ -129,10 +139,16 @@ impl SimRegs {
     /// Sends the message of every vector whose cause is set and unmasked, but for those still
     /// in their throttle interval (threaded mode): they are marked pending for the device
     /// thread ([`SimRegs::irq_poll`]). Returns whether a message was sent.
+    ///
+    /// Called after every change that can make a message due: a cause set (a frame, EICS) by
+    /// one thread, a mask cleared (EIMS) by another. Each sets its bit first and decides here,
+    /// under the routing's lock, so the later of two decisions sees both bits: no message is
+    /// lost between them (nor sent twice for one cause).
     pub(super) fn send_due(&self) -> bool {
         if !self.irq.on.load(Acquire) {
             return false;
         }
+        let fds = self.irq.fds();
         let due = self.get(r::EICR) & self.get(r::EIMS) & ((1 << VECTORS) - 1);
         if due == 0 {
             return false;
@@ -140,7 +156,6 @@ impl SimRegs {
         let throttle = !self.inline.load(Relaxed);
         let now = self.irq.now_ns();
         let eiac = self.get(r::EIAC);
-        let fds = self.irq.fds();
         let mut sent = false;
         let mut bits = due;
         while bits != 0 {
@@ -159,29 +174,37 @@ impl SimRegs {
             if eiac & bit != 0 {
                 self.word_fetch_and(r::EICR.offset(), !bit);
             }
-            if let Some(fd) = fds.get(v) {
+            if let Some(fd) = fds.0.get(v) {
+                // Counted first: a woken waiter reads the counter already raised.
+                self.counters.interrupts.inc();
                 if let Err(e) = fd.trigger() {
                     tracing::warn!(port = %self.name, vector = v, "the model could not signal its interrupt eventfd: {e}");
                 }
-                self.counters.interrupts.inc();
                 sent = true;
             }
         }
         sent
     }
 
-    /// The device thread's turn: messages whose throttle interval has ended.
+    /// The device thread's turn: messages whose throttle interval has ended. A message still
+    /// waiting counts as work, so that the thread does not back off (up to 1 ms) meanwhile
+    /// and send it late.
     pub(super) fn irq_poll(&self) -> bool {
-        self.irq.pending.load(Relaxed) != 0 && self.send_due()
+        if self.irq.pending.load(Relaxed) == 0 {
+            return false;
+        }
+        self.send_due();
+        true
     }
 
-    /// Routes vectors 0 to n - 1 to `fds` (the bus's `enable_interrupts`).
-    pub(super) fn route_interrupts(&self, fds: Vec<Interrupt>) {
-        self.irq.route(fds);
+    /// Routes vectors 0 to n - 1 to `fds` (the bus's `enable_interrupts`); the generation to
+    /// take it down with.
+    pub(super) fn route_interrupts(&self, fds: Vec<Interrupt>) -> u64 {
+        self.irq.route(fds)
     }
 
-    /// Takes the routing down.
-    pub(super) fn unroute_interrupts(&self) {
-        self.irq.unroute();
+    /// Takes routing `generation` down (a newer one stays).
+    pub(super) fn unroute_interrupts(&self, generation: u64) {
+        self.irq.unroute(generation);
     }
 }

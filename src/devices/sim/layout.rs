@@ -88,9 +88,11 @@ pub(super) enum Kind {
     /// Tables the receive path reads whole (MTA, VFTA, RSSRK, RAL).
     Table,
     /// Interrupt routing and moderation the model acts on (EIAC, EITR 0-23, IVAR): storage
-    /// read by `irq.rs` (transmit entries and the low-latency bits are stored only).
+    /// read by `irq.rs`. IVAR's transmit entries and EITR's low-latency bits are stored without
+    /// effect and, unlike other unmodelled bits, not logged (drivers write them routinely).
     Irq,
-    /// GPIE: MSI-X mode and PBA support are modelled, the rest is reported.
+    /// GPIE: MSI-X mode is modelled (PBA support is accepted: the model keeps no pending-bit
+    /// array to read), the rest is reported.
     Gpie,
     /// Known and stored; no observable function in a memory model (thresholds, packet buffer
     /// sizes, PCIe and DCA hints).

@@ -105,7 +105,8 @@
 //!   [`Bus::enable_bus_master`](crate::platform::bus::Bus::enable_bus_master)) means no DMA at all.
 //!
 //! # Not modelled (logged once when a driver touches it)
-//! Interrupt auto-mask (EIAM), the "other" and transmit causes' vectors, MSI and INTx, flow control, DCB,
+//! Interrupt auto-mask (EIAM), the "other" and transmit causes' vectors (IVAR's transmit
+//! entries and EITR's low-latency bits are stored without a log), MSI and INTx, flow control, DCB,
 //! VMDq/SR-IOV pools (VLVF, VLVFB, RAH pool bits, MRQC modes other than RSS), header split and
 //! legacy receive descriptors (SRRCTL.DESCTYPE other than 001 is treated as one buffer), RSC,
 //! CFI filtering (VLNCTRL.CFIEN), the 82598-only VLNCTRL.VME, TSO and checksum insertion on

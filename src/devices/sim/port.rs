@@ -355,23 +355,26 @@ impl Bus for SimPort {
         let irqs = (0..vectors)
             .map(Interrupt::new)
             .collect::<Result<Vec<_>>>()?;
-        self.dev.route_interrupts(irqs.clone());
+        let generation = self.dev.route_interrupts(irqs.clone());
         Ok(InterruptSet::new(
             irqs,
             Unroute {
                 dev: self.dev.clone(),
+                generation,
             },
         ))
     }
 }
 
-/// Takes the model's interrupt routing down when an [`InterruptSet`] goes.
+/// Takes the model's interrupt routing down when an [`InterruptSet`] goes (unless a newer
+/// routing replaced it).
 struct Unroute {
     dev: Arc<SimRegs>,
+    generation: u64,
 }
 
 impl Drop for Unroute {
     fn drop(&mut self) {
-        self.dev.unroute_interrupts();
+        self.dev.unroute_interrupts(self.generation);
     }
 }
