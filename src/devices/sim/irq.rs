@@ -150,6 +150,9 @@ impl SimRegs {
         }
         let fds = self.irq.fds();
         let due = self.get(r::EICR) & self.get(r::EIMS) & ((1 << VECTORS) - 1);
+        // A postponed message whose vector was masked (or its cause cleared) meanwhile is no
+        // longer owed: the device thread need not keep watching for it.
+        self.irq.pending.fetch_and(due, AcqRel);
         if due == 0 {
             return false;
         }
