@@ -185,6 +185,11 @@ fn wake_rep(
 
 /// The interrupt row: `load`, `wake median`, `wake p99`, poll (A) against adaptive (B).
 pub fn run(args: &BenchArgs, json_out: bool, stop: &AtomicBool) -> Result<()> {
+    if args.idle_polls == 0 || args.pairs < 2 || args.seconds <= 0.0 || args.burst == 0 {
+        return Err(Error::InvalidConfig(
+            "--idle-polls >= 1, --pairs >= 2, --seconds > 0 and --burst >= 1".into(),
+        ));
+    }
     // One device thread for all four ports, spinning: an idle device thread backs off for up
     // to 1 ms, which would be measured as wake-up latency in both placements.
     if let Some(&cpu) = args.pin.first() {

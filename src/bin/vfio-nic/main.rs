@@ -185,6 +185,9 @@ fn main() -> ExitCode {
             value,
         } => regs::one(port, register, value.as_deref(), json).map_err(Into::into),
         Command::Fwd(args) => fwd::run(args, json, stop).map_err(Into::into),
+        Command::Bench(args) if args.device == bench::DeviceSel::Irq => {
+            bench_irq::run(args, json, &stop).map_err(Into::into)
+        }
         Command::Bench(args) => bench::run(args, json, stop).map_err(Into::into),
         Command::Gen(args) => traffic::gen(args, json, stop).map_err(Into::into),
         Command::Capture(args) => traffic::capture(args, json, stop).map_err(Into::into),
