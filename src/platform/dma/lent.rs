@@ -137,11 +137,11 @@ impl LentBuffers {
         }
         self.lent.fetch_sub(1, Ordering::Relaxed);
         let (off, data) = (rel as u32, self.iova + u64::from(offset));
+        // Its bit was set, so `lend` lent it and consumed its packet; the `fetch_and` above,
+        // which cleared the bit, gave it to this call alone.
         // SAFETY: the pool is alive (this table holds a handle); `off` is one of its buffers
-        // (checked above: inside the pool, on a buffer boundary), and its bit was set, so it
-        // was lent by `lend`, which consumed its packet: nobody else owns it, and the atomic
-        // `fetch_and` above, which cleared the bit, gave it to this call alone. `offset +
-        // len` fits the buffer (checked).
+        // (checked: inside the pool, on a boundary), owned by nobody else (above), and
+        // `offset + len` fits it (checked).
         let p = unsafe { Packet::from_parts(self.shared, data, off, offset, len as u16, meta) };
         Ok(p)
     }

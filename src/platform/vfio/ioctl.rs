@@ -198,10 +198,10 @@ pub fn device_set_irq_eventfds(
     for (slot, fd) in buf[header..].iter_mut().zip(eventfds) {
         *slot = fd.as_raw_fd() as u32;
     }
-    // SAFETY: `buf` holds a `vfio_irq_set` header (u32-aligned, as the struct is) followed by
-    // `count` descriptors, `argsz` bytes in all; the kernel only reads it, during the call.
     // The descriptors are borrowed for the call, so they are open; the kernel takes its own
     // reference to each eventfd.
+    // SAFETY: `buf` is a u32-aligned `vfio_irq_set` header and `count` descriptors, `argsz`
+    // bytes in all, alive for the call; the kernel only reads it, during the call.
     unsafe { raw::device_set_irqs(device.as_raw_fd(), buf.as_ptr().cast::<vfio_irq_set>()) }
         .map(drop)
 }
