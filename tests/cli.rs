@@ -508,8 +508,17 @@ fn a_failure_is_reported_even_when_the_reader_went_away() {
     assert!(err.contains("probe"), "{err}");
 }
 
+/// The bench tests run one at a time: each times repetitions of a few milliseconds, and the
+/// interrupt row keeps a core busy with a spinning device thread; beside another bench on two
+/// cores, a threaded model could get no CPU for a whole repetition ("nothing was forwarded").
+fn bench_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn bench_reports_paired_comparisons_with_their_intervals() {
+    let _one_at_a_time = bench_lock();
     // A smoke test of the report's shape; no figure is asserted (benchmarks report, they do
     // not pass or fail on speed).
     let v = json(&[
@@ -636,6 +645,7 @@ fn holm_judged_the_matrix(v: &Value) {
 /// every p-value of the run), every row but the floors with its Holm-adjusted p.
 #[test]
 fn bench_prints_the_judged_table_with_holm_adjusted_p() {
+    let _one_at_a_time = bench_lock();
     let out = vfio_nic(&[
         "bench",
         "--device",
@@ -765,6 +775,7 @@ fn every_command_works_on_qm_ports() {
 /// A smoke test of the report's shape; no figure is asserted.
 #[test]
 fn bench_runs_the_seed_comparison_on_the_qm_device() {
+    let _one_at_a_time = bench_lock();
     let v = json(&[
         "bench",
         "--device",
@@ -861,6 +872,7 @@ fn examples_end_quietly_when_their_reader_goes_away() {
 /// and of the wake-up measurement receiving every frame; no figure is asserted.
 #[test]
 fn bench_runs_the_interrupt_row() {
+    let _one_at_a_time = bench_lock();
     let v = json(&[
         "bench",
         "--device",
