@@ -4,7 +4,7 @@
 
 use vfio_nic::devices::igb::Chip82576;
 use vfio_nic::devices::intel::config::Chip;
-use vfio_nic::devices::intel::IntelConfig;
+use vfio_nic::devices::intel::{IntelConfig, IrqConfig};
 use vfio_nic::devices::ixgbe::Chip82599;
 
 /// A configuration that passes: small rings and pool.
@@ -40,6 +40,9 @@ fn each_chip_refuses_what_it_cannot_do() {
         ("tx ring 8192", |c| c.tx_ring = 8192),
         ("MTU 9000 in 2 KB buffers", |c| c.mtu = 9000),
         ("VID 4095", |c| c.vlans = vec![4095]),
+        ("a throttle beyond EITR's 13 bits", |c| {
+            c.interrupts = Some(IrqConfig { throttle_us: 8192 })
+        }),
     ];
     let ixgbe: &[Change<Chip82599>] = &[
         ("no rx queue", |c| c.rx_queues = 0),
@@ -47,6 +50,9 @@ fn each_chip_refuses_what_it_cannot_do() {
         ("rx ring 100", |c| c.rx_ring = 100),
         ("rx ring 16384", |c| c.rx_ring = 16384),
         ("VID 4095", |c| c.vlans = vec![4095]),
+        ("a throttle beyond EITR's 2 us units", |c| {
+            c.interrupts = Some(IrqConfig { throttle_us: 1024 })
+        }),
     ];
     for &(what, change) in igb {
         refused::<Chip82576>(what, change);

@@ -9,7 +9,6 @@ use std::time::Duration;
 use vfio_nic::app::idle::{Idle, IdlePolicy};
 use vfio_nic::device::{Port, PortStats, RxQueue};
 use vfio_nic::devices::any::{AnyPort, PortConfig};
-use vfio_nic::devices::intel::config::MAX_THROTTLE_US;
 use vfio_nic::devices::intel::IrqConfig;
 use vfio_nic::vlan::{RxMode, Tci, TxMode, Vid, VlanConfig, VlanControl, VlanFilter};
 use vfio_nic::{Error, Result};
@@ -30,18 +29,13 @@ pub struct IrqOpts {
 }
 
 impl IrqOpts {
-    /// Checks the numbers.
+    /// Checks the numbers (the throttle is checked against the chip's EITR when the port
+    /// opens).
     pub fn check(&self) -> Result<()> {
         if self.idle_polls == 0 {
             return Err(Error::InvalidConfig(
                 "--idle-polls must be 1 or more (empty polls before sleeping)".into(),
             ));
-        }
-        if self.throttle_us > MAX_THROTTLE_US {
-            return Err(Error::InvalidConfig(format!(
-                "--throttle-us {} is beyond EITR's 13 bits; use 0 to {MAX_THROTTLE_US}",
-                self.throttle_us
-            )));
         }
         Ok(())
     }

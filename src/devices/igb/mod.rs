@@ -63,6 +63,8 @@ const LIMITS: Limits = Limits {
     max_mtu: MAX_MTU,
     max_rx_queues: MAX_RX_QUEUES,
     max_tx_queues: MAX_TX_QUEUES,
+    // EITR.INTERVAL, bits 14:2, in microseconds.
+    max_throttle_us: (1 << 13) - 1,
 };
 
 /// The 82576 chip, as the parameter of [`IntelConfig`] and [`IntelPort`].

@@ -59,7 +59,6 @@ pub(crate) static IRQ: IrqRegs = IrqRegs {
     ),
     eitr: r::EITR,
     eitr_value: |us| r::eitr::INTERVAL.val(us.into()),
-    max_throttle_us: crate::devices::intel::config::MAX_THROTTLE_US,
     // EICR's MSI-X field, bits 24:0 (QEMU: IGB_MSIX_VEC_NUM, 10 on the PF).
     max_vectors: 10,
     ivar_rx,

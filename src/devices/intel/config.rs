@@ -87,9 +87,6 @@ impl<C: Chip> Default for IntelConfig<C> {
     }
 }
 
-/// The largest throttle interval EITR holds (INTERVAL, bits 14:2, in microseconds).
-pub const MAX_THROTTLE_US: u16 = (1 << 13) - 1;
-
 /// Interrupt mode's settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IrqConfig {
@@ -126,10 +123,10 @@ impl<C: Chip> IntelConfig<C> {
             crate::vlan::Vid::new(vid)?;
         }
         if let Some(irq) = self.interrupts {
-            if irq.throttle_us > MAX_THROTTLE_US {
+            if irq.throttle_us > l.max_throttle_us {
                 return Err(Error::InvalidConfig(format!(
-                    "{}: an interrupt throttle of {} us is beyond EITR.INTERVAL's 13 bits; use 0 to {MAX_THROTTLE_US} us",
-                    l.family, irq.throttle_us
+                    "{}: an interrupt throttle of {} us is beyond what the {}'s EITR holds; use 0 to {} us",
+                    l.family, irq.throttle_us, l.chip, l.max_throttle_us
                 )));
             }
         }
@@ -152,6 +149,8 @@ pub struct Limits {
     pub max_rx_queues: u16,
     /// Transmit queues usable.
     pub max_tx_queues: u16,
+    /// The longest interrupt throttle interval EITR holds, microseconds.
+    pub max_throttle_us: u16,
 }
 
 /// The receive buffer size in KB for SRRCTL.BSIZEPKT: the pool's buffer room rounded down

@@ -54,8 +54,6 @@ pub struct IrqRegs {
     pub eitr: RegArray,
     /// EITR's value for an interval of `us` microseconds.
     pub eitr_value: fn(us: u16) -> u32,
-    /// The longest interval EITR holds, microseconds.
-    pub max_throttle_us: u16,
     /// Vectors this mode can use: one EICR/EIMS bit each.
     pub max_vectors: u16,
     /// The IVAR register, the bits of its entry, and the entry's value that route receive

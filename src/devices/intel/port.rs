@@ -174,7 +174,7 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
 
     /// Routes one vector per receive queue to an eventfd (interrupt mode), or says why not.
     fn enable_interrupts(&self) -> Result<InterruptSet> {
-        let (Some(regs), Some(irq)) = (C::IRQ, self.cfg.interrupts) else {
+        let (Some(regs), Some(_)) = (C::IRQ, self.cfg.interrupts) else {
             return Err(Error::NotSupported {
                 device: self.name.to_string(),
                 what: "interrupt mode".into(),
@@ -195,15 +195,6 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
                     regs.max_vectors
                 ),
             });
-        }
-        if irq.throttle_us > regs.max_throttle_us {
-            return Err(Error::InvalidConfig(format!(
-                "{}: an interrupt throttle of {} us is beyond what the {} driver's EITR holds; use 0 to {} us",
-                self.name,
-                irq.throttle_us,
-                C::FAMILY.name(),
-                regs.max_throttle_us
-            )));
         }
         self.bus.enable_interrupts(self.cfg.rx_queues)
     }

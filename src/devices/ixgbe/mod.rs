@@ -79,6 +79,8 @@ const LIMITS: Limits = Limits {
     max_mtu: MAX_MTU,
     max_rx_queues: MAX_RX_QUEUES,
     max_tx_queues: MAX_TX_QUEUES,
+    // EITR.ITR_INTERVAL, bits 11:3, in units of 2 us.
+    max_throttle_us: 1022,
 };
 
 impl IntelChip for Chip82599 {

@@ -71,7 +71,6 @@ pub(crate) static IRQ: IrqRegs = IrqRegs {
     // ITR_INTERVAL counts 2 us (Linux `ixgbe_write_eitr` writes usecs << 2 masked to 11:3);
     // an odd interval rounds up.
     eitr_value: |us| r::eitr::ITR_INTERVAL.val(u32::from(us).div_ceil(2)),
-    max_throttle_us: 1022,
     max_vectors: 16,
     ivar_rx,
     flush: r::STATUS,
