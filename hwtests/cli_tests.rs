@@ -168,6 +168,37 @@ fn pcap_frames(path: &str) -> Result<Vec<Vec<u8>>, String> {
     Ok(out)
 }
 
+/// `respond` on `port` answering for our address on VLAN 100 (with `options` besides):
+/// started, `while_serving` run once it serves, then Linux's ping of 3 requests, which must all
+/// be answered, and Ctrl-C. Returns what `while_serving` returned and the tool's output.
+fn respond_to_linux_ping<T>(
+    bin: &str,
+    port: &str,
+    peer: &PeerVlan,
+    options: &[&str],
+    while_serving: impl FnOnce(&Bounded) -> Result<T, String>,
+) -> Result<(T, Finished), String> {
+    let mut args = vec!["respond", port, "--ip", OUR_IP, "--vlan", "100"];
+    args.extend_from_slice(options);
+    args.extend_from_slice(&["--duration", "60", "--stats-period", "0.5"]);
+    let what = format!("respond {}", options.join(" "));
+    let mut child = spawn(bin, &args)?;
+    wait_serving(&mut child, &what)?;
+    let served = while_serving(&child);
+    let _ = sh(&format!("ip neigh flush dev {}", peer.vif));
+    step(format!("{what}: Linux pings 10.99.0.2 (3 requests)"));
+    let ping = sh("ping -c 3 -W 2 -w 15 10.99.0.2");
+    let out = interrupt(child, &what)?;
+    let served = served?;
+    match ping {
+        Ok(t) if t.contains("3 packets received") => Ok((served, out)),
+        other => Err(format!(
+            "{what}: Linux's ping failed ({other:?}); respond said: {}",
+            out.text()
+        )),
+    }
+}
+
 /// What the kernel-peer tests need: the tool, our port, and the Linux peer on VLAN 100 (brought
 /// up); or the outcome that skips (not this layout, no tool) or fails (the peer would not come up).
 fn kernel_peer(ctx: &Ctx) -> Result<(String, String, PeerVlan), Outcome> {
@@ -207,38 +238,8 @@ pub fn cli_respond_and_capture_kernel_peer(ctx: &Ctx) -> Outcome {
         for (rx, tx) in modes {
             {
                 let (rxs, txs) = (rx.to_string(), tx.to_string());
-                let args = [
-                    "respond",
-                    &port,
-                    "--ip",
-                    OUR_IP,
-                    "--vlan",
-                    "100",
-                    "--vlan-rx",
-                    &rxs,
-                    "--vlan-tx",
-                    &txs,
-                    "--duration",
-                    "60",
-                    "--stats-period",
-                    "0.5",
-                ];
-                let what = format!("respond --vlan-rx {rxs} --vlan-tx {txs}");
-                let mut child = spawn(&bin, &args)?;
-                wait_serving(&mut child, &what)?;
-                let _ = sh(&format!("ip neigh flush dev {}", peer.vif));
-                step(format!("{what}: Linux pings 10.99.0.2 (3 requests)"));
-                let ping = sh("ping -c 3 -W 2 -w 15 10.99.0.2");
-                let out = interrupt(child, &what)?;
-                match ping {
-                    Ok(t) if t.contains("3 packets received") => {}
-                    other => {
-                        return Err(format!(
-                            "{what}: Linux's ping failed ({other:?}); respond said: {}",
-                            out.text()
-                        ))
-                    }
-                }
+                let options = ["--vlan-rx", &rxs, "--vlan-tx", &txs];
+                respond_to_linux_ping(&bin, &port, &peer, &options, |_| Ok(()))?;
                 done.push(format!("{rxs}/{txs}"));
             }
         }
@@ -365,34 +366,16 @@ pub fn cli_respond_interrupts_idle(ctx: &Ctx) -> Outcome {
         Err(o) => return o,
     };
     let result = super::verdict(|| {
-        let args = [
-            "respond",
-            &port,
-            "--ip",
-            OUR_IP,
-            "--vlan",
-            "100",
-            "--interrupts",
-            "--duration",
-            "60",
-            "--stats-period",
-            "0.5",
-        ];
-        let what = "respond --interrupts";
-        let mut child = spawn(&bin, &args)?;
-        wait_serving(&mut child, what)?;
-        step(format!(
-            "{what}: watching its CPU time for {} s of no traffic",
-            IDLE_WATCH.as_secs()
-        ));
-        let t0 = cpu_ticks(child.pid())?;
-        std::thread::sleep(IDLE_WATCH);
-        let t1 = cpu_ticks(child.pid())?;
-        let share = (t1 - t0) as f64 / USER_HZ / IDLE_WATCH.as_secs_f64();
-        let _ = sh(&format!("ip neigh flush dev {}", peer.vif));
-        step(format!("{what}: Linux pings 10.99.0.2 (3 requests)"));
-        let ping = sh("ping -c 3 -W 2 -w 15 10.99.0.2");
-        let out = interrupt(child, what)?;
+        let (share, out) = respond_to_linux_ping(&bin, &port, &peer, &["--interrupts"], |child| {
+            step(format!(
+                "watching its CPU time for {} s of no traffic",
+                IDLE_WATCH.as_secs()
+            ));
+            let t0 = cpu_ticks(child.pid())?;
+            std::thread::sleep(IDLE_WATCH);
+            let t1 = cpu_ticks(child.pid())?;
+            Ok((t1 - t0) as f64 / USER_HZ / IDLE_WATCH.as_secs_f64())
+        })?;
         if share >= IDLE_SHARE {
             return Err(format!(
                 "idle, it used {:.1} % of a core over {} s (at most {:.0} % expected): it does not sleep; it said: {}",
@@ -401,15 +384,6 @@ pub fn cli_respond_interrupts_idle(ctx: &Ctx) -> Outcome {
                 IDLE_SHARE * 100.0,
                 out.text()
             ));
-        }
-        match ping {
-            Ok(t) if t.contains("3 packets received") => {}
-            other => {
-                return Err(format!(
-                    "after sleeping, Linux's ping failed ({other:?}); respond said: {}",
-                    out.text()
-                ))
-            }
         }
         let slept = out
             .stdout

@@ -768,3 +768,7 @@ fn per_queue_drop_counters_count_their_own_queue() {
     // Each ring holds RING - 1 frames; everything else was dropped, and counted once.
     assert_eq!(d0 + d1, sent as u64 - 2 * (RING as u64 - 1), "{d0} + {d1}");
 }
+
+/// Interrupt mode on the software 82599 (some of its tests run the model threaded).
+#[path = "ixgbe_sim_irq.rs"]
+mod irq;

@@ -5,51 +5,44 @@
 
 use std::time::{Duration, Instant};
 
-use vfio_nic::device::{MacAddr, Port, RxQueue, TxQueue};
+use vfio_nic::device::{MacAddr, RxQueue, TxQueue};
 use vfio_nic::devices::intel::IrqConfig;
-use vfio_nic::devices::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx, IxgbeTx};
+use vfio_nic::devices::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx};
 use vfio_nic::devices::sim::{Mode, SimConfig, SimPort, Source};
 use vfio_nic::platform::bus::Bus;
 use vfio_nic::platform::dma::{Packet, Pool, PoolConfig};
 use vfio_nic::platform::mmio::Mmio;
 use vfio_nic::platform::regs::ixgbe as r;
 
-const RING: usize = 64;
+use super::{frame, open, packets};
 
+/// The module's port settings ([`super::cfg`]) in interrupt mode or not, with the longer
+/// timeouts a threaded device thread may need on a loaded machine.
 fn cfg(interrupts: Option<IrqConfig>) -> IxgbeConfig {
     IxgbeConfig {
-        rx_ring: RING,
-        tx_ring: RING,
-        pool: PoolConfig {
-            buffers: 4 * RING,
-            ..PoolConfig::default()
-        },
         link_timeout: Duration::from_secs(2),
         reg_timeout: Duration::from_millis(500),
         interrupts,
-        ..IxgbeConfig::default()
+        ..super::cfg()
     }
 }
 
-type Queues = (IxgbeRx<SimPort>, IxgbeTx<SimPort>);
-
-fn open(sim: &SimPort, cfg: IxgbeConfig) -> (IxgbePort<SimPort>, Queues) {
-    let mut port = IxgbePort::open(sim.clone(), cfg).unwrap();
-    let (mut rx, mut tx) = port.take_queues().unwrap();
-    (port, (rx.remove(0), tx.remove(0)))
+/// `n` 64-byte test frames to `dst`, in buffers of `pool`.
+fn frames(pool: &Pool, dst: MacAddr, n: u32) -> Vec<Packet> {
+    packets(pool, (0..n).map(|seq| frame(dst, seq, 64)))
 }
 
-fn frames(pool: &Pool, dst: MacAddr, n: usize) -> Vec<Packet> {
-    (0..n)
-        .map(|i| {
-            let mut f = dst.0.to_vec();
-            f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x99, 0x88, 0xb5]);
-            f.extend((f.len()..64).map(|j| (i + j) as u8));
-            let mut p = pool.alloc().expect("room in the test pool");
-            assert!(p.set_data(&f));
-            p
-        })
-        .collect()
+/// Arms the queue, sets its cause by hand (EICS) and waits for the message; disarms again.
+fn eics_wakes(rx: &mut IxgbeRx<SimPort>) -> bool {
+    assert!(!rx.arm_interrupt().unwrap(), "frames were waiting");
+    rx.trigger_interrupt().unwrap();
+    let woke = rx
+        .interrupt()
+        .unwrap()
+        .wait(Duration::from_secs(10))
+        .unwrap();
+    rx.disarm_interrupt();
+    woke
 }
 
 fn drain(rx: &mut impl RxQueue) -> usize {
@@ -77,15 +70,8 @@ fn a_sleeping_queue_wakes_on_a_frame_and_on_eics() {
     // Nothing sent: the wait times out.
     assert!(!rxa.wait(Duration::from_millis(50)).unwrap());
     // EICS on the armed vector.
-    assert!(!rxa.arm_interrupt().unwrap());
     let before = a.counters().interrupts;
-    rxa.trigger_interrupt().unwrap();
-    assert!(rxa
-        .interrupt()
-        .unwrap()
-        .wait(Duration::from_secs(10))
-        .unwrap());
-    rxa.disarm_interrupt();
+    assert!(eics_wakes(&mut rxa));
     assert_eq!(a.counters().interrupts, before + 1);
     // Frames sent while the queue sleeps wake it.
     let pool = rxa.pool().clone();
@@ -201,14 +187,7 @@ fn a_queue_dropped_while_armed_leaves_no_routing_and_reopens() {
     // Reopened in interrupt mode, it wakes again.
     let (_pa, (mut rxa, _txa)) = open(&a, cfg(Some(IrqConfig::default())));
     drain(&mut rxa);
-    assert!(!rxa.arm_interrupt().unwrap());
-    rxa.trigger_interrupt().unwrap();
-    assert!(rxa
-        .interrupt()
-        .unwrap()
-        .wait(Duration::from_secs(10))
-        .unwrap());
-    rxa.disarm_interrupt();
+    assert!(eics_wakes(&mut rxa));
 }
 
 #[test]

@@ -80,43 +80,13 @@ impl Interrupt {
     /// Sleeps until the vector is signalled or `timeout` has passed; returns whether it was
     /// signalled (the count is cleared). A signal that arrived before the call returns at once.
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if self.take()? > 0 {
-                return Ok(true);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(false);
-            }
-            // Whole milliseconds, rounded up so that a short wait still sleeps.
-            let ms = i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
-            let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
-            match poll(
-                &mut fds,
-                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
-            ) {
-                Ok(_) | Err(Errno::EINTR) => {}
-                Err(e) => {
-                    return Err(Error::io(
-                        format!(
-                            "waiting for interrupt vector {} (poll on its eventfd)",
-                            self.vector
-                        ),
-                        e.into(),
-                    ))
-                }
-            }
-        }
+        wait_any(std::slice::from_ref(self), timeout)
     }
 }
 
 /// Sleeps until any of `irqs` is signalled or `timeout` passes; returns whether one was (the
 /// signalled ones' counts are cleared). With no interrupt at all, sleeps the whole timeout.
 pub fn wait_any(irqs: &[Interrupt], timeout: Duration) -> Result<bool> {
-    if let [one] = irqs {
-        return one.wait(timeout);
-    }
     let deadline = Instant::now() + timeout;
     loop {
         let mut fired = false;
@@ -130,6 +100,7 @@ pub fn wait_any(irqs: &[Interrupt], timeout: Duration) -> Result<bool> {
         if left.is_zero() {
             return Ok(false);
         }
+        // Whole milliseconds, rounded up so that a short wait still sleeps.
         let ms = i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
         let mut fds: Vec<PollFd<'_>> = irqs
             .iter()
@@ -141,10 +112,11 @@ pub fn wait_any(irqs: &[Interrupt], timeout: Duration) -> Result<bool> {
         ) {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => {
+                let vectors: Vec<u16> = irqs.iter().map(Interrupt::vector).collect();
                 return Err(Error::io(
-                    format!("waiting for {} interrupt eventfds (poll)", irqs.len()),
+                    format!("waiting for interrupt vectors {vectors:?} (poll on their eventfds)"),
                     e.into(),
-                ))
+                ));
             }
         }
     }
