@@ -51,6 +51,7 @@ use std::time::{Duration, Instant};
 
 use vfio_nic::device::{MacAddr, Port, RxQueue};
 use vfio_nic::devices::ids::{self, Family};
+use vfio_nic::devices::virtio;
 use vfio_nic::platform::dma::{DmaMemory, Pool, PoolConfig};
 use vfio_nic::platform::mmio::Mmio;
 use vfio_nic::platform::pci::{PciAddress, Sysfs};
@@ -510,6 +511,7 @@ fn read_mac(m: &dyn Mmio, family: Family) -> Result<MacAddr, String> {
     let (ral, rah, av) = match family {
         Family::Igb => (igb::RAL.at(0), igb::RAH.at(0), igb::rah::AV),
         Family::Ixgbe => (ixgbe::RAL.at(0), ixgbe::RAH.at(0), ixgbe::rah::AV),
+        Family::Virtio => return Err("a virtio device has no receive-address registers".into()),
     };
     let lo = m.read(ral);
     let hi = m.read(rah);
@@ -523,6 +525,19 @@ fn read_mac(m: &dyn Mmio, family: Family) -> Result<MacAddr, String> {
     Ok(MacAddr([l[0], l[1], l[2], l[3], h[0], h[1]]))
 }
 
+/// The MAC a port reports without a driver: receive-address entry 0 of an Intel NIC, the
+/// device configuration of a virtio device.
+fn device_mac(dev: &VfioDevice, family: Family) -> Result<MacAddr, String> {
+    if family == Family::Virtio {
+        let t = virtio::port::pci_transport(dev, Duration::from_secs(2)).map_err(text)?;
+        return t
+            .mac()
+            .ok_or_else(|| "the virtio device has no device configuration".to_string());
+    }
+    let bar = dev.map_bar(0).map_err(text)?;
+    read_mac(&bar, family)
+}
+
 fn vfio_open_read_mac(ctx: &Ctx) -> Outcome {
     let mut seen = Vec::new();
     for (i, &addr) in ctx.ports.iter().enumerate() {
@@ -530,11 +545,7 @@ fn vfio_open_read_mac(ctx: &Ctx) -> Outcome {
             Ok(x) => x,
             Err(e) => return Outcome::Fail(e),
         };
-        let bar = match dev.map_bar(0) {
-            Ok(b) => b,
-            Err(e) => return Outcome::Fail(e.to_string()),
-        };
-        let mac = match read_mac(&bar, family) {
+        let mac = match device_mac(&dev, family) {
             Ok(m) => m,
             Err(e) => return Outcome::Fail(format!("{addr}: {e}")),
         };
@@ -586,6 +597,16 @@ fn register_test(ctx: &Ctx) -> Outcome {
             Ok(x) => x,
             Err(e) => return Outcome::Fail(e),
         };
+        if family == Family::Virtio {
+            let r = virtio::port::pci_transport(&dev, Duration::from_secs(2))
+                .map_err(text)
+                .and_then(|t| virtio::port::register_test(&t));
+            match r {
+                Ok(d) => done.push(format!("{addr}: {d}")),
+                Err(e) => return Outcome::Fail(format!("{addr}: {e}")),
+            }
+            continue;
+        }
         let bar = match dev.map_bar(0) {
             Ok(b) => b,
             Err(e) => return Outcome::Fail(e.to_string()),
@@ -593,6 +614,7 @@ fn register_test(ctx: &Ctx) -> Outcome {
         let table = match family {
             Family::Igb => regtest::IGB_82576,
             Family::Ixgbe => regtest::IXGBE_82599,
+            Family::Virtio => unreachable!("handled above"),
         };
         match regtest::run(&bar, table) {
             Ok(n) => done.push(format!("{addr}: {n} checks")),

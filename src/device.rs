@@ -152,6 +152,11 @@ pub enum QueueError {
     /// The device stopped answering (all-ones register reads).
     #[error("device is not answering (register reads return 0xffffffff); reopen the port")]
     DeviceGone,
+    /// The device broke the queue's protocol (a virtio used ring naming a descriptor the
+    /// device does not hold, or a used index that jumps past what was posted). Nothing was
+    /// handed out twice; the queue refuses further bursts, and the log says what was seen.
+    #[error("device broke the queue protocol ({0}); nothing was handed out twice; the queue is stopped: reopen the port (the open resets the device)")]
+    ProtocolViolation(&'static str),
 }
 
 /// The queues of a port: receive queues, then transmit queues.

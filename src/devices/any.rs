@@ -20,11 +20,14 @@ use crate::devices::null::{NullConfig, NullPort, NullRx, NullTx};
 use crate::devices::qm::model::QmDevice;
 use crate::devices::qm::{QmConfig, QmPort, QmRx, QmTx};
 use crate::devices::sim::{SimConfig, SimPort};
+use crate::devices::virtio::{VirtioConfig, VirtioPort, VirtioRx, VirtioTx};
 use crate::error::{Error, Result};
-use crate::platform::bus::{Bus, PciBus};
+use crate::platform::bus::PciBus;
 use crate::platform::dma::{Packet, Pool};
 use crate::platform::irq::Interrupt;
+use crate::platform::mmio::MmioRegion;
 use crate::platform::pci::PciAddress;
+use crate::platform::vfio::VfioDevice;
 use crate::vlan::{SwVlanCounts, SwVlanTx, Tpid, Vid, VlanCaps, VlanHardware};
 
 /// A parsed port name.
@@ -98,6 +101,8 @@ pub struct PortConfig {
     pub afpacket: AfPacketConfig,
     /// Settings of `qm:` ports.
     pub qm: QmConfig,
+    /// Settings of virtio-net ports.
+    pub virtio: VirtioConfig,
 }
 
 /// A port of any kind.
@@ -114,6 +119,8 @@ pub enum AnyPort {
     AfPacket(AfPacketPort),
     /// The qm driver on the software queue manager (`qm:N`; boxed: the port is large).
     Qm(Box<QmPort<QmDevice>>),
+    /// A virtio-net device driven through VFIO.
+    Virtio(Box<VirtioPort<MmioRegion>>),
 }
 
 /// Opens a port by name.
@@ -138,16 +145,20 @@ pub fn open(name: &str, config: &PortConfig) -> Result<AnyPort> {
 
 /// Opens a PCI port through VFIO and picks the driver by PCI id.
 fn open_pci(addr: PciAddress, config: &PortConfig) -> Result<AnyPort> {
-    let bus = PciBus::open(addr)?;
-    let (vendor, device) = bus.pci_id();
+    let dev = VfioDevice::open(addr)?;
+    let (vendor, device) = dev.vendor_device()?;
     match ids::lookup(vendor, device) {
         Some((Family::Ixgbe, _)) => Ok(AnyPort::Ixgbe(Box::new(IxgbePort::open(
-            bus,
+            PciBus::from_device(dev)?,
             config.ixgbe.clone(),
         )?))),
         Some((Family::Igb, _)) => Ok(AnyPort::Igb(Box::new(IgbPort::open(
-            bus,
+            PciBus::from_device(dev)?,
             config.igb.clone(),
+        )?))),
+        Some((Family::Virtio, _)) => Ok(AnyPort::Virtio(Box::new(VirtioPort::open_pci(
+            dev,
+            config.virtio,
         )?))),
         None => Err(Error::UnsupportedDevice {
             addr: addr.to_string(),
@@ -175,6 +186,8 @@ pub enum AnyRx {
     AfPacket(AfpRx),
     /// Of a qm port.
     Qm(QmRx<QmDevice>),
+    /// Of a virtio-net port.
+    Virtio(VirtioRx<MmioRegion>),
 }
 
 /// A transmit queue of any kind of port.
@@ -192,6 +205,8 @@ pub enum AnyTx {
     AfPacket(AfpTx),
     /// Of a qm port.
     Qm(QmTx<QmDevice>),
+    /// Of a virtio-net port.
+    Virtio(VirtioTx<MmioRegion>),
 }
 
 impl Port for AnyPort {
@@ -206,6 +221,7 @@ impl Port for AnyPort {
             AnyPort::IxgbeSim(p) => p.info(),
             AnyPort::AfPacket(p) => p.info(),
             AnyPort::Qm(p) => p.info(),
+            AnyPort::Virtio(p) => p.info(),
         }
     }
 
@@ -217,6 +233,7 @@ impl Port for AnyPort {
             AnyPort::IxgbeSim(p) => p.link(),
             AnyPort::AfPacket(p) => p.link(),
             AnyPort::Qm(p) => p.link(),
+            AnyPort::Virtio(p) => p.link(),
         }
     }
 
@@ -228,6 +245,7 @@ impl Port for AnyPort {
             AnyPort::IxgbeSim(p) => p.stats(),
             AnyPort::AfPacket(p) => p.stats(),
             AnyPort::Qm(p) => p.stats(),
+            AnyPort::Virtio(p) => p.stats(),
         }
     }
 
@@ -275,6 +293,13 @@ impl Port for AnyPort {
                     tx.into_iter().map(AnyTx::Qm).collect(),
                 ))
             }
+            AnyPort::Virtio(p) => {
+                let (rx, tx) = p.take_queues()?;
+                Ok((
+                    rx.into_iter().map(AnyRx::Virtio).collect(),
+                    tx.into_iter().map(AnyTx::Virtio).collect(),
+                ))
+            }
         }
     }
 }
@@ -289,6 +314,7 @@ impl RxQueue for AnyRx {
             AnyRx::IxgbeSim(q) => q.rx_burst(batch, max),
             AnyRx::AfPacket(q) => q.rx_burst(batch, max),
             AnyRx::Qm(q) => q.rx_burst(batch, max),
+            AnyRx::Virtio(q) => q.rx_burst(batch, max),
         }
     }
     fn stats(&self) -> QueueStats {
@@ -299,6 +325,7 @@ impl RxQueue for AnyRx {
             AnyRx::IxgbeSim(q) => q.stats(),
             AnyRx::AfPacket(q) => q.stats(),
             AnyRx::Qm(q) => q.stats(),
+            AnyRx::Virtio(q) => q.stats(),
         }
     }
     fn pool(&self) -> &Pool {
@@ -309,6 +336,7 @@ impl RxQueue for AnyRx {
             AnyRx::IxgbeSim(q) => q.pool(),
             AnyRx::AfPacket(q) => q.pool(),
             AnyRx::Qm(q) => q.pool(),
+            AnyRx::Virtio(q) => q.pool(),
         }
     }
     fn interrupt(&self) -> Option<&Interrupt> {
@@ -371,6 +399,7 @@ impl AnyRx {
             AnyRx::IxgbeSim(_) => "a software 82599 port",
             AnyRx::AfPacket(_) => "an af_packet port",
             AnyRx::Qm(_) => "a qm port",
+            AnyRx::Virtio(_) => "a virtio-net port",
         }
     }
 }
@@ -385,6 +414,7 @@ impl TxQueue for AnyTx {
             AnyTx::IxgbeSim(q) => q.tx_burst(batch),
             AnyTx::AfPacket(q) => q.tx_burst(batch),
             AnyTx::Qm(q) => q.tx_burst(batch),
+            AnyTx::Virtio(q) => q.tx_burst(batch),
         }
     }
     fn stats(&self) -> QueueStats {
@@ -395,6 +425,7 @@ impl TxQueue for AnyTx {
             AnyTx::IxgbeSim(q) => q.stats(),
             AnyTx::AfPacket(q) => q.stats(),
             AnyTx::Qm(q) => q.stats(),
+            AnyTx::Virtio(q) => q.stats(),
         }
     }
 }
@@ -414,6 +445,7 @@ impl SwVlanTx for AnyTx {
             AnyTx::IxgbeSim(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
             AnyTx::AfPacket(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
             AnyTx::Qm(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
+            AnyTx::Virtio(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
         }
     }
 }
@@ -428,6 +460,7 @@ impl AnyPort {
             AnyPort::IxgbeSim(p) => &mut **p,
             AnyPort::AfPacket(p) => p,
             AnyPort::Qm(p) => &mut **p,
+            AnyPort::Virtio(p) => &mut **p,
         }
     }
 }
@@ -442,6 +475,7 @@ impl VlanHardware for AnyPort {
             AnyPort::IxgbeSim(p) => p.vlan_caps(),
             AnyPort::AfPacket(p) => p.vlan_caps(),
             AnyPort::Qm(p) => p.vlan_caps(),
+            AnyPort::Virtio(p) => p.vlan_caps(),
         }
     }
     fn set_rx_strip(&mut self, queue: u16, on: bool) -> Result<()> {

@@ -5,6 +5,8 @@
 
 /// Intel's PCI vendor id.
 pub const INTEL: u16 = 0x8086;
+/// Red Hat's (Qumranet's) PCI vendor id, which virtio devices carry.
+pub const VIRTIO_VENDOR: u16 = 0x1af4;
 
 /// A driver family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -13,6 +15,8 @@ pub enum Family {
     Igb,
     /// Intel 82599 and relatives (Linux `ixgbe`).
     Ixgbe,
+    /// virtio-net over PCI, virtio 1.x (Linux `virtio_net`, DPDK `net_virtio`).
+    Virtio,
 }
 
 impl Family {
@@ -21,6 +25,7 @@ impl Family {
         match self {
             Family::Igb => "igb",
             Family::Ixgbe => "ixgbe",
+            Family::Virtio => "virtio",
         }
     }
 }
@@ -170,6 +175,21 @@ pub const KNOWN: &[(u16, u16, Family, &str)] = &[
         0x154f,
         Family::Ixgbe,
         "82599 10 Gigabit Network Connection (LS)",
+    ),
+    // virtio 1.2, 4.1.2.1: 0x1040 + device id 1 (network) for a modern-only device; 0x1000
+    // for a transitional one, which the driver takes through its modern interface (a
+    // legacy-only device has none, and is refused with the reason).
+    (
+        VIRTIO_VENDOR,
+        0x1041,
+        Family::Virtio,
+        "virtio-net (virtio 1.x)",
+    ),
+    (
+        VIRTIO_VENDOR,
+        0x1000,
+        Family::Virtio,
+        "virtio-net (transitional)",
     ),
 ];
 

@@ -7,6 +7,7 @@
 //! - [`igb`]: the Intel 82576; [`ixgbe`]: the Intel 82599;
 //! - [`null`]: the null device (DPDK's `net_null`);
 //! - [`sim`]: the software 82599, a register-level model the unchanged ixgbe driver runs on;
+//! - [`virtio`]: virtio-net (virtio 1.x over PCI), the NIC of virtual machines;
 //! - [`ids`]: the PCI ids each driver takes; [`any`]: opening a port by name ([`AnyPort`]).
 
 pub mod afpacket;
@@ -18,6 +19,7 @@ pub mod ixgbe;
 pub mod null;
 pub mod qm;
 pub mod sim;
+pub mod virtio;
 pub mod worker;
 
 pub use any::{open, AnyPort, AnyRx, AnyTx, PortConfig, PortName};

@@ -52,7 +52,12 @@ pub struct PciBus {
 impl PciBus {
     /// Opens `addr` through VFIO and maps BAR0.
     pub fn open(addr: PciAddress) -> Result<PciBus> {
-        let dev = VfioDevice::open(addr)?;
+        PciBus::from_device(VfioDevice::open(addr)?)
+    }
+
+    /// Maps BAR0 of a device already opened through VFIO.
+    pub fn from_device(dev: VfioDevice) -> Result<PciBus> {
+        let addr = dev.addr();
         let id = dev.vendor_device()?;
         let regs = Arc::new(dev.map_bar(0)?);
         Ok(PciBus {

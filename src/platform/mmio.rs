@@ -40,6 +40,39 @@ pub trait Mmio: Send + Sync {
         self.write32(offset, value);
     }
 
+    /// Reads the 16-bit register at byte `offset` (2-byte aligned). Devices whose registers are
+    /// narrower than 32 bits (virtio's common configuration) must be accessed at their natural
+    /// width; this default reads the enclosing 32-bit word, which is right for memory-backed
+    /// models and recorders, and a real BAR ([`MmioRegion`]) overrides it with a 16-bit access.
+    fn read16(&self, offset: usize) -> u16 {
+        assert!(
+            offset % 2 == 0,
+            "16-bit register offset {offset:#x} is not 2-byte aligned"
+        );
+        (self.read32(offset & !3) >> ((offset & 2) * 8)) as u16
+    }
+    /// Writes the 16-bit register at byte `offset`; the default is a read-modify-write of the
+    /// enclosing 32-bit word (see [`Mmio::read16`]).
+    fn write16(&self, offset: usize, value: u16) {
+        assert!(
+            offset % 2 == 0,
+            "16-bit register offset {offset:#x} is not 2-byte aligned"
+        );
+        let shift = (offset & 2) * 8;
+        let word = self.read32(offset & !3) & !(0xffff << shift);
+        self.write32(offset & !3, word | u32::from(value) << shift);
+    }
+    /// Reads the 8-bit register at byte `offset` (default as in [`Mmio::read16`]).
+    fn read8(&self, offset: usize) -> u8 {
+        (self.read32(offset & !3) >> ((offset & 3) * 8)) as u8
+    }
+    /// Writes the 8-bit register at byte `offset` (default as in [`Mmio::write16`]).
+    fn write8(&self, offset: usize, value: u8) {
+        let shift = (offset & 3) * 8;
+        let word = self.read32(offset & !3) & !(0xff << shift);
+        self.write32(offset & !3, word | u32::from(value) << shift);
+    }
+
     /// Reads a named register.
     #[inline(always)]
     fn read(&self, reg: Reg) -> u32 {
@@ -70,6 +103,18 @@ impl<M: Mmio + ?Sized> Mmio for Arc<M> {
     }
     fn len(&self) -> usize {
         (**self).len()
+    }
+    fn read16(&self, offset: usize) -> u16 {
+        (**self).read16(offset)
+    }
+    fn write16(&self, offset: usize, value: u16) {
+        (**self).write16(offset, value)
+    }
+    fn read8(&self, offset: usize) -> u8 {
+        (**self).read8(offset)
+    }
+    fn write8(&self, offset: usize, value: u8) {
+        (**self).write8(offset, value)
     }
 }
 
@@ -166,10 +211,16 @@ impl MmioRegion {
 
     #[inline(always)]
     fn check(&self, offset: usize) {
+        self.check_width(offset, 4)
+    }
+
+    /// Keeps a `width`-byte access aligned and inside the mapping.
+    #[inline(always)]
+    fn check_width(&self, offset: usize, width: usize) {
         assert!(
-            // checked: `offset + 4` must not wrap around to pass the bound in release builds
-            offset % 4 == 0 && offset.checked_add(4).is_some_and(|end| end <= self.len),
-            "{}: register offset {offset:#x} outside the {:#x}-byte BAR",
+            // checked: `offset + width` must not wrap around to pass the bound in release builds
+            offset % width == 0 && offset.checked_add(width).is_some_and(|end| end <= self.len),
+            "{}: {width}-byte register offset {offset:#x} outside the {:#x}-byte BAR (or unaligned)",
             self.name,
             self.len
         );
@@ -194,6 +245,50 @@ impl Mmio for MmioRegion {
 
     fn len(&self) -> usize {
         self.len
+    }
+
+    fn read16(&self, offset: usize) -> u16 {
+        self.check_width(offset, 2);
+        // SAFETY: as in `read32`, for an aligned 2-byte access inside the mapping.
+        unsafe {
+            self.base
+                .cast::<u8>()
+                .as_ptr()
+                .add(offset)
+                .cast::<u16>()
+                .read_volatile()
+        }
+    }
+
+    fn write16(&self, offset: usize, value: u16) {
+        self.check_width(offset, 2);
+        // SAFETY: as in `read16`.
+        unsafe {
+            self.base
+                .cast::<u8>()
+                .as_ptr()
+                .add(offset)
+                .cast::<u16>()
+                .write_volatile(value)
+        }
+    }
+
+    fn read8(&self, offset: usize) -> u8 {
+        self.check_width(offset, 1);
+        // SAFETY: as in `read32`, for a 1-byte access inside the mapping.
+        unsafe { self.base.cast::<u8>().as_ptr().add(offset).read_volatile() }
+    }
+
+    fn write8(&self, offset: usize, value: u8) {
+        self.check_width(offset, 1);
+        // SAFETY: as in `read8`.
+        unsafe {
+            self.base
+                .cast::<u8>()
+                .as_ptr()
+                .add(offset)
+                .write_volatile(value)
+        }
     }
 }
 

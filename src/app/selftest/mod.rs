@@ -24,6 +24,7 @@ use crate::device::{MacAddr, Port, RxQueue, TxQueue};
 use crate::devices::ids::{self, Family};
 use crate::devices::qm::model::{QmDevice, PORTALS_PER_PORT};
 use crate::devices::sim::SimPort;
+use crate::devices::virtio;
 use crate::devices::{self, AnyPort, PortConfig, PortName};
 use crate::error::Result;
 use crate::platform::bus::{Bus, PciBus};
@@ -92,8 +93,16 @@ pub fn table_for(pci_id: (u16, u16)) -> Option<(&'static str, &'static [regtest:
     match ids::lookup(pci_id.0, pci_id.1) {
         Some((Family::Igb, _)) => Some(("82576", regtest::IGB_82576)),
         Some((Family::Ixgbe, _)) => Some(("82599", regtest::IXGBE_82599)),
-        None => None,
+        // A virtio device's registers are not in BAR0: see `virtio::port::register_test`.
+        Some((Family::Virtio, _)) | None => None,
     }
+}
+
+/// Whether the PCI device at `addr` is a virtio device (by its sysfs ids).
+fn is_virtio(addr: crate::platform::pci::PciAddress) -> bool {
+    crate::platform::pci::Sysfs::default()
+        .vendor_device(addr)
+        .is_ok_and(|(v, d)| matches!(ids::lookup(v, d), Some((Family::Virtio, _))))
 }
 
 fn report(
@@ -165,6 +174,11 @@ pub fn register_test(name: &str) -> Result<TestReport> {
                 r.map(|n| format!("{n} checks on the interrupt registers of {PORTALS_PER_PORT} software portals (qbman table)")),
             ))
         }
+        PortName::Pci(addr) if is_virtio(addr) => {
+            let dev = crate::platform::vfio::VfioDevice::open(addr)?;
+            let t = virtio::port::pci_transport(&dev, Duration::from_secs(2))?;
+            Ok(report("register", start, virtio::port::register_test(&t)))
+        }
         PortName::Pci(addr) => {
             let bus = PciBus::open(addr)?;
             let reset = bus.device().reset()?;
@@ -188,6 +202,12 @@ pub fn loopback_test(name: &str, cfg: &SelftestConfig) -> Result<TestReport> {
             return Ok(not_applicable(
                 "loopback",
                 "an af_packet port cannot put the interface's MAC into loopback",
+            ))
+        }
+        PortName::Pci(addr) if is_virtio(addr) => {
+            return Ok(not_applicable(
+                "loopback",
+                "virtio-net has no MAC loopback; traffic tests use a peer on the same backend",
             ))
         }
         PortName::Qm(_) => {

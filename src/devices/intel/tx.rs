@@ -177,28 +177,16 @@ pub const MIN_TX_LEN: usize = crate::platform::dma::slots::MIN_TX_LEN;
 /// 82576 TCTL.PSP), so the wire sees the same frame either way.
 pub const PAD_TX_LEN: usize = 60;
 
-/// Pads a frame shorter than [`MIN_TX_LEN`] to [`PAD_TX_LEN`] bytes with zeros. Behind the
-/// pool's own headroom every buffer has room for 64 bytes (the pool refuses less); a frame
-/// moved far back with `pull_front` may not, so such a frame first moves back to the default
-/// headroom (at most 16 bytes are copied). Returns false only if even that leaves no room.
+/// Pads a frame shorter than [`MIN_TX_LEN`] to [`PAD_TX_LEN`] bytes with zeros
+/// ([`Packet::pad_to`]: behind the pool's own headroom every buffer has room for 64 bytes, which
+/// the pool checks). Returns false only if the buffer has no room for that.
 #[cold]
 #[inline(never)]
 fn pad_short(p: &mut Packet) -> bool {
     let len = p.len();
-    if p.capacity() < PAD_TX_LEN {
-        let mut keep = [0u8; MIN_TX_LEN];
-        keep[..len].copy_from_slice(p.data());
-        let meta = p.meta;
-        p.reset_for_rx();
-        p.meta = meta;
-        if !p.set_data(&keep[..len]) {
-            return false;
-        }
-    }
-    if !p.set_len(PAD_TX_LEN) {
+    if !p.pad_to(PAD_TX_LEN) {
         return false;
     }
-    p.data_mut()[len..].fill(0);
     tracing::debug!(
         len,
         "transmit: frame shorter than 17 bytes padded to 60 with zeros"

@@ -13,7 +13,7 @@
 
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use memmap2::{MmapMut, MmapOptions};
@@ -249,6 +249,22 @@ impl DmaMemory {
         let p = self.word::<u32>(offset);
         // SAFETY: as in `load_u64`.
         unsafe { AtomicU32::from_ptr(p) }.store(value, order)
+    }
+
+    /// Atomically loads the aligned 16-bit word at `offset` (virtio ring indices).
+    #[inline(always)]
+    pub fn load_u16(&self, offset: usize, order: Ordering) -> u16 {
+        let p = self.word::<u16>(offset);
+        // SAFETY: as in `load_u64`.
+        unsafe { AtomicU16::from_ptr(p) }.load(order)
+    }
+
+    /// Atomically stores the aligned 16-bit word at `offset`.
+    #[inline(always)]
+    pub fn store_u16(&self, offset: usize, value: u16, order: Ordering) {
+        let p = self.word::<u16>(offset);
+        // SAFETY: as in `load_u64`.
+        unsafe { AtomicU16::from_ptr(p) }.store(value, order)
     }
 
     /// Copies `src` into the memory at `offset`.

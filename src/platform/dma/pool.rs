@@ -675,6 +675,32 @@ impl Packet {
         true
     }
 
+    /// Grows a frame shorter than `len` to `len` bytes with zeros behind it (Ethernet
+    /// padding). A frame moved so far back (`pull_front`) that `len` bytes no longer fit
+    /// behind it first moves back to the pool's headroom. Returns false, changing nothing,
+    /// only if the buffer cannot hold `len` bytes at all.
+    pub fn pad_to(&mut self, len: usize) -> bool {
+        let old = self.len();
+        if old >= len {
+            return true;
+        }
+        if self.capacity() < len {
+            // SAFETY: a packet keeps its pool's `Shared` alive.
+            let headroom = usize::from(unsafe { self.pool.as_ref() }.headroom);
+            if self.buf_size() - headroom < len {
+                return false;
+            }
+            let frame = self.data().to_vec();
+            let meta = self.meta;
+            self.reset_for_rx();
+            self.meta = meta;
+            self.set_data(&frame);
+        }
+        self.set_len(len);
+        self.data_mut()[old..].fill(0);
+        true
+    }
+
     /// Replaces the frame with `bytes`. Returns false, changing nothing, if it does not fit.
     pub fn set_data(&mut self, bytes: &[u8]) -> bool {
         if !self.set_len(bytes.len()) {

@@ -511,9 +511,38 @@ pub mod qbman {
     include!(concat!(env!("OUT_DIR"), "/regs_qbman.rs"));
 }
 
+/// The virtio 1.x PCI common configuration, generated from `regs/virtio.toml` (offsets are
+/// from the structure's start, which the capability walk finds).
+#[allow(
+    dead_code,
+    non_snake_case,
+    non_upper_case_globals,
+    clippy::unreadable_literal
+)]
+pub mod virtio {
+    include!(concat!(env!("OUT_DIR"), "/regs_virtio.rs"));
+}
+
+/// The virtio-net device configuration, generated from `regs/virtio_net.toml`.
+#[allow(
+    dead_code,
+    non_snake_case,
+    non_upper_case_globals,
+    clippy::unreadable_literal
+)]
+pub mod virtio_net {
+    include!(concat!(env!("OUT_DIR"), "/regs_virtio_net.rs"));
+}
+
 /// Every known family.
 pub fn families() -> &'static [&'static RegisterMap] {
-    static ALL: [&RegisterMap; 3] = [&igb::MAP, &ixgbe::MAP, &qbman::MAP];
+    static ALL: [&RegisterMap; 5] = [
+        &igb::MAP,
+        &ixgbe::MAP,
+        &qbman::MAP,
+        &virtio::MAP,
+        &virtio_net::MAP,
+    ];
     &ALL
 }
 

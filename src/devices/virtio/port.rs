@@ -1,0 +1,501 @@
+//! The virtio-net port: bring-up, the shared device state, [`Port`] and [`VlanHardware`].
+//!
+//! Bring-up (virtio 1.2, 3.1.1): reset; ACKNOWLEDGE | DRIVER; negotiate features; FEATURES_OK,
+//! read back (a device may refuse the set); queues (receive 0, transmit 1, control 2); DRIVER_OK;
+//! then the receive mode and the VLAN table through the control queue. Everything the device
+//! reports is checked: a queue of 0 descriptors or of a size that is not a power of two, a
+//! refused FEATURES_OK and a legacy-only device are typed errors, before any buffer is posted.
+//!
+//! Teardown: the device is reset (status 0, read back) before any ring memory goes, by the
+//! first queue dropped, or by the last handle of the shared state (the port, or a queue that
+//! outlives it), which owns the control queue. A reset stops all of the device's DMA.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use super::caps::Caps;
+use super::ctrl::{self, Ctrl};
+use super::queue::{Counters, VirtioRx, VirtioTx};
+use super::transport::{status, Transport, Window};
+use super::{feature, VirtioConfig};
+use crate::device::{LinkStatus, Port, PortInfo, PortStats, QueueSet};
+use crate::error::{Error, Result};
+use crate::platform::dma::{DmaMapper, Pool};
+use crate::platform::mmio::{Mmio, MmioRegion};
+use crate::platform::vfio::VfioDevice;
+use crate::vlan::{Tpid, Vid, VlanCaps, VlanFilter, VlanHardware};
+
+/// Queue numbers of a virtio-net device with one queue pair (virtio 1.2, 5.1.2).
+const RX_QUEUE: u16 = 0;
+const TX_QUEUE: u16 = 1;
+const CTRL_QUEUE: u16 = 2;
+
+/// What the port and its queues share: the transport, the control queue and the counters.
+pub struct Shared<M: Mmio> {
+    pub(crate) transport: Transport<M>,
+    pub(crate) counters: Counters,
+    ctrl: Mutex<Option<Ctrl<M>>>,
+    stopped: AtomicBool,
+    /// The VFIO device (bus mastering off after the reset); `None` in host tests.
+    pci: Option<VfioDevice>,
+}
+
+impl<M: Mmio> Shared<M> {
+    /// Resets the device once (later calls do nothing): no DMA after it returns.
+    pub(crate) fn stop(&self, why: &str) {
+        if self.stopped.swap(true, Relaxed) {
+            return;
+        }
+        tracing::debug!(port = %self.transport.name, why, "virtio: resetting the device");
+        if let Err(e) = self.transport.reset() {
+            tracing::error!(port = %self.transport.name, error = %e, "virtio: the device did not finish its reset; its memory is freed anyway");
+        }
+        if let Some(d) = &self.pci {
+            if let Err(e) = d.disable_bus_master() {
+                tracing::warn!(port = %self.transport.name, error = %e, "virtio: could not turn bus mastering off");
+            }
+        }
+    }
+
+    /// Whether the device was stopped (a queue was dropped).
+    pub fn stopped(&self) -> bool {
+        self.stopped.load(Relaxed)
+    }
+}
+
+impl<M: Mmio> Drop for Shared<M> {
+    /// Resets the device before the control queue's memory goes.
+    fn drop(&mut self) {
+        self.stop("port closed");
+    }
+}
+
+/// A virtio-net port.
+pub struct VirtioPort<M: Mmio + 'static> {
+    info: PortInfo,
+    features: u64,
+    cfg: VirtioConfig,
+    /// The queues until `take_queues` (dropping them stops the device).
+    queues: Option<(VirtioRx<M>, VirtioTx<M>)>,
+    vids: VlanFilter,
+    filter_on: bool,
+    shared: Arc<Shared<M>>,
+}
+
+/// Checks queue `q`'s maximum size: present and a power of two.
+pub(crate) fn check_queue_max<M: Mmio>(t: &Transport<M>, q: u16, what: &str) -> Result<u16> {
+    let max = t.queue_max(q);
+    if max == 0 {
+        return Err(Error::DeviceState {
+            device: t.name.to_string(),
+            what: format!("its {what} queue ({q}) has size 0: the device does not offer it"),
+        });
+    }
+    if !max.is_power_of_two() {
+        return Err(Error::DeviceState {
+            device: t.name.to_string(),
+            what: format!(
+                "its {what} queue ({q}) offers {max} descriptors, not a power of two; split virtqueues here need one"
+            ),
+        });
+    }
+    Ok(max)
+}
+
+/// The transport of a virtio PCI device opened through VFIO: its capabilities walked and the
+/// BARs they name mapped (each once).
+pub fn pci_transport(
+    dev: &VfioDevice,
+    timeout: std::time::Duration,
+) -> Result<Transport<MmioRegion>> {
+    let name: Arc<str> = dev.addr().to_string().into();
+    let mut space = vec![0u8; 256];
+    dev.config_read(0, &mut space)?;
+    let caps = Caps::parse(&space, &name)?;
+    let mut bars: Vec<(u8, Arc<MmioRegion>)> = Vec::new();
+    let mut window = |r: super::caps::Region, what: &str| -> Result<Window<MmioRegion>> {
+        let bar = match bars.iter().find(|b| b.0 == r.bar) {
+            Some(b) => b.1.clone(),
+            None => {
+                let m = Arc::new(dev.map_bar(u32::from(r.bar))?);
+                bars.push((r.bar, m.clone()));
+                m
+            }
+        };
+        Window::new(bar, r.offset as usize, r.length as usize, what)
+    };
+    let common = window(caps.common, "common configuration")?;
+    let notify = window(caps.notify, "notify")?;
+    let device = caps
+        .device
+        .map(|r| window(r, "device configuration"))
+        .transpose()?;
+    Ok(Transport::new(
+        name,
+        common,
+        notify,
+        caps.notify_off_multiplier,
+        device,
+        timeout,
+    ))
+}
+
+/// The register test of a virtio device (the self-test's, without a driver running): reset
+/// reads back 0, the select registers keep what is written, VERSION_1 is offered, and the
+/// receive and transmit queues exist with power-of-two sizes. Leaves the device reset.
+pub fn register_test<M: Mmio>(t: &Transport<M>) -> std::result::Result<String, String> {
+    use crate::platform::regs::virtio as c;
+    t.reset().map_err(|e| e.to_string())?;
+    let mut checks = 1;
+    for v in [1u32, 0] {
+        t.common.write32(c::DEVICE_FEATURE_SELECT, v);
+        let got = t.common.read32(c::DEVICE_FEATURE_SELECT);
+        if got != v {
+            return Err(format!("device_feature_select: wrote {v}, read {got}"));
+        }
+        checks += 1;
+    }
+    let f = t.device_features();
+    if f & feature::VERSION_1 == 0 {
+        return Err(format!(
+            "VERSION_1 not offered (features {})",
+            feature::names(f)
+        ));
+    }
+    checks += 1;
+    let mut sizes = Vec::new();
+    for q in [RX_QUEUE, TX_QUEUE] {
+        let max = check_queue_max(t, q, "data").map_err(|e| e.to_string())?;
+        let sel = t
+            .common
+            .get(c::DEVICE_STATUS, c::device_status::QUEUE_SELECT);
+        if sel != u32::from(q) {
+            return Err(format!("queue_select: wrote {q}, read {sel}"));
+        }
+        sizes.push(max);
+        checks += 2;
+    }
+    t.reset().map_err(|e| e.to_string())?;
+    Ok(format!(
+        "{checks} checks of the common configuration (features {}; queues of {} and {} descriptors; {} queues)",
+        feature::names(f),
+        sizes[0],
+        sizes[1],
+        t.num_queues()
+    ))
+}
+
+impl VirtioPort<MmioRegion> {
+    /// Opens a virtio-net PCI device through VFIO: walks its capabilities, maps the BARs they
+    /// name and brings it up.
+    pub fn open_pci(dev: VfioDevice, cfg: VirtioConfig) -> Result<Self> {
+        let transport = pci_transport(&dev, cfg.timeout)?;
+        let id = dev.vendor_device()?;
+        dev.enable_bus_master()?;
+        let mapper = dev.dma_mapper();
+        Self::bring_up(transport, Some(dev), mapper, Some(id), cfg)
+    }
+}
+
+impl<M: Mmio + 'static> VirtioPort<M> {
+    /// Brings a device up over `transport` (reset, features, queues, DRIVER_OK, receive mode).
+    pub fn bring_up(
+        transport: Transport<M>,
+        pci: Option<VfioDevice>,
+        mapper: Arc<dyn DmaMapper>,
+        pci_id: Option<(u16, u16)>,
+        cfg: VirtioConfig,
+    ) -> Result<Self> {
+        cfg.check()?;
+        transport.reset()?;
+        let name = transport.name.clone();
+        transport.add_status(status::ACKNOWLEDGE | status::DRIVER);
+        let features = feature::negotiate(transport.device_features(), &name)?;
+        transport.set_driver_features(features);
+        transport.add_status(status::FEATURES_OK);
+        if transport.status() & status::FEATURES_OK == 0 {
+            transport.add_status(status::FAILED);
+            return Err(Error::DeviceState {
+                device: name.to_string(),
+                what: format!(
+                    "the device refused the features {} (FEATURES_OK did not stay set); it cannot work without them",
+                    feature::names(features)
+                ),
+            });
+        }
+        let shared = Arc::new(Shared {
+            transport,
+            counters: Counters::default(),
+            ctrl: Mutex::new(None),
+            stopped: AtomicBool::new(false),
+            pci,
+        });
+        let t = &shared.transport;
+        let rx_size = check_queue_max(t, RX_QUEUE, "receive")?.min(cfg.rx_ring);
+        let tx_size = check_queue_max(t, TX_QUEUE, "transmit")?.min(cfg.tx_ring);
+        let pool = Pool::new(cfg.pool, mapper.clone())?;
+        let mut rx = VirtioRx::new(shared.clone(), RX_QUEUE, rx_size, pool)?;
+        let tx = VirtioTx::new(shared.clone(), TX_QUEUE, tx_size, mapper.clone())?;
+        if features & feature::CTRL_VQ != 0 {
+            let c = Ctrl::new(t, CTRL_QUEUE, mapper, cfg.timeout)?;
+            *shared.ctrl.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+        }
+        t.add_status(status::DRIVER_OK);
+        if t.status() & status::DEVICE_NEEDS_RESET != 0 {
+            return Err(Error::DeviceState {
+                device: name.to_string(),
+                what: "the device set DEVICE_NEEDS_RESET during bring-up; reopen the port".into(),
+            });
+        }
+        rx.start();
+        let mac = t.mac().unwrap_or_default();
+        let info = PortInfo {
+            name: name.to_string(),
+            driver: "virtio",
+            model: "virtio-net (virtio 1.x, split virtqueues)".into(),
+            pci_id,
+            mac,
+            rx_queues: 1,
+            tx_queues: 1,
+            rx_ring: rx_size,
+            tx_ring: tx_size,
+            mtu: None,
+        };
+        let mut port = VirtioPort {
+            info,
+            features,
+            cfg,
+            queues: Some((rx, tx)),
+            vids: VlanFilter::new(),
+            filter_on: false,
+            shared,
+        };
+        port.apply_rx_mode()?;
+        tracing::info!(port = %name, features = %feature::names(features), %mac, "virtio-net port up");
+        Ok(port)
+    }
+
+    /// The negotiated features.
+    pub fn features(&self) -> u64 {
+        self.features
+    }
+
+    /// The shared state (transport, counters).
+    pub fn shared(&self) -> &Arc<Shared<M>> {
+        &self.shared
+    }
+
+    fn command(&self, class: u8, cmd: u8, data: &[u8], what: &'static str) -> Result<()> {
+        let mut c = self.shared.ctrl.lock().unwrap_or_else(|e| e.into_inner());
+        match c.as_mut() {
+            Some(c) => c.command(class, cmd, data, what),
+            None => Err(self.refuse(
+                what,
+                "the device has no control queue (VIRTIO_NET_F_CTRL_VQ)",
+            )),
+        }
+    }
+
+    fn refuse(&self, what: &str, why: &str) -> Error {
+        Error::NotSupported {
+            device: self.info.name.clone(),
+            what: what.into(),
+            why: why.into(),
+        }
+    }
+
+    fn has(&self, f: u64) -> bool {
+        self.features & f == f
+    }
+
+    /// Writes the whole receive configuration from the driver's shadow: promiscuous mode, and
+    /// the VLAN table (VID 0 always, so that priority-tagged frames pass). Run at bring-up;
+    /// a device reset forgets it all (QEMU: `virtio_net_reset`), so this is what restores it.
+    ///
+    /// QEMU's receive filter passes every frame while promiscuous, before it looks at the VLAN
+    /// table (`receive_filter` in hw/net/virtio-net.c): so the filter on means promiscuous
+    /// off (the port's own MAC, broadcast and, with all-multicast on, multicast still pass).
+    fn apply_rx_mode(&mut self) -> Result<()> {
+        if !self.has(feature::CTRL_RX) {
+            return Ok(());
+        }
+        let promisc = self.cfg.promiscuous && !self.filter_on;
+        self.command(
+            ctrl::CLASS_RX,
+            ctrl::RX_PROMISC,
+            &[promisc.into()],
+            "RX_PROMISC",
+        )?;
+        self.command(ctrl::CLASS_RX, ctrl::RX_ALLMULTI, &[1], "RX_ALLMULTI")?;
+        if self.has(feature::CTRL_VLAN) {
+            let vids: Vec<u16> = std::iter::once(0).chain(self.vids.iter()).collect();
+            for v in vids {
+                self.command(
+                    ctrl::CLASS_VLAN,
+                    ctrl::VLAN_ADD,
+                    &v.to_le_bytes(),
+                    "VLAN_ADD",
+                )?;
+            }
+            if !promisc && !self.filter_on {
+                self.open_vlan_table(true)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds (`open`) or removes every VID outside the shadow table: a port that is not
+    /// promiscuous passes every VID with the filter off only if the device's table holds all
+    /// of them (4094 commands, on the configuration path only).
+    fn open_vlan_table(&mut self, open: bool) -> Result<()> {
+        let (cmd, what) = if open {
+            (ctrl::VLAN_ADD, "VLAN_ADD")
+        } else {
+            (ctrl::VLAN_DEL, "VLAN_DEL")
+        };
+        for v in (1..4095u16).filter(|&v| !self.vids.contains(v)) {
+            self.command(ctrl::CLASS_VLAN, cmd, &v.to_le_bytes(), what)?;
+        }
+        Ok(())
+    }
+}
+
+impl<M: Mmio + 'static> Port for VirtioPort<M> {
+    type Rx = VirtioRx<M>;
+    type Tx = VirtioTx<M>;
+
+    fn info(&self) -> PortInfo {
+        self.info.clone()
+    }
+
+    fn link(&self) -> Result<LinkStatus> {
+        let up = if self.has(feature::STATUS) {
+            self.shared.transport.net_status().unwrap_or(0) & 1 == 1
+        } else {
+            // Without VIRTIO_NET_F_STATUS the link is assumed up (virtio 1.2, 5.1.4.2).
+            true
+        };
+        Ok(LinkStatus {
+            up: up && !self.shared.stopped(),
+            speed_mbps: 0,
+            full_duplex: up,
+        })
+    }
+
+    fn stats(&mut self) -> Result<PortStats> {
+        let c = &self.shared.counters;
+        let v = |a: &std::sync::atomic::AtomicU64| a.load(Relaxed);
+        Ok(PortStats {
+            hw: vec![
+                ("rx_packets", v(&c.rx_packets)),
+                ("rx_bytes", v(&c.rx_bytes)),
+                ("rx_dropped", v(&c.rx_dropped)),
+                ("rx_no_buffer", v(&c.rx_no_buffer)),
+                ("tx_packets", v(&c.tx_packets)),
+                ("tx_bytes", v(&c.tx_bytes)),
+                ("tx_dropped", v(&c.tx_dropped)),
+                ("tx_copied", v(&c.tx_copied)),
+            ],
+        })
+    }
+
+    fn take_queues(&mut self) -> Result<QueueSet<VirtioRx<M>, VirtioTx<M>>> {
+        let (rx, tx) = self.queues.take().ok_or_else(|| {
+            Error::InvalidConfig(format!("{}: queues were already taken", self.info.name))
+        })?;
+        Ok((vec![rx], vec![tx]))
+    }
+}
+
+/// virtio-net has a VID filter (VIRTIO_NET_F_CTRL_VLAN) and neither strips nor inserts tags:
+/// the hardware receive and transmit modes are refused, software and deferred run unchanged.
+impl<M: Mmio + 'static> VlanHardware for VirtioPort<M> {
+    fn vlan_caps(&self) -> VlanCaps {
+        VlanCaps {
+            filter: self.has(feature::CTRL_VLAN | feature::CTRL_RX),
+            rx_queues: 1,
+            ..VlanCaps::none(self.info.name.clone())
+        }
+    }
+    fn set_rx_strip(&mut self, _queue: u16, on: bool) -> Result<()> {
+        if !on {
+            return Ok(());
+        }
+        Err(self.refuse(
+            "VLAN tag stripping",
+            "virtio-net has no VLAN strip (Linux's and DPDK's virtio drivers strip in software); use rx mode sw or deferred",
+        ))
+    }
+    fn set_vlan_filter(&mut self, on: bool) -> Result<()> {
+        if !self.vlan_caps().filter {
+            return Err(self.refuse(
+                "the VLAN filter",
+                "the device offers no VLAN table or no receive-mode control (VIRTIO_NET_F_CTRL_VLAN, VIRTIO_NET_F_CTRL_RX)",
+            ));
+        }
+        if on == self.filter_on {
+            return Ok(());
+        }
+        if self.cfg.promiscuous {
+            let promisc = u8::from(!on);
+            self.command(ctrl::CLASS_RX, ctrl::RX_PROMISC, &[promisc], "RX_PROMISC")?;
+        } else {
+            self.open_vlan_table(!on)?;
+        }
+        self.filter_on = on;
+        Ok(())
+    }
+    fn add_vlan(&mut self, vid: Vid) -> Result<()> {
+        let v = vid.get();
+        self.command(
+            ctrl::CLASS_VLAN,
+            ctrl::VLAN_ADD,
+            &v.to_le_bytes(),
+            "VLAN_ADD",
+        )?;
+        self.vids.add(v)?;
+        Ok(())
+    }
+    fn remove_vlan(&mut self, vid: Vid) -> Result<()> {
+        let v = vid.get();
+        if v == 0 {
+            // VID 0 stays in the table: priority-tagged frames always pass.
+            return Ok(());
+        }
+        self.command(
+            ctrl::CLASS_VLAN,
+            ctrl::VLAN_DEL,
+            &v.to_le_bytes(),
+            "VLAN_DEL",
+        )?;
+        self.vids.remove(v)?;
+        Ok(())
+    }
+    fn set_tpid(&mut self, tpid: Tpid) -> Result<()> {
+        if tpid == Tpid::C_TAG {
+            return Ok(());
+        }
+        Err(self.refuse(
+            "a TPID other than 0x8100",
+            "virtio-net's VLAN table knows 0x8100 tags only (QEMU's receive_filter)",
+        ))
+    }
+    fn set_extended_vlan(&mut self, on: bool, _outer_tpid: Tpid) -> Result<()> {
+        if !on {
+            return Ok(());
+        }
+        Err(self.refuse(
+            "extended (QinQ) VLAN mode",
+            "virtio-net has no extended VLAN mode",
+        ))
+    }
+}
+
+impl<M: Mmio + 'static> std::fmt::Debug for VirtioPort<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VirtioPort")
+            .field("name", &self.info.name)
+            .field("features", &format_args!("{:#x}", self.features))
+            .finish()
+    }
+}

@@ -1,0 +1,346 @@
+//! The receive and transmit queues of a virtio-net port.
+//!
+//! Every frame travels behind the 12-byte `struct virtio_net_hdr_v1` (virtio 1.2, 5.1.6; 12
+//! bytes with VERSION_1 even without MRG_RXBUF). No offload is negotiated, so the header
+//! the driver sends is all zeros and the one the device writes carries nothing the driver
+//! needs:
+//! - receive: each descriptor points 12 bytes before the frame start of its buffer, into the
+//!   pool's headroom (at least 128 bytes), so the device writes the header there and the frame
+//!   lands where a packet expects it: no copy, as in DPDK's virtio driver. One descriptor per
+//!   slot, for good: descriptor `i` always holds slot `i`'s buffer ([`RxSlots`]), so a used
+//!   entry names the slot to harvest, in whatever order the device returns them;
+//! - transmit: descriptor pairs. The first of pair `k` (descriptor `2k`) always points at one
+//!   shared zeroed header in the ring's driver area, and chains to `2k + 1`, which takes the
+//!   frame. Pairs go in send order ([`TxSlots`] is a FIFO); a pair the device returns early is
+//!   marked done and released when every older one is.
+//!
+//! Both queues stop the whole device when dropped (a reset, through [`Shared::stop`]): a
+//! virtio device cannot stop one queue without VIRTIO_F_RING_RESET, and the ring's memory must
+//! not go while the device may still use it.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use super::port::Shared;
+use super::ring::{SplitRing, DESC_F_NEXT, DESC_F_WRITE};
+use super::transport::Doorbell;
+use crate::device::{QueueError, QueueStats, RxQueue, TxQueue};
+use crate::error::{Error, Result};
+use crate::platform::dma::slots::MIN_TX_LEN;
+use crate::platform::dma::{DmaMapper, Meta, Packet, Pool, RxSlots, TxSlots};
+use crate::platform::mmio::Mmio;
+use crate::vlan::SwVlanTx;
+
+/// Bytes of `struct virtio_net_hdr_v1`.
+pub const NET_HDR_LEN: usize = 12;
+/// What a shorter frame is padded to: the minimum Ethernet frame without FCS. A virtio device
+/// sends the bytes it is given, so the driver pads, as Intel MACs do in hardware.
+pub const PAD_TX_LEN: usize = 60;
+
+/// Counters the queues add to once per burst, for the port's `stats`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub(crate) rx_packets: AtomicU64,
+    pub(crate) rx_bytes: AtomicU64,
+    pub(crate) rx_dropped: AtomicU64,
+    pub(crate) rx_no_buffer: AtomicU64,
+    pub(crate) tx_packets: AtomicU64,
+    pub(crate) tx_bytes: AtomicU64,
+    pub(crate) tx_dropped: AtomicU64,
+    pub(crate) tx_copied: AtomicU64,
+}
+
+/// A receive queue of a virtio-net port.
+pub struct VirtioRx<M: Mmio> {
+    ring: SplitRing,
+    slots: RxSlots,
+    bell: Doorbell<M>,
+    /// Bytes each descriptor offers: the header and the longest frame a buffer takes.
+    desc_len: u32,
+    stats: QueueStats,
+    // Last: the device is reset (in `Drop`) before anything above is freed.
+    shared: Arc<Shared<M>>,
+}
+
+impl<M: Mmio> VirtioRx<M> {
+    /// Sets up queue `q` with `size` descriptors and one buffer of `pool` each, all posted.
+    pub(crate) fn new(shared: Arc<Shared<M>>, q: u16, size: u16, pool: Pool) -> Result<Self> {
+        let mapper = pool.mapper().clone();
+        let ring = SplitRing::new(size, 0, mapper)?;
+        let slots = RxSlots::new(pool, usize::from(size))?;
+        let desc_len = u32::from(slots.max_len()) + NET_HDR_LEN as u32;
+        let bell = shared.transport.setup_queue(q, &ring)?;
+        let mut rx = VirtioRx {
+            ring,
+            slots,
+            bell,
+            desc_len,
+            stats: QueueStats::default(),
+            shared,
+        };
+        for id in 0..size {
+            let at = rx.slots.data_iova(usize::from(id)) - NET_HDR_LEN as u64;
+            rx.ring.set_desc(id, at, desc_len, DESC_F_WRITE, 0);
+            rx.ring.push(id);
+        }
+        Ok(rx)
+    }
+
+    /// Hands the posted buffers to the device (after DRIVER_OK).
+    pub(crate) fn start(&mut self) {
+        if self.ring.publish() {
+            self.bell.ring();
+        }
+    }
+
+    /// Receive buffers the device holds.
+    pub fn posted(&self) -> u16 {
+        self.ring.in_flight()
+    }
+}
+
+impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
+    fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
+        let have = self.slots.reserve(max, 2 * max);
+        let want = max.min(have);
+        let (mut got, mut bytes, mut dropped) = (0usize, 0u64, 0u64);
+        let (ring, slots, desc_len) = (&mut self.ring, &mut self.slots, self.desc_len);
+        while got < want {
+            let Some((id, len)) = ring.peek_used()? else {
+                break;
+            };
+            let frame = (len as usize).wrapping_sub(NET_HDR_LEN);
+            if len as usize > desc_len as usize || (len as usize) < NET_HDR_LEN {
+                // A length the buffer cannot have: the frame is dropped and the buffer posted
+                // again as it is.
+                ring.consume(id);
+                ring.push(id);
+                dropped += 1;
+                continue;
+            }
+            let taken = slots.take(
+                usize::from(id),
+                frame as u16,
+                Meta::default(),
+                batch,
+                |new| ring.set_buffer(id, new - NET_HDR_LEN as u64, desc_len),
+            );
+            if !taken {
+                break;
+            }
+            ring.consume(id);
+            ring.push(id);
+            got += 1;
+            bytes += frame as u64;
+        }
+        if ring.publish() {
+            self.bell.ring();
+        }
+        if want < max && got == want {
+            self.stats.no_room += 1;
+            self.shared.counters.rx_no_buffer.fetch_add(1, Relaxed);
+        }
+        self.stats.packets += got as u64;
+        self.stats.bytes += bytes;
+        self.stats.dropped += dropped;
+        if got > 0 || dropped > 0 {
+            let c = &self.shared.counters;
+            c.rx_packets.fetch_add(got as u64, Relaxed);
+            c.rx_bytes.fetch_add(bytes, Relaxed);
+            c.rx_dropped.fetch_add(dropped, Relaxed);
+        }
+        Ok(got)
+    }
+
+    fn stats(&self) -> QueueStats {
+        self.stats
+    }
+
+    fn pool(&self) -> &Pool {
+        self.slots.pool()
+    }
+}
+
+impl<M: Mmio> Drop for VirtioRx<M> {
+    /// Stops the device before the ring and the buffers go.
+    fn drop(&mut self) {
+        self.shared.stop("receive queue dropped");
+    }
+}
+
+/// A transmit queue of a virtio-net port.
+pub struct VirtioTx<M: Mmio> {
+    ring: SplitRing,
+    slots: TxSlots,
+    bell: Doorbell<M>,
+    /// Pair numbers 0..pairs, twice, so that a run from any FIFO position is one slice.
+    pairs: Box<[u16]>,
+    /// Pairs the device returned before an older one.
+    done: Box<[bool]>,
+    stats: QueueStats,
+    // Last: the device is reset (in `Drop`) before anything above is freed.
+    shared: Arc<Shared<M>>,
+}
+
+impl<M: Mmio> VirtioTx<M> {
+    /// Sets up queue `q` with `size` descriptors: `size / 2` frames in flight.
+    pub(crate) fn new(
+        shared: Arc<Shared<M>>,
+        q: u16,
+        size: u16,
+        mapper: Arc<dyn DmaMapper>,
+    ) -> Result<Self> {
+        if size < 2 {
+            return Err(Error::InvalidConfig(format!(
+                "a transmit queue of {size} descriptors; it takes two per frame"
+            )));
+        }
+        let ring = SplitRing::new(size, 64, mapper.clone())?;
+        ring.write_extra(0, &[0u8; NET_HDR_LEN]);
+        let n = size / 2;
+        for k in 0..n {
+            ring.set_desc(
+                2 * k,
+                ring.extra_iova(0),
+                NET_HDR_LEN as u32,
+                DESC_F_NEXT,
+                2 * k + 1,
+            );
+            ring.set_desc(2 * k + 1, 0, 0, 0, 0);
+        }
+        let bell = shared.transport.setup_queue(q, &ring)?;
+        Ok(VirtioTx {
+            ring,
+            slots: TxSlots::new(usize::from(n), &mapper),
+            bell,
+            pairs: (0..2 * n).map(|i| i % n).collect(),
+            done: vec![false; usize::from(n)].into_boxed_slice(),
+            stats: QueueStats::default(),
+            shared,
+        })
+    }
+
+    /// Frames the device holds.
+    pub fn in_flight(&self) -> usize {
+        self.slots.queued()
+    }
+
+    /// Takes back the pairs the device returned; releases buffers in send order.
+    fn reclaim(&mut self) -> Result<(), QueueError> {
+        let n = self.done.len();
+        while let Some((id, _)) = self.ring.pop_used()? {
+            // Only heads (even descriptors) are held, so `peek_used` refused anything else.
+            self.done[usize::from(id / 2)] = true;
+        }
+        let tail = self.slots.tail();
+        let mut head = tail.wrapping_sub(self.slots.queued());
+        while head != tail && self.done[head % n] {
+            self.done[head % n] = false;
+            head = head.wrapping_add(1);
+        }
+        self.slots.release(head);
+        Ok(())
+    }
+
+    /// Replaces the packet at the front of `batch`, whose pool the device cannot reach, by a
+    /// copy in the queue's bounce pool. False when every bounce buffer is in flight.
+    #[cold]
+    fn bounce(&mut self, batch: &mut [Packet]) -> Result<bool> {
+        let Some(mut q) = self
+            .slots
+            .bounce_buffer(self.done.len(), batch[0].buf_size())?
+        else {
+            return Ok(false);
+        };
+        if !q.set_data(batch[0].data()) {
+            return Err(Error::InvalidConfig(format!(
+                "a {}-byte frame from a pool the device cannot reach does not fit a {}-byte bounce buffer; send it from a pool of this port",
+                batch[0].len(),
+                q.capacity()
+            )));
+        }
+        q.meta = batch[0].meta;
+        batch[0] = q;
+        self.stats.copied += 1;
+        Ok(true)
+    }
+}
+
+impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
+    fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
+        self.reclaim()?;
+        for p in batch.iter_mut() {
+            if p.len() < PAD_TX_LEN {
+                p.pad_to(PAD_TX_LEN);
+            }
+        }
+        let cap = self.done.len();
+        let (mut sent, mut bytes_all, mut dropped) = (0usize, 0u64, 0u64);
+        loop {
+            let n = batch.len().min(cap - self.slots.queued());
+            if n == 0 {
+                break;
+            }
+            let first = self.slots.tail() % cap;
+            let ring = &mut self.ring;
+            let (k, bytes) = self
+                .slots
+                .send(batch, &self.pairs[first..first + n], |&pair, p| {
+                    ring.set_buffer(2 * pair + 1, p.data_iova(), p.len() as u32);
+                    ring.push(2 * pair);
+                    true
+                });
+            sent += k;
+            bytes_all += bytes;
+            if k == n {
+                continue;
+            }
+            // Stopped before the front packet: its pool is out of the device's reach, or it
+            // is still shorter than 17 bytes (its buffer could not be padded).
+            if !self.slots.reaches(&batch[0]) {
+                match self.bounce(batch) {
+                    Ok(true) => continue,
+                    Ok(false) => break,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "virtio transmit: dropping a packet the device cannot reach")
+                    }
+                }
+            } else if batch[0].len() >= MIN_TX_LEN {
+                break;
+            }
+            drop(batch.remove(0));
+            dropped += 1;
+        }
+        if self.ring.publish() {
+            self.bell.ring();
+        }
+        if !batch.is_empty() {
+            self.stats.no_room += 1;
+        }
+        self.stats.packets += sent as u64;
+        self.stats.bytes += bytes_all;
+        self.stats.dropped += dropped;
+        let c = &self.shared.counters;
+        if sent > 0 || dropped > 0 {
+            c.tx_packets.fetch_add(sent as u64, Relaxed);
+            c.tx_bytes.fetch_add(bytes_all, Relaxed);
+            c.tx_dropped.fetch_add(dropped, Relaxed);
+        }
+        c.tx_copied.store(self.stats.copied, Relaxed);
+        Ok(sent)
+    }
+
+    fn stats(&self) -> QueueStats {
+        self.stats
+    }
+}
+
+/// Software insertion (the default: virtio-net has no transmit tag offload).
+impl<M: Mmio + 'static> SwVlanTx for VirtioTx<M> {}
+
+impl<M: Mmio> Drop for VirtioTx<M> {
+    /// Stops the device before the ring goes and the queued buffers return to their pools.
+    fn drop(&mut self) {
+        self.shared.stop("transmit queue dropped");
+    }
+}
