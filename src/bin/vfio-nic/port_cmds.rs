@@ -14,7 +14,7 @@ use vfio_nic::device::{Port, QueueStats, RxQueue, TxQueue};
 use vfio_nic::devices::qm::model::{QmDevice, PORTALS_PER_PORT};
 use vfio_nic::devices::sim;
 use vfio_nic::devices::{self, AnyPort, PortName};
-use vfio_nic::platform::bus::{Bus, PciBus};
+use vfio_nic::platform::bus::Bus;
 use vfio_nic::platform::dma::Pool;
 use vfio_nic::platform::mmio::Mmio;
 use vfio_nic::vlan::{VlanConfig, VlanHardware};
@@ -57,8 +57,8 @@ fn bars(name: &str) -> Result<Vec<Value>> {
             Ok(out)
         }
         PortName::Pci(addr) => {
-            let bus = PciBus::open(addr)?;
-            let dev = bus.device();
+            // The device alone: a virtio device has no BAR0 to map.
+            let dev = vfio_nic::platform::vfio::VfioDevice::open(addr)?;
             let mut out = Vec::new();
             for (i, region) in REGIONS.iter().enumerate() {
                 let r = dev.region_info(i as u32)?;

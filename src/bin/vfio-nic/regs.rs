@@ -2,8 +2,12 @@
 
 use serde_json::{json, Value};
 use std::sync::Arc;
+use std::time::Duration;
 use vfio_nic::devices::any::PortName;
 use vfio_nic::devices::ids;
+use vfio_nic::devices::virtio::{self, transport::Window};
+use vfio_nic::platform::mmio::MmioRegion;
+use vfio_nic::platform::vfio::VfioDevice;
 
 use vfio_nic::devices::qm::model::{QmDevice, QmRegion};
 use vfio_nic::devices::sim::{SimConfig, SimPort};
@@ -77,6 +81,9 @@ enum Target {
     Sim(SimPort),
     /// Software portal 0's registers of a qm port.
     Qm(Arc<QmRegion>),
+    /// The common configuration of a virtio device (offsets from its start, which the
+    /// capability walk found; fields read at their natural widths).
+    Virtio(Window<MmioRegion>),
 }
 
 impl Target {
@@ -85,6 +92,7 @@ impl Target {
             Target::Pci(b) => &**b.regs(),
             Target::Sim(s) => &**s.regs(),
             Target::Qm(r) => &**r,
+            Target::Virtio(w) => w,
         }
     }
 }
@@ -93,9 +101,14 @@ impl Target {
 fn open(port: &str) -> Result<(Target, &'static RegisterMap)> {
     let (target, (v, d)) = match port.parse::<PortName>()? {
         PortName::Pci(addr) => {
-            let bus = PciBus::open(addr)?;
-            let id = bus.pci_id();
-            (Target::Pci(bus), id)
+            let dev = VfioDevice::open(addr)?;
+            let id = dev.vendor_device()?;
+            if matches!(ids::lookup(id.0, id.1), Some((ids::Family::Virtio, _))) {
+                let t = virtio::port::pci_transport(&dev, Duration::from_secs(2))?;
+                (Target::Virtio(t.common), id)
+            } else {
+                (Target::Pci(PciBus::from_device(dev)?), id)
+            }
         }
         PortName::Sim(i) => {
             let sim = SimPort::open_named(i, &SimConfig::default())?;

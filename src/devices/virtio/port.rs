@@ -124,7 +124,8 @@ pub fn pci_transport(
         };
         Window::new(bar, r.offset as usize, r.length as usize, what)
     };
-    let common = window(caps.common, "common configuration")?;
+    let common =
+        window(caps.common, "common configuration")?.with_map(&crate::platform::regs::virtio::MAP);
     let notify = window(caps.notify, "notify")?;
     let device = caps
         .device
@@ -148,8 +149,8 @@ pub fn register_test<M: Mmio>(t: &Transport<M>) -> std::result::Result<String, S
     t.reset().map_err(|e| e.to_string())?;
     let mut checks = 1;
     for v in [1u32, 0] {
-        t.common.write32(c::DEVICE_FEATURE_SELECT, v);
-        let got = t.common.read32(c::DEVICE_FEATURE_SELECT);
+        t.common.set_word(c::DEVICE_FEATURE_SELECT, v);
+        let got = t.common.word(c::DEVICE_FEATURE_SELECT);
         if got != v {
             return Err(format!("device_feature_select: wrote {v}, read {got}"));
         }

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::virtio as c;
 use crate::platform::regs::virtio_net as n;
-use crate::platform::regs::{Field, Reg};
+use crate::platform::regs::{Field, FieldInfo, Reg, RegisterMap};
 
 /// Device status bits (virtio 1.2, 2.1).
 pub mod status {
@@ -46,6 +46,9 @@ pub struct Window<M: Mmio> {
     mmio: Arc<M>,
     base: usize,
     len: usize,
+    /// The structure's register map, so that whole-word accesses through [`Mmio`] (the
+    /// `regs` tool's) go field by field at their natural widths.
+    map: Option<&'static RegisterMap>,
 }
 
 impl<M: Mmio> Window<M> {
@@ -57,7 +60,28 @@ impl<M: Mmio> Window<M> {
                 mmio.len()
             )));
         }
-        Ok(Window { mmio, base, len })
+        Ok(Window {
+            mmio,
+            base,
+            len,
+            map: None,
+        })
+    }
+
+    /// The same window, accessed through [`Mmio`] field by field as `map` lays it out.
+    pub fn with_map(mut self, map: &'static RegisterMap) -> Window<M> {
+        self.map = Some(map);
+        self
+    }
+
+    /// The fields of the register at `offset` that must be accessed narrower than 32 bits.
+    fn narrow_fields(&self, offset: usize) -> Option<&'static [FieldInfo]> {
+        let (info, _) = self.map?.by_offset(offset as u32)?;
+        let narrow = info
+            .fields
+            .iter()
+            .any(|f| matches!(f.hi - f.lo + 1, 8 | 16) && f.lo % 8 == 0);
+        narrow.then_some(info.fields)
     }
 
     fn at(&self, offset: usize, width: usize) -> usize {
@@ -90,23 +114,65 @@ impl<M: Mmio> Window<M> {
     }
 
     /// A whole 32-bit register.
-    pub fn read32(&self, reg: Reg) -> u32 {
+    pub fn word(&self, reg: Reg) -> u32 {
         self.mmio.read32(self.at(reg.offset(), 4))
     }
 
     /// Writes a whole 32-bit register.
-    pub fn write32(&self, reg: Reg, v: u32) {
+    pub fn set_word(&self, reg: Reg, v: u32) {
         self.mmio.write32(self.at(reg.offset(), 4), v)
     }
 
     /// Bytes in the window.
-    pub fn len(&self) -> usize {
+    pub fn size(&self) -> usize {
         self.len
     }
+}
 
-    /// Never empty once made; for clippy.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
+/// Register access relative to the window, for tools (`vfio-nic regs`): a word whose fields
+/// are 8 or 16 bits wide is read and written field by field at their natural widths.
+impl<M: Mmio> Mmio for Window<M> {
+    fn read32(&self, offset: usize) -> u32 {
+        match self.narrow_fields(offset) {
+            Some(fields) => fields.iter().fold(0, |w, f| {
+                let at = self.at(offset + usize::from(f.lo / 8), 1);
+                let v = match f.hi - f.lo + 1 {
+                    8 => u32::from(self.mmio.read8(at)),
+                    _ => u32::from(self.mmio.read16(at)),
+                };
+                w | v << f.lo
+            }),
+            None => self.mmio.read32(self.at(offset, 4)),
+        }
+    }
+    fn write32(&self, offset: usize, value: u32) {
+        match self.narrow_fields(offset) {
+            Some(fields) => {
+                for f in fields {
+                    let at = self.at(offset + usize::from(f.lo / 8), 1);
+                    match f.hi - f.lo + 1 {
+                        8 => self.mmio.write8(at, (value >> f.lo) as u8),
+                        _ => self.mmio.write16(at, (value >> f.lo) as u16),
+                    }
+                }
+            }
+            None => self.mmio.write32(self.at(offset, 4), value),
+        }
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn read16(&self, offset: usize) -> u16 {
+        self.mmio.read16(self.at(offset, 2))
+    }
+    fn write16(&self, offset: usize, value: u16) {
+        self.mmio.write16(self.at(offset, 2), value)
+    }
+    fn read8(&self, offset: usize) -> u8 {
+        self.mmio.read8(self.at(offset, 1))
+    }
+    fn write8(&self, offset: usize, value: u8) {
+        self.mmio.write8(self.at(offset, 1), value)
     }
 }
 
@@ -205,8 +271,8 @@ impl<M: Mmio> Transport<M> {
     pub fn device_features(&self) -> u64 {
         let mut f = 0u64;
         for half in 0..2u32 {
-            self.common.write32(c::DEVICE_FEATURE_SELECT, half);
-            f |= u64::from(self.common.read32(c::DEVICE_FEATURE)) << (32 * half);
+            self.common.set_word(c::DEVICE_FEATURE_SELECT, half);
+            f |= u64::from(self.common.word(c::DEVICE_FEATURE)) << (32 * half);
         }
         f
     }
@@ -214,9 +280,9 @@ impl<M: Mmio> Transport<M> {
     /// Writes the features the driver accepts.
     pub fn set_driver_features(&self, f: u64) {
         for half in 0..2u32 {
-            self.common.write32(c::DRIVER_FEATURE_SELECT, half);
+            self.common.set_word(c::DRIVER_FEATURE_SELECT, half);
             self.common
-                .write32(c::DRIVER_FEATURE, (f >> (32 * half)) as u32);
+                .set_word(c::DRIVER_FEATURE, (f >> (32 * half)) as u32);
         }
     }
 
@@ -256,8 +322,8 @@ impl<M: Mmio> Transport<M> {
             (c::QUEUE_DRIVER_LO, c::QUEUE_DRIVER_HI, ring.avail_iova()),
             (c::QUEUE_DEVICE_LO, c::QUEUE_DEVICE_HI, ring.used_iova()),
         ] {
-            cm.write32(lo, a as u32);
-            cm.write32(hi, (a >> 32) as u32);
+            cm.set_word(lo, a as u32);
+            cm.set_word(hi, (a >> 32) as u32);
         }
         cm.set(
             c::QUEUE_SIZE,
@@ -266,13 +332,13 @@ impl<M: Mmio> Transport<M> {
         );
         let off = cm.get(c::QUEUE_ENABLE, c::queue_enable::QUEUE_NOTIFY_OFF) as usize;
         let at = off * self.notify_mult as usize;
-        if at + 2 > self.notify.len() {
+        if at + 2 > self.notify.size() {
             return Err(Error::DeviceState {
                 device: self.name.to_string(),
                 what: format!(
                     "queue {q}'s doorbell (notify offset {off} x {}) lies outside the {}-byte notify window",
                     self.notify_mult,
-                    self.notify.len()
+                    self.notify.size()
                 ),
             });
         }
