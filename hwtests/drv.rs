@@ -11,11 +11,13 @@
 use std::time::{Duration, Instant};
 
 use vfio_nic::device::{MacAddr, Port, PortStats, RxQueue, TxQueue};
+use vfio_nic::devices::ids;
 use vfio_nic::devices::igb::IgbConfig;
 use vfio_nic::devices::ixgbe::IxgbeConfig;
+use vfio_nic::devices::virtio::VirtioConfig;
 use vfio_nic::devices::{self, AnyPort, PortConfig};
 use vfio_nic::platform::dma::{Packet, Pool, PoolConfig};
-use vfio_nic::platform::pci::PciAddress;
+use vfio_nic::platform::pci::{PciAddress, Sysfs};
 
 /// Ethertype of the test frames (IEEE local experimental 1).
 pub const TEST_ETHERTYPE: u16 = 0x88b5;
@@ -48,9 +50,55 @@ pub fn config(loopback: bool) -> PortConfig {
             link_timeout: Duration::from_secs(5),
             ..IxgbeConfig::default()
         },
+        virtio: VirtioConfig {
+            rx_ring: 256,
+            tx_ring: 256,
+            pool,
+            ..VirtioConfig::default()
+        },
         ..PortConfig::default()
     }
 }
+
+/// The counters a driver reports for the transfer checks: sent frames and bytes, received
+/// frames and bytes, the CRC bytes per frame the byte counters include, and the receive error
+/// counters that must not move. The Intel chips count in hardware (GPTC/GOTC, GPRC/GORC, with
+/// CRC); a virtio device has no counters, so its port reports the driver's.
+pub struct CounterNames {
+    pub tx: [&'static str; 2],
+    pub rx: [&'static str; 2],
+    pub crc: u64,
+    pub rx_errors: &'static [&'static str],
+}
+
+/// [`CounterNames`] of a port's driver (`PortInfo::driver`).
+pub fn counter_names(driver: &str) -> CounterNames {
+    if driver == "virtio" {
+        CounterNames {
+            tx: ["tx_packets", "tx_bytes"],
+            rx: ["rx_packets", "rx_bytes"],
+            crc: 0,
+            rx_errors: &["rx_dropped", "rx_no_buffer"],
+        }
+    } else {
+        CounterNames {
+            tx: ["GPTC", "GOTC"],
+            rx: ["GPRC", "GORC"],
+            crc: 4,
+            rx_errors: &["MPC", "RNBC", "RUC", "ROC", "CRCERRS"],
+        }
+    }
+}
+
+/// Whether the device at `addr` is a virtio device (by its PCI id in sysfs).
+pub fn is_virtio(addr: PciAddress) -> bool {
+    Sysfs::default()
+        .vendor_device(addr)
+        .is_ok_and(|(v, d)| matches!(ids::lookup(v, d), Some((ids::Family::Virtio, _))))
+}
+
+/// Why a virtio port skips what needs MAC loopback.
+pub const NO_LOOPBACK: &str = "virtio-net has no MAC loopback; the two-port tests cover its rings";
 
 /// Opens a port through the public API.
 pub fn open(addr: PciAddress, loopback: bool) -> Result<AnyPort, String> {

@@ -42,6 +42,9 @@ pub fn interrupt_wakes_a_sleeping_queue(ctx: &Ctx) -> Outcome {
         Err(e @ Error::NotSupported { .. }) => return Outcome::Skip(e.to_string()),
         Err(e) => return Outcome::Fail(format!("{}: open with interrupts: {e}", ctx.ports[0])),
     };
+    if !matches!(a, AnyPort::Igb(_) | AnyPort::Ixgbe(_)) {
+        return Outcome::Skip(vfio_nic::devices::any::NO_INTERRUPT_MODE.into());
+    }
     match steps(ctx, a, two) {
         Ok(d) => Outcome::Pass(d),
         Err(e) => Outcome::Fail(e),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use vfio_nic::app::respond::{Responder, ResponderConfig};
 use vfio_nic::device::{Port, RxQueue, TxQueue};
 use vfio_nic::platform::dma::{Packet, Pool};
-use vfio_nic::vlan::{PacketVlan, RxMode, TxMode, Vid, VlanConfig, VlanControl, VlanRxCtx};
+use vfio_nic::vlan::{PacketVlan, Vid, VlanConfig, VlanControl, VlanRxCtx};
 
 use super::drv;
 use super::proc::{self, Bounded};
@@ -151,8 +151,10 @@ pub fn kernel_peer_vlan_ping(ctx: &Ctx) -> Outcome {
         let mut rx = ctl.wrap_rx(rx.remove(0));
         let mut tx = ctl.wrap_tx(tx.remove(0));
         let mut done = Vec::new();
-        for rxm in RxMode::ALL {
-            for txm in TxMode::ALL {
+        let rx_all = super::vlan_tests::rx_modes(&mut port, &ctl)?;
+        let tx_all = super::vlan_tests::tx_modes(&mut port, &ctl)?;
+        for &rxm in &rx_all {
+            for &txm in &tx_all {
                 ctl.set_rx_mode(&mut port, rxm).map_err(|e| e.to_string())?;
                 ctl.set_tx_mode(&mut port, txm).map_err(|e| e.to_string())?;
                 let _ = sh(&format!("ip neigh flush dev {vif}"));

@@ -1,16 +1,18 @@
 #!/bin/sh
 # /init of the vfio-nic on-device test guest (packed into the initramfs by hwtests/qemu/run).
 #
-# Runs as PID 1 under busybox ash. It prepares the two emulated igb ports as the chosen
-# layout says, runs the test suite once, reports on the serial console with marker lines that
-# the host parses, and powers the machine off. Nothing here may depend on the host beyond the
-# initramfs: configuration comes from /etc/hwtests.env, written by the host-side runner:
-#   HWT_LAYOUT        vfio | kernel-peer
+# Runs as PID 1 under busybox ash. It prepares the emulated ports (igb or virtio-net) as the
+# chosen layout says, runs the test suite once, reports on the serial console with marker lines
+# that the host parses, and powers the machine off. Nothing here may depend on the host beyond
+# the initramfs: configuration comes from /etc/hwtests.env, written by the host-side runner:
+#   HWT_LAYOUT        vfio | kernel-peer | shared-group | virtio
 #   HWT_VFIO_PORTS    BDFs to bind to vfio-pci (space separated), or "auto": every 82576
 #                     found (then VFIO_NIC_PORTS is exported here)
-#   HWT_PEER_PORT     BDF to leave to Linux's igb driver (kernel-peer only)
+#   HWT_PEER_PORT     BDF to leave to a Linux driver (kernel-peer, virtio)
+#   HWT_PEER_DRIVER   its PCI driver: igb (default) or virtio-pci (then virtio_net makes the netdev)
 #   HWT_VFIO_MODULES  modules (file names without .ko, dependency order) for VFIO
-#   HWT_PEER_MODULES  modules for the Linux peer (igb, 8021q and their dependencies)
+#   HWT_PEER_MODULES  modules for the Linux peer (igb or virtio_pci + virtio_net, 8021q, and
+#                     their dependencies)
 #   HWT_VERBOSE       1 = keep kernel messages on the console
 #   HWT_EXTRA_ENV_NAMES  names of the variables given with --env (only shown on the console)
 #   exported VFIO_NIC_* variables for the suite, and `set -- ...` with the suite's arguments.
@@ -76,7 +78,8 @@ bind_port() { # bdf driver
     [ "$cur" = "$2" ] || setup_failed "$1 bound to $cur instead of $2"
 }
 
-# 1. VFIO: load, then bind every VFIO port before any NIC driver is loaded (so igb cannot grab it).
+# 1. VFIO: load, then bind every VFIO port before any NIC driver is loaded (so igb or
+# virtio_pci cannot grab it).
 # shellcheck disable=SC2086 # word lists on purpose
 load_modules $HWT_VFIO_MODULES
 if [ "$HWT_VFIO_PORTS" = auto ]; then
@@ -98,20 +101,26 @@ for bdf in $HWT_VFIO_PORTS; do
 done
 [ -c /dev/vfio/vfio ] || setup_failed "/dev/vfio/vfio missing"
 
-# 2. Linux peer (kernel-peer layout): igb binds the remaining port by itself; make it explicit anyway.
+# 2. Linux peer (kernel-peer, virtio): the driver binds the remaining port by itself; make it
+# explicit anyway. igb's netdev hangs off the PCI device (<bdf>/net/), virtio_net's off the
+# virtio device virtio-pci creates under it (<bdf>/virtioN/net/).
 if [ -n "${HWT_PEER_PORT:-}" ]; then
+    peer_driver=${HWT_PEER_DRIVER:-igb}
     # shellcheck disable=SC2086
     load_modules $HWT_PEER_MODULES
-    bind_port "$HWT_PEER_PORT" igb
+    bind_port "$HWT_PEER_PORT" "$peer_driver"
     ifname=
+    pdev=/sys/bus/pci/devices/$HWT_PEER_PORT
     for _ in 1 2 3 4 5 6 7 8 9 10; do
-        ifname=$(ls "/sys/bus/pci/devices/$HWT_PEER_PORT/net" 2>/dev/null | head -n 1)
+        for n in "$pdev"/net/* "$pdev"/virtio*/net/*; do
+            [ -e "$n" ] && ifname=$(basename "$n") && break
+        done
         [ -n "$ifname" ] && break
         sleep 1
     done
     [ -n "$ifname" ] || setup_failed "no netdev appeared for $HWT_PEER_PORT"
     export VFIO_NIC_PEER_IF="$ifname"
-    echo "hwtests: $HWT_PEER_PORT -> igb, netdev $ifname (left down; tests bring it up)"
+    echo "hwtests: $HWT_PEER_PORT -> $peer_driver, netdev $ifname (left down; tests bring it up)"
 fi
 ip link set lo up 2>/dev/null || true
 
