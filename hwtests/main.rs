@@ -202,6 +202,13 @@ fn one_line(s: &str) -> String {
 }
 
 fn main() -> ExitCode {
+    // The library logs through `tracing`; RUST_LOG=vfio_nic=debug shows it (on stderr).
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let list = match std::env::var("VFIO_NIC_PORTS") {
         Ok(l) => l,
         Err(_) if std::ptr::eq(tests(), RUNNER_CHECK) => "0000:00:00.0".to_string(),

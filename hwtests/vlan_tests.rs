@@ -384,8 +384,9 @@ pub fn vlan_wire_capture(ctx: &Ctx) -> Outcome {
             list.join(",")
         );
         Ok(format!(
-            "{} tagged frames sent with hardware, then software insertion; the host checks the capture",
-            frames.len()
+            "{} tagged frames sent with {} insertion, then software insertion; the host checks the capture",
+            frames.len(),
+            if rounds[0] == TxMode::Hardware { "hardware" } else { "software (the device has none)" }
         ))
     })
 }

@@ -225,7 +225,7 @@ fn word(caps: &VlanCaps, c: &VlanConfig) -> u64 {
     if c.extended {
         w |= EXTENDED;
     }
-    if c.filter && !hw_filter(caps, c) {
+    if c.filter && (!hw_filter(caps, c) || caps.filter_best_effort) {
         w |= SW_FILTER;
     }
     w

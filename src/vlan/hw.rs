@@ -20,6 +20,11 @@ pub struct VlanCaps {
     pub tx_insert: bool,
     /// Has a VID filter table.
     pub filter: bool,
+    /// The filter table is best-effort: the device may still deliver frames of VIDs not in it
+    /// (virtio-net: "the VLAN filtering is also best-effort", virtio 1.2, 5.1.6.5.3). The
+    /// table is written to the device, which saves it work where it honours it, and the
+    /// filter also runs in software, so the answer is the same on every device.
+    pub filter_best_effort: bool,
     /// Supports extended (double, QinQ) VLAN mode with a separate outer TPID (receive side:
     /// strip and filter act on the inner tag).
     pub extended: bool,

@@ -291,6 +291,7 @@ impl VlanHardware for AfPacketPort {
             rx_pre_stripped: true,
             tx_insert: false,
             filter: false,
+            filter_best_effort: false,
             extended: false,
             tx_insert_extended: false,
             any_tpid: true,

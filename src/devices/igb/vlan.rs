@@ -65,6 +65,7 @@ pub(super) fn caps<B: Bus>(port: &IgbPort<B>) -> VlanCaps {
         rx_strip: true,
         tx_insert: true,
         filter: true,
+        filter_best_effort: false,
         extended: false,
         tx_insert_extended: false,
         any_tpid: true,

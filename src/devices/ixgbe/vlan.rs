@@ -122,6 +122,7 @@ pub(super) fn caps<B: Bus>(port: &IxgbePort<B>) -> VlanCaps {
         rx_strip: true,
         tx_insert: true,
         filter: true,
+        filter_best_effort: false,
         extended: true,
         tx_insert_extended: false,
         any_tpid: true,

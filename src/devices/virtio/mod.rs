@@ -10,7 +10,8 @@
 //! (hardware VLAN modes are refused; software and deferred work as everywhere), no interrupt
 //! mode here (the queues are polled: `VIRTQ_AVAIL_F_NO_INTERRUPT`), and no device counters
 //! (the port's `stats` are the driver's). The VLAN filter is the device's table, written
-//! through the control queue ([`ctrl`]).
+//! through the control queue ([`ctrl`]); the spec makes it best-effort, so the VLAN layer
+//! filters in software as well.
 //!
 //! Sources: OASIS virtio 1.2 cs01 (sections cited in each file); QEMU hw/virtio/virtio-pci.c
 //! and hw/net/virtio-net.c for what the test bed's device does; DPDK drivers/net/virtio and
@@ -130,8 +131,7 @@ pub struct VirtioConfig {
     pub tx_ring: u16,
     /// The receive pool.
     pub pool: PoolConfig,
-    /// Receive every unicast frame (the Intel drivers' default too). QEMU's device bypasses
-    /// its VLAN table while promiscuous, so the VLAN filter turns it off while on.
+    /// Receive every unicast frame (the Intel drivers' default too).
     pub promiscuous: bool,
     /// Longest wait for the device (reset, a control command).
     pub timeout: Duration,

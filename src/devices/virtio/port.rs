@@ -313,14 +313,16 @@ impl<M: Mmio + 'static> VirtioPort<M> {
     /// the VLAN table (VID 0 always, so that priority-tagged frames pass). Run at bring-up;
     /// a device reset forgets it all (QEMU: `virtio_net_reset`), so this is what restores it.
     ///
-    /// QEMU's receive filter passes every frame while promiscuous, before it looks at the VLAN
-    /// table (`receive_filter` in hw/net/virtio-net.c): so the filter on means promiscuous
-    /// off (the port's own MAC, broadcast and, with all-multicast on, multicast still pass).
+    /// The VLAN table is best-effort by the spec (virtio 1.2, 5.1.6.5.3), and QEMU passes
+    /// every frame while promiscuous (`receive_filter` in hw/net/virtio-net.c); QEMU 10.0.2
+    /// was also seen here to deliver a VID missing from its table with promiscuous off. So the
+    /// VLAN layer filters in software as well ([`VlanCaps::filter_best_effort`]), and the
+    /// filter never changes the port's unicast behaviour.
     fn apply_rx_mode(&mut self) -> Result<()> {
         if !self.has(feature::CTRL_RX) {
             return Ok(());
         }
-        let promisc = self.cfg.promiscuous && !self.filter_on;
+        let promisc = self.cfg.promiscuous;
         self.command(
             ctrl::CLASS_RX,
             ctrl::RX_PROMISC,
@@ -329,7 +331,9 @@ impl<M: Mmio + 'static> VirtioPort<M> {
         )?;
         self.command(ctrl::CLASS_RX, ctrl::RX_ALLMULTI, &[1], "RX_ALLMULTI")?;
         if self.has(feature::CTRL_VLAN) {
-            let vids: Vec<u16> = std::iter::once(0).chain(self.vids.iter()).collect();
+            let vids: Vec<u16> = std::iter::once(0)
+                .chain(self.vids.iter().filter(|&v| v != 0))
+                .collect();
             for v in vids {
                 self.command(
                     ctrl::CLASS_VLAN,
@@ -413,7 +417,8 @@ impl<M: Mmio + 'static> Port for VirtioPort<M> {
 impl<M: Mmio + 'static> VlanHardware for VirtioPort<M> {
     fn vlan_caps(&self) -> VlanCaps {
         VlanCaps {
-            filter: self.has(feature::CTRL_VLAN | feature::CTRL_RX),
+            filter: self.has(feature::CTRL_VLAN),
+            filter_best_effort: true,
             rx_queues: 1,
             ..VlanCaps::none(self.info.name.clone())
         }
@@ -427,20 +432,20 @@ impl<M: Mmio + 'static> VlanHardware for VirtioPort<M> {
             "virtio-net has no VLAN strip (Linux's and DPDK's virtio drivers strip in software); use rx mode sw or deferred",
         ))
     }
+    /// A promiscuous port passes every VID in QEMU whatever its table holds; one that is not
+    /// passes with the filter off only the VIDs in its table, so turning the filter off opens
+    /// the table (and on closes it again).
     fn set_vlan_filter(&mut self, on: bool) -> Result<()> {
         if !self.vlan_caps().filter {
             return Err(self.refuse(
                 "the VLAN filter",
-                "the device offers no VLAN table or no receive-mode control (VIRTIO_NET_F_CTRL_VLAN, VIRTIO_NET_F_CTRL_RX)",
+                "the device offers no VLAN table (VIRTIO_NET_F_CTRL_VLAN)",
             ));
         }
         if on == self.filter_on {
             return Ok(());
         }
-        if self.cfg.promiscuous {
-            let promisc = u8::from(!on);
-            self.command(ctrl::CLASS_RX, ctrl::RX_PROMISC, &[promisc], "RX_PROMISC")?;
-        } else {
+        if !self.cfg.promiscuous {
             self.open_vlan_table(!on)?;
         }
         self.filter_on = on;

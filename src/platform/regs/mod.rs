@@ -606,6 +606,10 @@ pub fn family(name: &str) -> Option<&'static RegisterMap> {
         Some(&ixgbe::MAP)
     } else if n.eq_ignore_ascii_case("qbman") || n.eq_ignore_ascii_case("qm") {
         Some(&qbman::MAP)
+    } else if n.eq_ignore_ascii_case("virtio") {
+        Some(&virtio::MAP)
+    } else if n.eq_ignore_ascii_case("virtio_net") {
+        Some(&virtio_net::MAP)
     } else {
         None
     }
