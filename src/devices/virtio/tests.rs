@@ -181,8 +181,11 @@ fn open(fake: &Arc<Fake>, iommu: &Arc<SoftIommu>) -> crate::Result<VirtioPort<Fa
     VirtioPort::bring_up(transport(fake), None, iommu.clone(), None, cfg())
 }
 
-/// The device side of queue `q`: the next available chain's descriptors (addr, len, flags).
-fn pop(fake: &Fake, iommu: &SoftIommu, q: usize) -> Option<(u16, Vec<(u64, u32, u16)>)> {
+/// A descriptor as the fake device reads it: address, length, flags.
+type Desc = (u64, u32, u16);
+
+/// The device side of queue `q`: the next available chain (its head and descriptors).
+fn pop(fake: &Fake, iommu: &SoftIommu, q: usize) -> Option<(u16, Vec<Desc>)> {
     let mut s = fake.st();
     let qs = &mut s.queues[q];
     let idx = (iommu.load_u32(qs.avail, Acquire).unwrap() >> 16) as u16;
