@@ -47,7 +47,8 @@ dpdk_round() {
     kill -KILL "$pid" 2>/dev/null
     wait "$pid"
     st=$?
-    grep -v -E '^ *(RX-|TX-|Rx-bps|Tx-bps|#+ *$|$)' /tmp/dpdk.out | tail -n 200
+    # The rates, and whatever went wrong (EAL's and the driver's messages).
+    grep -E 'Tx-pps|rror|ail|EAL|Port [0-9]' /tmp/dpdk.out | tail -n 400
     echo "@@BENCH end dpdk $1 $st"
 }
 
