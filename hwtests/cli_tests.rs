@@ -144,6 +144,31 @@ pub fn cli_info_regs_selftest(ctx: &Ctx) -> Outcome {
             .iter()
             .map(|r| r["fields"].as_array().map_or(0, Vec::len))
             .sum();
+        // `gen` sends 100 frames (broadcast) and reports them; the port's counters agree where
+        // they are the driver's own (virtio: counted as queued), and `stats` lists them.
+        let gen = json(&ok(
+            &bin,
+            &[
+                "--json",
+                "gen",
+                &port,
+                "--count",
+                "100",
+                "--stats-period",
+                "0",
+            ],
+        )?)?;
+        if gen["generator"]["sent"] != 100 {
+            return Err(format!("gen --count 100 reported {}", gen["generator"]));
+        }
+        if driver == "virtio" && gen["hw"]["tx_packets"] != 100 {
+            return Err(format!("gen: the driver counted {} sent", gen["hw"]));
+        }
+        let stats = json(&ok(&bin, &["--json", "stats", &port])?)?;
+        let counters = stats["hw"].as_object().map_or(0, |m| m.len());
+        if counters == 0 {
+            return Err(format!("stats listed no counters: {stats}"));
+        }
         let selftest = run(&bin, &["selftest", &port])?;
         let text = &selftest.stdout;
         if !selftest.success() {
@@ -154,7 +179,7 @@ pub fn cli_info_regs_selftest(ctx: &Ctx) -> Outcome {
         }
         let passed = text.lines().filter(|l| l.contains("PASS")).count();
         Ok(format!(
-            "info: {driver} MAC {mac} link up; regs --decode: {} registers, {fields} fields; selftest: {passed} PASS lines",
+            "info: {driver} MAC {mac} link up; regs --decode: {} registers, {fields} fields; gen: 100 sent; stats: {counters} counters; selftest: {passed} PASS lines",
             list.len()
         ))
     })
