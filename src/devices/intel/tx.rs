@@ -22,7 +22,7 @@ use std::sync::Arc;
 use super::config::{check_ring_size, RS_INTERVAL};
 use super::desc::{TxContext, TxData, TxDone, DESC_SIZE};
 use crate::device::{QueueError, QueueStats};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::platform::dma::{Desc, DescTable, Meta, Packet, TxSlots};
 use crate::platform::mmio::Mmio;
 use crate::vlan::insert::{insert_front, SwVlanCounts};
@@ -490,21 +490,9 @@ impl<M: Mmio> TxRing<M> {
     #[cold]
     #[inline(never)]
     fn bounce(&mut self, batch: &mut [Packet]) -> Result<bool> {
-        let size = self.mask + 1;
-        let Some(mut q) = self.slots.bounce_buffer(size, batch[0].buf_size())? else {
-            return Ok(false);
-        };
-        if !q.set_data(batch[0].data()) {
-            return Err(Error::InvalidConfig(format!(
-                "a {}-byte frame from a pool the device cannot reach does not fit a {}-byte bounce buffer; send it from a pool of this port (or of another VFIO port of the process), which needs no copy",
-                batch[0].len(),
-                q.capacity()
-            )));
-        }
-        q.meta = batch[0].meta;
-        batch[0] = q;
-        self.stats.copied += 1;
-        Ok(true)
+        let copied = self.slots.bounce_front(batch, self.mask + 1)?;
+        self.stats.copied += u64::from(copied);
+        Ok(copied)
     }
 
     /// Deals with the packet at the front of `batch` in hardware mode, which asks for a tag

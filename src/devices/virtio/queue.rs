@@ -14,7 +14,7 @@
 //!   frame. Pairs go in send order ([`TxSlots`] is a FIFO); a pair the device returns early is
 //!   marked done and released when every older one is.
 //!
-//! Both queues stop the whole device when dropped (a reset, through [`Shared::stop`]): a
+//! Both queues stop the whole device when dropped (a reset, by the shared state's `stop`): a
 //! virtio device cannot stop one queue without VIRTIO_F_RING_RESET, and the ring's memory must
 //! not go while the device may still use it.
 
@@ -246,23 +246,9 @@ impl<M: Mmio> VirtioTx<M> {
     /// copy in the queue's bounce pool. False when every bounce buffer is in flight.
     #[cold]
     fn bounce(&mut self, batch: &mut [Packet]) -> Result<bool> {
-        let Some(mut q) = self
-            .slots
-            .bounce_buffer(self.done.len(), batch[0].buf_size())?
-        else {
-            return Ok(false);
-        };
-        if !q.set_data(batch[0].data()) {
-            return Err(Error::InvalidConfig(format!(
-                "a {}-byte frame from a pool the device cannot reach does not fit a {}-byte bounce buffer; send it from a pool of this port",
-                batch[0].len(),
-                q.capacity()
-            )));
-        }
-        q.meta = batch[0].meta;
-        batch[0] = q;
-        self.stats.copied += 1;
-        Ok(true)
+        let copied = self.slots.bounce_front(batch, self.done.len())?;
+        self.stats.copied += u64::from(copied);
+        Ok(copied)
     }
 }
 

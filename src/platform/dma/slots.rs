@@ -447,6 +447,27 @@ impl TxSlots {
         Ok(b.pool.as_ref().and_then(Pool::alloc))
     }
 
+    /// Replaces the packet at the front of `batch`, whose pool the device cannot reach, by a
+    /// copy in a bounce buffer (the bounce pool made now, with `buffers` buffers, if this is
+    /// the first). Returns false when every bounce buffer is in flight (the caller stops there,
+    /// as on a full ring), and an error when no bounce pool can be made or the frame does not
+    /// fit one of its buffers.
+    pub(crate) fn bounce_front(&mut self, batch: &mut [Packet], buffers: usize) -> Result<bool> {
+        let Some(mut q) = self.bounce_buffer(buffers, batch[0].buf_size())? else {
+            return Ok(false);
+        };
+        if !q.set_data(batch[0].data()) {
+            return Err(Error::InvalidConfig(format!(
+                "a {}-byte frame from a pool the device cannot reach does not fit a {}-byte bounce buffer; send it from a pool of this port (or of another VFIO port of the process), which needs no copy",
+                batch[0].len(),
+                q.capacity()
+            )));
+        }
+        q.meta = batch[0].meta;
+        batch[0] = q;
+        Ok(true)
+    }
+
     /// Whether the device can reach `p`'s buffer: its pool is mapped in this queue's DMA
     /// domain. (A packet of a null port's identity-mapped pool, say, holds a host address a
     /// real device must never be given.)
