@@ -539,6 +539,7 @@ fn device_mac(dev: &VfioDevice, family: Family) -> Result<MacAddr, String> {
         let t = virtio::port::pci_transport(dev, Duration::from_secs(2)).map_err(text)?;
         return t
             .mac()
+            .map_err(text)?
             .ok_or_else(|| "the virtio device has no device configuration".to_string());
     }
     let bar = dev.map_bar(0).map_err(text)?;

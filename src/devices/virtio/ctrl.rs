@@ -1,6 +1,8 @@
 //! The control virtqueue (virtio 1.2, 5.1.6.5): one command at a time, each a chain of three
 //! descriptors (class and command, the data, the device's one-byte ack) in the ring's own
-//! driver area, answered before the next is sent. Used for the receive mode (promiscuous,
+//! driver area, answered before the next is sent. A command the device does not answer in time
+//! stays the device's: its buffers are not touched again, and every later command fails with
+//! the name of the one that hangs (unless the device has answered it meanwhile). Used for the receive mode (promiscuous,
 //! all-multicast: class VIRTIO_NET_CTRL_RX) and the VLAN filter table (VIRTIO_NET_CTRL_VLAN).
 //! Every wait has a deadline and names the command it waited for.
 
@@ -41,6 +43,8 @@ pub struct Ctrl<M: Mmio> {
     bell: Doorbell<M>,
     name: Arc<str>,
     timeout: Duration,
+    /// A command the device has not answered (its chain and buffers are still the device's).
+    pending: Option<&'static str>,
 }
 
 impl<M: Mmio> Ctrl<M> {
@@ -68,12 +72,24 @@ impl<M: Mmio> Ctrl<M> {
             bell,
             name: t.name.clone(),
             timeout,
+            pending: None,
         })
     }
 
     /// Sends one command and waits for the device's ack.
     pub fn command(&mut self, class: u8, cmd: u8, data: &[u8], what: &'static str) -> Result<()> {
         assert!(data.len() <= MAX_DATA, "control command data too long");
+        if let Some(prev) = self.pending {
+            if self.ring.pop_used()?.is_none() {
+                return Err(Error::DeviceState {
+                    device: self.name.to_string(),
+                    what: format!(
+                        "the control queue never answered {prev}, so it cannot take {what}; reopen the port (the open resets the device)"
+                    ),
+                });
+            }
+            self.pending = None;
+        }
         let r = &mut self.ring;
         r.write_extra(HDR, &[class, cmd]);
         r.write_extra(DATA, data);
@@ -93,6 +109,7 @@ impl<M: Mmio> Ctrl<M> {
                 break;
             }
             if start.elapsed() >= self.timeout {
+                self.pending = Some(what);
                 return Err(Error::DeviceState {
                     device: self.name.to_string(),
                     what: format!(

@@ -18,7 +18,7 @@ use super::ctrl::{self, Ctrl};
 use super::queue::{Counters, VirtioRx, VirtioTx};
 use super::transport::{status, Transport, Window};
 use super::{feature, VirtioConfig};
-use crate::device::{LinkStatus, Port, PortInfo, PortStats, QueueSet};
+use crate::device::{LinkStatus, MacAddr, Port, PortInfo, PortStats, QueueSet};
 use crate::error::{Error, Result};
 use crate::platform::dma::{DmaMapper, Pool};
 use crate::platform::mmio::{Mmio, MmioRegion};
@@ -35,7 +35,11 @@ pub struct Shared<M: Mmio> {
     pub(crate) transport: Transport<M>,
     pub(crate) counters: Counters,
     ctrl: Mutex<Option<Ctrl<M>>>,
+    /// Set once the reset began (read on every burst, so an atomic).
     stopped: AtomicBool,
+    /// Held for the whole reset, so that a second `stop` (a queue dropped on another thread)
+    /// returns only once the device is quiet.
+    stopping: Mutex<()>,
     /// The VFIO device (bus mastering off after the reset); `None` in host tests.
     pci: Option<VfioDevice>,
 }
@@ -43,6 +47,7 @@ pub struct Shared<M: Mmio> {
 impl<M: Mmio> Shared<M> {
     /// Resets the device once (later calls do nothing): no DMA after it returns.
     pub(crate) fn stop(&self, why: &str) {
+        let _quiet = self.stopping.lock().unwrap_or_else(|e| e.into_inner());
         if self.stopped.swap(true, Relaxed) {
             return;
         }
@@ -127,10 +132,22 @@ pub fn pci_transport(
     let common =
         window(caps.common, "common configuration")?.with_map(&crate::platform::regs::virtio::MAP);
     let notify = window(caps.notify, "notify")?;
-    let device = caps
-        .device
-        .map(|r| window(r, "device configuration"))
-        .transpose()?;
+    let device =
+        caps.device
+            .map(|r| {
+                if r.length < 8 {
+                    return Err(Error::DeviceState {
+                        device: name.to_string(),
+                        what: format!(
+                        "its device configuration is {} bytes, shorter than the MAC and status (8)",
+                        r.length
+                    ),
+                    });
+                }
+                Ok(window(r, "device configuration")?
+                    .with_map(&crate::platform::regs::virtio_net::MAP))
+            })
+            .transpose()?;
     Ok(Transport::new(
         name,
         common,
@@ -229,6 +246,7 @@ impl<M: Mmio + 'static> VirtioPort<M> {
             counters: Counters::default(),
             ctrl: Mutex::new(None),
             stopped: AtomicBool::new(false),
+            stopping: Mutex::new(()),
             pci,
         });
         let t = &shared.transport;
@@ -249,7 +267,11 @@ impl<M: Mmio + 'static> VirtioPort<M> {
             });
         }
         rx.start();
-        let mac = t.mac().unwrap_or_default();
+        let mac = if features & feature::MAC != 0 {
+            t.mac()?.unwrap_or_default()
+        } else {
+            MacAddr::default()
+        };
         let info = PortInfo {
             name: name.to_string(),
             driver: "virtio",
@@ -287,6 +309,9 @@ impl<M: Mmio + 'static> VirtioPort<M> {
     }
 
     fn command(&self, class: u8, cmd: u8, data: &[u8], what: &'static str) -> Result<()> {
+        if self.shared.stopped() {
+            return Err(Error::Queue(crate::device::QueueError::Stopped));
+        }
         let mut c = self.shared.ctrl.lock().unwrap_or_else(|e| e.into_inner());
         match c.as_mut() {
             Some(c) => c.command(class, cmd, data, what),
@@ -310,8 +335,9 @@ impl<M: Mmio + 'static> VirtioPort<M> {
     }
 
     /// Writes the whole receive configuration from the driver's shadow: promiscuous mode, and
-    /// the VLAN table (VID 0 always, so that priority-tagged frames pass). Run at bring-up;
-    /// a device reset forgets it all (QEMU: `virtio_net_reset`), so this is what restores it.
+    /// the VLAN table (VID 0 always, so that priority-tagged frames pass). Run at bring-up,
+    /// after the reset that every open starts with (a reset forgets it all: QEMU's
+    /// `virtio_net_reset`); the VLAN layer gives a reopened port its table again.
     ///
     /// The VLAN table is best-effort by the spec (virtio 1.2, 5.1.6.5.3), and QEMU passes
     /// every frame while promiscuous (`receive_filter` in hw/net/virtio-net.c); QEMU 10.0.2
@@ -468,12 +494,16 @@ impl<M: Mmio + 'static> VlanHardware for VirtioPort<M> {
             // VID 0 stays in the table: priority-tagged frames always pass.
             return Ok(());
         }
-        self.command(
-            ctrl::CLASS_VLAN,
-            ctrl::VLAN_DEL,
-            &v.to_le_bytes(),
-            "VLAN_DEL",
-        )?;
+        // With the filter off on a port that is not promiscuous the device's table is open
+        // (every VID): the VID stays there until the filter goes on.
+        if self.filter_on || self.cfg.promiscuous {
+            self.command(
+                ctrl::CLASS_VLAN,
+                ctrl::VLAN_DEL,
+                &v.to_le_bytes(),
+                "VLAN_DEL",
+            )?;
+        }
         self.vids.remove(v)?;
         Ok(())
     }

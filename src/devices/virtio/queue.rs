@@ -33,6 +33,9 @@ use crate::vlan::SwVlanTx;
 
 /// Bytes of `struct virtio_net_hdr_v1`.
 pub const NET_HDR_LEN: usize = 12;
+/// The smallest receive buffer without VIRTIO_NET_F_MRG_RXBUF: a 1514-byte frame and the
+/// header (virtio 1.2, 5.1.6.3.1).
+pub const MIN_RX_BUFFER: u32 = 1526;
 /// What a shorter frame is padded to: the minimum Ethernet frame without FCS. A virtio device
 /// sends the bytes it is given, so the driver pads, as Intel MACs do in hardware.
 pub const PAD_TX_LEN: usize = 60;
@@ -69,6 +72,11 @@ impl<M: Mmio> VirtioRx<M> {
         let ring = SplitRing::new(size, 0, mapper)?;
         let slots = RxSlots::new(pool, usize::from(size))?;
         let desc_len = u32::from(slots.max_len()) + NET_HDR_LEN as u32;
+        if desc_len < MIN_RX_BUFFER {
+            return Err(Error::InvalidConfig(format!(
+                "receive buffers of {desc_len} bytes (header included); without merged receive buffers a virtio-net driver gives at least {MIN_RX_BUFFER} (virtio 1.2, 5.1.6.3.1): use a pool with larger buffers"
+            )));
+        }
         let bell = shared.transport.setup_queue(q, &ring)?;
         let mut rx = VirtioRx {
             ring,
@@ -101,19 +109,26 @@ impl<M: Mmio> VirtioRx<M> {
 
 impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
     fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
+        if self.shared.stopped() {
+            return Err(QueueError::Stopped);
+        }
         let have = self.slots.reserve(max, 2 * max);
         let want = max.min(have);
         let (mut got, mut bytes, mut dropped) = (0usize, 0u64, 0u64);
         let (ring, slots, desc_len) = (&mut self.ring, &mut self.slots, self.desc_len);
         while got < want {
-            let Some((id, len)) = ring.peek_used()? else {
-                break;
+            let (id, len) = match ring.peek_used() {
+                Ok(Some(e)) => e,
+                Ok(None) => break,
+                // The frames already taken are delivered; the broken ring refuses the next call.
+                Err(e) if got == 0 && dropped == 0 => return Err(e),
+                Err(_) => break,
             };
             let frame = (len as usize).wrapping_sub(NET_HDR_LEN);
             if len as usize > desc_len as usize || (len as usize) < NET_HDR_LEN {
                 // A length the buffer cannot have: the frame is dropped and the buffer posted
                 // again as it is.
-                ring.consume(id);
+                ring.consume();
                 ring.push(id);
                 dropped += 1;
                 continue;
@@ -128,7 +143,7 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
             if !taken {
                 break;
             }
-            ring.consume(id);
+            ring.consume();
             ring.push(id);
             got += 1;
             bytes += frame as u64;
@@ -254,6 +269,9 @@ impl<M: Mmio> VirtioTx<M> {
 
 impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
     fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
+        if self.shared.stopped() {
+            return Err(QueueError::Stopped);
+        }
         self.reclaim()?;
         for p in batch.iter_mut() {
             if p.len() < PAD_TX_LEN {

@@ -9,10 +9,13 @@
 //! them), and a full fence separates publishing from reading the device's "do not notify" flag,
 //! as Linux's `virtqueue_kick_prepare` does.
 //!
-//! A ring trusts nothing the device writes. It keeps which chains the device holds (by head
-//! descriptor), and a used entry naming a descriptor the device does not hold, or a used index
-//! that moved further than the chains posted, is a [`QueueError::ProtocolViolation`]: the
-//! entry is not consumed, nothing is handed out twice, and the ring refuses every later call.
+//! A ring trusts nothing the device writes. It keeps the state of every chain by its head
+//! descriptor: free (the driver's), queued (in the available ring, not yet published) or held
+//! (published: the device's). A used entry naming a descriptor the device does not hold (one
+//! it already returned, even if the driver queued it again since, or one never published), or a
+//! used index that moved further than the chains published, is a
+//! [`QueueError::ProtocolViolation`]: the entry is not consumed, nothing is handed out twice,
+//! and the ring refuses every later call.
 //!
 //! Event suppression without `VIRTIO_F_EVENT_IDX` (not negotiated): the driver sets
 //! `VIRTQ_AVAIL_F_NO_INTERRUPT` (it polls), and skips the doorbell while the device sets
@@ -37,6 +40,13 @@ pub const USED_F_NO_NOTIFY: u16 = 1;
 
 /// The largest split queue (virtio 1.2, 2.7: Queue Size is at most 32768).
 pub const MAX_SIZE: u16 = 32768;
+
+/// A chain the driver owns.
+const FREE: u8 = 0;
+/// A chain in the available ring that the device has not been shown yet.
+const QUEUED: u8 = 1;
+/// A chain the device holds.
+const HELD: u8 = 2;
 
 /// Where the parts of a split ring of `size` descriptors sit in its memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,7 +86,7 @@ impl Layout {
 pub fn check_size(size: u16, what: &str) -> Result<()> {
     if size == 0 || !size.is_power_of_two() || size > MAX_SIZE {
         return Err(Error::InvalidConfig(format!(
-            "{what}: a virtqueue of {size} descriptors; give a power of two from 2 to {MAX_SIZE}"
+            "{what}: a virtqueue of {size} descriptors; give a power of two from 1 to {MAX_SIZE}"
         )));
     }
     Ok(())
@@ -94,9 +104,12 @@ pub struct SplitRing {
     last_used: u16,
     /// The used index last read from the device.
     seen_used: u16,
-    /// Whether the device holds the chain headed by each descriptor.
-    held: Box<[bool]>,
+    /// The state of the chain headed by each descriptor ([`FREE`], [`QUEUED`], [`HELD`]).
+    state: Box<[u8]>,
+    /// Chains the device holds (published, not returned).
     in_flight: u16,
+    /// The entry [`peek_used`](Self::peek_used) returned, which [`consume`](Self::consume) takes.
+    peeked: Option<u16>,
     /// A protocol violation was seen: every later call fails with it.
     broken: Option<&'static str>,
 }
@@ -117,8 +130,9 @@ impl SplitRing {
             published: 0,
             last_used: 0,
             seen_used: 0,
-            held: vec![false; usize::from(size)].into_boxed_slice(),
+            state: vec![FREE; usize::from(size)].into_boxed_slice(),
             in_flight: 0,
+            peeked: None,
             broken: None,
         })
     }
@@ -173,9 +187,9 @@ impl SplitRing {
         self.in_flight
     }
 
-    /// Whether the device holds the chain headed by `id`.
+    /// Whether the chain headed by `id` is out of the driver's hands (queued or held).
     pub fn held(&self, id: u16) -> bool {
-        self.held.get(usize::from(id)).copied().unwrap_or(false)
+        self.state.get(usize::from(id)).is_some_and(|&s| s != FREE)
     }
 
     /// Writes descriptor `id` whole. The caller owns it (the device does not hold its chain).
@@ -200,14 +214,13 @@ impl SplitRing {
     /// next [`publish`](Self::publish)).
     ///
     /// # Panics
-    /// If the device already holds that chain, or `id` is outside the ring: a driver bug,
+    /// If that chain is already queued or held, or `id` is outside the ring: a driver bug,
     /// which would give one buffer to the device twice.
     #[inline(always)]
     pub fn push(&mut self, id: u16) {
-        let held = &mut self.held[usize::from(id)];
-        assert!(!*held, "virtqueue: descriptor {id} posted twice");
-        *held = true;
-        self.in_flight += 1;
+        let st = &mut self.state[usize::from(id)];
+        assert!(*st == FREE, "virtqueue: descriptor {id} posted twice");
+        *st = QUEUED;
         let slot = self.layout.avail + 4 + 2 * usize::from(self.avail_idx & self.mask);
         self.mem.store_u16(slot, id, Relaxed);
         self.avail_idx = self.avail_idx.wrapping_add(1);
@@ -220,6 +233,15 @@ impl SplitRing {
         if self.avail_idx == self.published {
             return false;
         }
+        // The chains queued since the last publish become the device's now.
+        let mut i = self.published;
+        while i != self.avail_idx {
+            let slot = self.layout.avail + 4 + 2 * usize::from(i & self.mask);
+            let id = self.mem.load_u16(slot, Relaxed);
+            self.state[usize::from(id)] = HELD;
+            i = i.wrapping_add(1);
+        }
+        self.in_flight += self.avail_idx.wrapping_sub(self.published);
         self.mem
             .store_u16(self.layout.avail + 2, self.avail_idx, Release);
         self.published = self.avail_idx;
@@ -257,7 +279,7 @@ impl SplitRing {
         let at = self.layout.used + 4 + 8 * usize::from(self.last_used & self.mask);
         let id = self.mem.load_u32(at, Relaxed);
         let len = self.mem.load_u32(at + 4, Relaxed);
-        if id >= u32::from(self.layout.size) || !self.held[id as usize] {
+        if id >= u32::from(self.layout.size) || self.state[id as usize] != HELD {
             tracing::error!(
                 id,
                 len,
@@ -266,15 +288,22 @@ impl SplitRing {
             );
             return Err(self.break_ring("a used entry names a descriptor the device does not hold"));
         }
+        self.peeked = Some(id as u16);
         Ok(Some((id as u16, len)))
     }
 
     /// Consumes the entry [`peek_used`](Self::peek_used) returned: its chain is the driver's
     /// again.
+    ///
+    /// # Panics
+    /// If no entry was peeked since the last consume (a driver bug).
     #[inline(always)]
-    pub fn consume(&mut self, id: u16) {
-        debug_assert!(self.held[usize::from(id)]);
-        self.held[usize::from(id)] = false;
+    pub fn consume(&mut self) {
+        let id = self
+            .peeked
+            .take()
+            .expect("virtqueue: consume without peek_used");
+        self.state[usize::from(id)] = FREE;
         self.in_flight -= 1;
         self.last_used = self.last_used.wrapping_add(1);
     }
@@ -283,8 +312,8 @@ impl SplitRing {
     #[inline(always)]
     pub fn pop_used(&mut self) -> Result<Option<(u16, u32)>, QueueError> {
         let e = self.peek_used()?;
-        if let Some((id, _)) = e {
-            self.consume(id);
+        if e.is_some() {
+            self.consume();
         }
         Ok(e)
     }
@@ -565,6 +594,42 @@ mod tests {
         dev.push(&r, 9, 0);
         dev.publish(&r);
         assert!(r.pop_used().is_err(), "id outside the ring");
+    }
+
+    /// A device that returns a descriptor twice in one batch, with the driver re-queueing it
+    /// in between (as the receive burst does), is caught at the second entry: a queued chain is
+    /// not the device's until it is published.
+    #[test]
+    fn a_descriptor_returned_twice_is_caught_even_after_a_requeue() {
+        let mut r = ring(4);
+        let mut dev = Device::new(0);
+        for id in 0..2 {
+            r.set_desc(id, 0x1000, 64, DESC_F_WRITE, 0);
+            r.push(id);
+        }
+        r.publish();
+        dev.push(&r, 0, 64);
+        dev.push(&r, 0, 64);
+        dev.publish(&r);
+        assert_eq!(r.pop_used().unwrap(), Some((0, 64)));
+        r.push(0);
+        assert!(
+            r.pop_used().is_err(),
+            "queued again but not published: not the device's"
+        );
+        // And a used index beyond the published chains counts only published ones.
+        let mut r = ring(4);
+        let mut dev = Device::new(0);
+        r.push(0);
+        r.publish();
+        r.push(1);
+        dev.push(&r, 0, 0);
+        dev.push(&r, 1, 0);
+        dev.publish(&r);
+        assert_eq!(
+            r.pop_used().unwrap_err(),
+            QueueError::ProtocolViolation("the used index jumped past what was posted")
+        );
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! 32-bit halves, which the spec allows.
 //!
 //! The transport is generic over [`Mmio`], so the host tests drive the whole bring-up against
-//! a [`RecordingMmio`](crate::platform::mmio::RecordingMmio) that plays a device (one that
-//! refuses FEATURES_OK, offers a queue of 0 or 100 descriptors, ...).
+//! a fake device's registers (`devices/virtio/tests.rs`: one that refuses FEATURES_OK, offers a
+//! queue of 0 or 100 descriptors, ...), which accept only natural-width accesses.
 
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -93,23 +93,37 @@ impl<M: Mmio> Window<M> {
         self.base + offset
     }
 
+    /// How `f` is reached: a byte or a halfword on its own boundary is accessed alone (the
+    /// spec's natural width), anything else through the whole word.
+    fn narrow(f: Field) -> Option<usize> {
+        let bytes = usize::from(f.width) / 8;
+        let at = usize::from(f.lo) / 8;
+        (matches!(f.width, 8 | 16) && f.lo % 8 == 0 && at % bytes == 0).then_some(bytes)
+    }
+
     /// A field of a register, read at the field's width.
     pub fn get(&self, reg: Reg, f: Field) -> u32 {
         let off = reg.offset() + usize::from(f.lo / 8);
-        match f.width {
-            8 => u32::from(self.mmio.read8(self.at(off, 1))),
-            16 => u32::from(self.mmio.read16(self.at(off, 2))),
-            _ => f.get(self.mmio.read32(self.at(reg.offset(), 4))),
+        match Self::narrow(f) {
+            Some(1) => u32::from(self.mmio.read8(self.at(off, 1))),
+            Some(_) => u32::from(self.mmio.read16(self.at(off, 2))),
+            None => f.get(self.mmio.read32(self.at(reg.offset(), 4))),
         }
     }
 
-    /// A field of a register, written at the field's width.
+    /// A field of a register, written at the field's width; a field narrower than its word
+    /// that is not a byte or a halfword, by a read-modify-write of the word.
     pub fn set(&self, reg: Reg, f: Field, v: u32) {
         let off = reg.offset() + usize::from(f.lo / 8);
-        match f.width {
-            8 => self.mmio.write8(self.at(off, 1), v as u8),
-            16 => self.mmio.write16(self.at(off, 2), v as u16),
-            _ => self.mmio.write32(self.at(reg.offset(), 4), v),
+        match Self::narrow(f) {
+            Some(1) => self.mmio.write8(self.at(off, 1), v as u8),
+            Some(_) => self.mmio.write16(self.at(off, 2), v as u16),
+            None if f.width >= 32 => self.mmio.write32(self.at(reg.offset(), 4), v),
+            None => {
+                let at = self.at(reg.offset(), 4);
+                let w = self.mmio.read32(at);
+                self.mmio.write32(at, f.with(w, v));
+            }
         }
     }
 
@@ -332,11 +346,11 @@ impl<M: Mmio> Transport<M> {
         );
         let off = cm.get(c::QUEUE_ENABLE, c::queue_enable::QUEUE_NOTIFY_OFF) as usize;
         let at = off * self.notify_mult as usize;
-        if at + 2 > self.notify.size() {
+        if at + 2 > self.notify.size() || (self.notify.base + at) % 2 != 0 {
             return Err(Error::DeviceState {
                 device: self.name.to_string(),
                 what: format!(
-                    "queue {q}'s doorbell (notify offset {off} x {}) lies outside the {}-byte notify window",
+                    "queue {q}'s doorbell (notify offset {off} x {}) lies outside the {}-byte notify window, or is not 2-byte aligned",
                     self.notify_mult,
                     self.notify.size()
                 ),
@@ -350,9 +364,31 @@ impl<M: Mmio> Transport<M> {
         })
     }
 
-    /// The MAC address of the device configuration.
-    pub fn mac(&self) -> Option<MacAddr> {
-        let d = self.device.as_ref()?;
+    /// The MAC address of the device configuration, read until `config_generation` is the
+    /// same before and after (a multi-byte field may change between reads otherwise; virtio
+    /// 1.2, 4.1.3.1); `None` without a device configuration.
+    pub fn mac(&self) -> Result<Option<MacAddr>> {
+        let Some(d) = self.device.as_ref() else {
+            return Ok(None);
+        };
+        let generation = || {
+            self.common
+                .get(c::DEVICE_STATUS, c::device_status::CONFIG_GENERATION)
+        };
+        for _ in 0..16 {
+            let before = generation();
+            let m = Self::read_mac(d);
+            if generation() == before {
+                return Ok(Some(m));
+            }
+        }
+        Err(Error::DeviceState {
+            device: self.name.to_string(),
+            what: "its configuration kept changing while the MAC was read (config_generation moved 16 times)".into(),
+        })
+    }
+
+    fn read_mac(d: &Window<M>) -> MacAddr {
         let f = [
             (n::MAC_LO, n::mac_lo::MAC0),
             (n::MAC_LO, n::mac_lo::MAC1),
@@ -365,7 +401,7 @@ impl<M: Mmio> Transport<M> {
         for (b, (reg, field)) in m.iter_mut().zip(f) {
             *b = d.get(reg, field) as u8;
         }
-        Some(MacAddr(m))
+        MacAddr(m)
     }
 
     /// The link status word of the device configuration (bit 0: up).

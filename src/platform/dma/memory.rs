@@ -255,7 +255,8 @@ impl DmaMemory {
     #[inline(always)]
     pub fn load_u16(&self, offset: usize, order: Ordering) -> u16 {
         let p = self.word::<u16>(offset);
-        // SAFETY: as in `load_u64`.
+        // SAFETY: `p` is 2-byte aligned and inside the live mapping (checked by `word`); the
+        // word is shared with the device, so it is only ever accessed atomically.
         unsafe { AtomicU16::from_ptr(p) }.load(order)
     }
 
@@ -263,7 +264,7 @@ impl DmaMemory {
     #[inline(always)]
     pub fn store_u16(&self, offset: usize, value: u16, order: Ordering) {
         let p = self.word::<u16>(offset);
-        // SAFETY: as in `load_u64`.
+        // SAFETY: as in `load_u16`: aligned, inside the mapping, accessed only atomically.
         unsafe { AtomicU16::from_ptr(p) }.store(value, order)
     }
 

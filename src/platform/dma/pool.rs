@@ -678,7 +678,8 @@ impl Packet {
     /// Grows a frame shorter than `len` to `len` bytes with zeros behind it (Ethernet
     /// padding). A frame moved so far back (`pull_front`) that `len` bytes no longer fit
     /// behind it first moves back to the pool's headroom. Returns false, changing nothing,
-    /// only if the buffer cannot hold `len` bytes at all.
+    /// when `len` bytes do not fit behind the pool's headroom (a buffer always has room for
+    /// 64: the pool checks it).
     pub fn pad_to(&mut self, len: usize) -> bool {
         let old = self.len();
         if old >= len {
