@@ -411,9 +411,6 @@ fn cpu_ticks(pid: u32) -> Result<u64, String> {
 /// traffic, from /proc/PID/stat), and still answers Linux's ping over VLAN 100 when it comes.
 /// A polling responder uses a whole core here.
 pub fn cli_respond_interrupts_idle(ctx: &Ctx) -> Outcome {
-    if drv::is_virtio(ctx.ports[0]) {
-        return Outcome::Skip(vfio_nic::devices::any::NO_INTERRUPT_MODE.into());
-    }
     let (bin, port, peer) = match kernel_peer(ctx) {
         Ok(t) => t,
         Err(o) => return o,

@@ -32,6 +32,7 @@ pub fn interrupt_wakes_a_sleeping_queue(ctx: &Ctx) -> Outcome {
     let mut cfg = drv::config(!two);
     cfg.igb.interrupts = Some(IrqConfig::default());
     cfg.ixgbe.interrupts = Some(IrqConfig::default());
+    cfg.virtio.interrupts = true;
     step(format!(
         "opening {} with interrupt mode{}",
         ctx.ports[0],
@@ -42,7 +43,7 @@ pub fn interrupt_wakes_a_sleeping_queue(ctx: &Ctx) -> Outcome {
         Err(e @ Error::NotSupported { .. }) => return Outcome::Skip(e.to_string()),
         Err(e) => return Outcome::Fail(format!("{}: open with interrupts: {e}", ctx.ports[0])),
     };
-    if !matches!(a, AnyPort::Igb(_) | AnyPort::Ixgbe(_)) {
+    if !matches!(a, AnyPort::Igb(_) | AnyPort::Ixgbe(_) | AnyPort::Virtio(_)) {
         return Outcome::Skip(vfio_nic::devices::any::NO_INTERRUPT_MODE.into());
     }
     match steps(ctx, a, two) {
@@ -55,8 +56,10 @@ fn steps(ctx: &Ctx, mut a: AnyPort, two: bool) -> Result<String, String> {
     let vectors = match &a {
         AnyPort::Igb(p) => p.interrupts().len(),
         AnyPort::Ixgbe(p) => p.interrupts().len(),
+        AnyPort::Virtio(p) => p.interrupts().len(),
         _ => 0,
     };
+    let by_hand = !matches!(a, AnyPort::Virtio(_));
     let mac = a.info().mac;
     let (mut rxa, mut txa) = a.take_queues().map_err(|e| e.to_string())?;
     let mut b = if two {
@@ -80,22 +83,28 @@ fn steps(ctx: &Ctx, mut a: AnyPort, two: bool) -> Result<String, String> {
     }
     let slept = t.elapsed();
 
-    step("2. arming the queue and setting its cause by hand (EICS)");
-    let q: &mut AnyRx = &mut rxa[0];
-    if q.arm_interrupt().map_err(|e| e.to_string())? {
-        return Err("frames were waiting although nothing was sent".into());
-    }
-    let t = Instant::now();
-    q.trigger_interrupt().map_err(|e| e.to_string())?;
-    let irq = q.interrupt().cloned().ok_or("the queue has no interrupt")?;
-    let fired = irq
-        .wait(Duration::from_secs(5))
-        .map_err(|e| e.to_string())?;
-    q.disarm_interrupt();
-    if !fired {
-        return Err("EICS set the queue's cause but no interrupt arrived within 5 s".into());
-    }
-    let eics = t.elapsed();
+    // 2. On the Intel chips: arm the queue and set its cause by hand (EICS). virtio-net has no
+    // such register: its interrupt is proven by step 3 alone.
+    let eics = if by_hand {
+        step("2. arming the queue and setting its cause by hand (EICS)");
+        let q: &mut AnyRx = &mut rxa[0];
+        if q.arm_interrupt().map_err(|e| e.to_string())? {
+            return Err("frames were waiting although nothing was sent".into());
+        }
+        let t = Instant::now();
+        q.trigger_interrupt().map_err(|e| e.to_string())?;
+        let irq = q.interrupt().cloned().ok_or("the queue has no interrupt")?;
+        let fired = irq
+            .wait(Duration::from_secs(5))
+            .map_err(|e| e.to_string())?;
+        q.disarm_interrupt();
+        if !fired {
+            return Err("EICS set the queue's cause but no interrupt arrived within 5 s".into());
+        }
+        Some(t.elapsed())
+    } else {
+        None
+    };
 
     step("3. frames sent while the queue sleeps");
     let src = if two { ctx.ports[1] } else { ctx.ports[0] };
@@ -161,10 +170,13 @@ fn steps(ctx: &Ctx, mut a: AnyPort, two: bool) -> Result<String, String> {
             return Err("a frame that woke the queue arrived changed".into());
         }
     }
+    let by_hand = match eics {
+        Some(t) => format!("EICS woke the queue in {:.1} ms", t.as_secs_f64() * 1e3),
+        None => "no cause set by hand (the device has no EICS)".into(),
+    };
     Ok(format!(
-        "{vectors} MSI-X vector(s); slept {} ms with nothing sent; EICS woke the queue in {:.1} ms; {FRAMES} frames sent after {} ms of sleep woke it {:.1} ms after the send and arrived intact ({stale} stale frames drained first)",
+        "{vectors} MSI-X vector(s); slept {} ms with nothing sent; {by_hand}; {FRAMES} frames sent after {} ms of sleep woke it {:.1} ms after the send and arrived intact ({stale} stale frames drained first)",
         slept.as_millis(),
-        eics.as_secs_f64() * 1e3,
         ASLEEP.as_millis(),
         latency.as_secs_f64() * 1e3,
     ))

@@ -344,7 +344,8 @@ impl RxQueue for AnyRx {
             AnyRx::Igb(q) => q.interrupt(),
             AnyRx::Ixgbe(q) => q.interrupt(),
             AnyRx::IxgbeSim(q) => q.interrupt(),
-            // The Intel drivers have an interrupt mode (`IntelChip::IRQ`); the rest are polled.
+            AnyRx::Virtio(q) => q.interrupt(),
+            // The Intel and virtio drivers have an interrupt mode; the rest are polled.
             _ => None,
         }
     }
@@ -353,6 +354,7 @@ impl RxQueue for AnyRx {
             AnyRx::Igb(q) => q.arm_interrupt(),
             AnyRx::Ixgbe(q) => q.arm_interrupt(),
             AnyRx::IxgbeSim(q) => q.arm_interrupt(),
+            AnyRx::Virtio(q) => q.arm_interrupt(),
             _ => Err(Error::NotSupported {
                 device: self.kind().into(),
                 what: "interrupt mode".into(),
@@ -365,6 +367,7 @@ impl RxQueue for AnyRx {
             AnyRx::Igb(q) => q.disarm_interrupt(),
             AnyRx::Ixgbe(q) => q.disarm_interrupt(),
             AnyRx::IxgbeSim(q) => q.disarm_interrupt(),
+            AnyRx::Virtio(q) => q.disarm_interrupt(),
             _ => {}
         }
     }
@@ -372,7 +375,11 @@ impl RxQueue for AnyRx {
 
 /// Why a port of another kind has no interrupt mode.
 pub const NO_INTERRUPT_MODE: &str =
-    "only the Intel drivers (82576, 82599 and the software 82599) have an interrupt mode; poll this port";
+    "only the Intel drivers (82576, 82599 and the software 82599) and virtio-net have an interrupt mode; poll this port";
+
+/// Why a virtio-net queue cannot have its interrupt raised by hand (the self-test's check).
+pub const NO_MANUAL_INTERRUPT: &str =
+    "virtio-net has no register that raises a queue's interrupt by hand (the Intel chips' EICS); a frame wakes it: see the on-device test interrupt_wakes_a_sleeping_queue";
 
 impl AnyRx {
     /// Sets the queue's interrupt cause by hand (EICS on the Intel chips): armed, the queue's
@@ -382,6 +389,11 @@ impl AnyRx {
             AnyRx::Igb(q) => q.trigger_interrupt(),
             AnyRx::Ixgbe(q) => q.trigger_interrupt(),
             AnyRx::IxgbeSim(q) => q.trigger_interrupt(),
+            AnyRx::Virtio(_) => Err(Error::NotSupported {
+                device: self.kind().into(),
+                what: "raising an interrupt by hand".into(),
+                why: NO_MANUAL_INTERRUPT.into(),
+            }),
             _ => Err(Error::NotSupported {
                 device: self.kind().into(),
                 what: "interrupt mode".into(),

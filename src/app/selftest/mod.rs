@@ -334,6 +334,7 @@ pub fn interrupt_test(name: &str, cfg: &SelftestConfig) -> Result<TestReport> {
     let irq = Some(crate::devices::intel::IrqConfig::default());
     port_cfg.igb.interrupts = irq;
     port_cfg.ixgbe.interrupts = irq;
+    port_cfg.virtio.interrupts = true;
     let start = Instant::now();
     let mut port = match devices::open(name, &port_cfg) {
         Ok(p) => p,
@@ -346,6 +347,12 @@ pub fn interrupt_test(name: &str, cfg: &SelftestConfig) -> Result<TestReport> {
         AnyPort::Igb(p) => p.interrupts().len(),
         AnyPort::Ixgbe(p) => p.interrupts().len(),
         AnyPort::IxgbeSim(p) => p.interrupts().len(),
+        AnyPort::Virtio(_) => {
+            return Ok(not_applicable(
+                "interrupt",
+                devices::any::NO_MANUAL_INTERRUPT,
+            ))
+        }
         _ => return Ok(not_applicable("interrupt", devices::any::NO_INTERRUPT_MODE)),
     };
     let (mut rx, _tx) = port.take_queues()?;

@@ -48,6 +48,8 @@ impl IrqOpts {
             });
             c.igb.interrupts = irq;
             c.ixgbe.interrupts = irq;
+            // virtio-net has no interrupt moderation: --throttle-us does not apply to it.
+            c.virtio.interrupts = true;
         }
     }
 

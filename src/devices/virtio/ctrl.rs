@@ -66,7 +66,7 @@ impl<M: Mmio> Ctrl<M> {
                 ),
             });
         }
-        let bell = t.setup_queue(q, &ring)?;
+        let bell = t.setup_queue(q, &ring, super::transport::NO_VECTOR)?;
         Ok(Ctrl {
             ring,
             bell,

@@ -7,9 +7,11 @@
 //! and [`queue`] is the burst path. Legacy (0.9) devices are refused with the reason.
 //!
 //! What the device lacks gets the crate's software path: there is no VLAN strip or insert
-//! (hardware VLAN modes are refused; software and deferred work as everywhere), no interrupt
-//! mode here (the queues are polled: `VIRTQ_AVAIL_F_NO_INTERRUPT`), and no device counters
-//! (the port's `stats` are the driver's). The VLAN filter is the device's table, written
+//! (hardware VLAN modes are refused; software and deferred work as everywhere) and no device
+//! counters (the port's `stats` are the driver's). The queues are polled
+//! (`VIRTQ_AVAIL_F_NO_INTERRUPT`), or in interrupt mode the receive queue has an MSI-X vector
+//! and sleeps until the device returns a frame; there is no interrupt moderation (it would
+//! need VIRTIO_F_EVENT_IDX) and no way to raise a queue's interrupt by hand. The VLAN filter is the device's table, written
 //! through the control queue ([`ctrl`]); the spec makes it best-effort, so the VLAN layer
 //! filters in software as well.
 //!
@@ -135,6 +137,9 @@ pub struct VirtioConfig {
     pub promiscuous: bool,
     /// Longest wait for the device (reset, a control command).
     pub timeout: Duration,
+    /// Interrupt mode: the receive queue gets MSI-X vector 0 and can sleep until frames come
+    /// (`RxQueue::wait`). Polled otherwise.
+    pub interrupts: bool,
 }
 
 impl Default for VirtioConfig {
@@ -146,6 +151,7 @@ impl Default for VirtioConfig {
             pool: PoolConfig::default(),
             promiscuous: true,
             timeout: Duration::from_secs(2),
+            interrupts: false,
         }
     }
 }

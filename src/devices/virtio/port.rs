@@ -21,6 +21,7 @@ use super::{feature, VirtioConfig};
 use crate::device::{LinkStatus, MacAddr, Port, PortInfo, PortStats, QueueSet};
 use crate::error::{Error, Result};
 use crate::platform::dma::{DmaMapper, Pool};
+use crate::platform::irq::InterruptSet;
 use crate::platform::mmio::{Mmio, MmioRegion};
 use crate::platform::vfio::VfioDevice;
 use crate::vlan::{Tpid, Vid, VlanCaps, VlanFilter, VlanHardware};
@@ -40,6 +41,9 @@ pub struct Shared<M: Mmio> {
     /// Held for the whole reset, so that a second `stop` (a queue dropped on another thread)
     /// returns only once the device is quiet.
     stopping: Mutex<()>,
+    /// Interrupt mode's MSI-X routing (dropped after the reset: its teardown needs the
+    /// device, declared below it).
+    irqs: Option<InterruptSet>,
     /// The VFIO device (bus mastering off after the reset); `None` in host tests.
     pci: Option<VfioDevice>,
 }
@@ -211,20 +215,41 @@ impl VirtioPort<MmioRegion> {
         let id = dev.vendor_device()?;
         dev.enable_bus_master()?;
         let mapper = dev.dma_mapper();
-        Self::bring_up(transport, Some(dev), mapper, Some(id), cfg)
+        // One MSI-X vector (0) for the receive queue; VFIO routes it to an eventfd.
+        let irqs = if cfg.interrupts {
+            Some(dev.enable_msix(1)?)
+        } else {
+            None
+        };
+        Self::bring_up(transport, Some(dev), irqs, mapper, Some(id), cfg)
     }
 }
 
 impl<M: Mmio + 'static> VirtioPort<M> {
-    /// Brings a device up over `transport` (reset, features, queues, DRIVER_OK, receive mode).
+    /// Brings a device up over `transport` (reset, features, queues, DRIVER_OK, receive mode);
+    /// in interrupt mode (`cfg.interrupts`) the receive queue takes vector 0 of `irqs`.
     pub fn bring_up(
         transport: Transport<M>,
         pci: Option<VfioDevice>,
+        irqs: Option<InterruptSet>,
         mapper: Arc<dyn DmaMapper>,
         pci_id: Option<(u16, u16)>,
         cfg: VirtioConfig,
     ) -> Result<Self> {
         cfg.check()?;
+        let rx_irq = match (&irqs, cfg.interrupts) {
+            (_, false) => None,
+            (Some(set), true) => Some(set.vectors().first().cloned().ok_or_else(|| {
+                Error::InvalidConfig("interrupt mode with an empty set of vectors".into())
+            })?),
+            (None, true) => {
+                return Err(Error::NotSupported {
+                    device: transport.name.to_string(),
+                    what: "interrupt mode".into(),
+                    why: "this transport delivers no interrupts; poll instead".into(),
+                })
+            }
+        };
         transport.reset()?;
         let name = transport.name.clone();
         transport.add_status(status::ACKNOWLEDGE | status::DRIVER);
@@ -247,13 +272,14 @@ impl<M: Mmio + 'static> VirtioPort<M> {
             ctrl: Mutex::new(None),
             stopped: AtomicBool::new(false),
             stopping: Mutex::new(()),
+            irqs,
             pci,
         });
         let t = &shared.transport;
         let rx_size = check_queue_max(t, RX_QUEUE, "receive")?.min(cfg.rx_ring);
         let tx_size = check_queue_max(t, TX_QUEUE, "transmit")?.min(cfg.tx_ring);
         let pool = Pool::new(cfg.pool, mapper.clone())?;
-        let mut rx = VirtioRx::new(shared.clone(), RX_QUEUE, rx_size, pool)?;
+        let mut rx = VirtioRx::new(shared.clone(), RX_QUEUE, rx_size, pool, rx_irq)?;
         let tx = VirtioTx::new(shared.clone(), TX_QUEUE, tx_size, mapper.clone())?;
         if features & feature::CTRL_VQ != 0 {
             let c = Ctrl::new(t, CTRL_QUEUE, mapper, cfg.timeout)?;
@@ -296,6 +322,11 @@ impl<M: Mmio + 'static> VirtioPort<M> {
         port.apply_rx_mode()?;
         tracing::info!(port = %name, features = %feature::names(features), %mac, "virtio-net port up");
         Ok(port)
+    }
+
+    /// Interrupt mode's vectors (empty when polled): the receive queue's is the first.
+    pub fn interrupts(&self) -> &[crate::platform::irq::Interrupt] {
+        self.shared.irqs.as_ref().map_or(&[], InterruptSet::vectors)
     }
 
     /// The negotiated features.

@@ -23,11 +23,12 @@ use std::sync::Arc;
 
 use super::port::Shared;
 use super::ring::{SplitRing, DESC_F_NEXT, DESC_F_WRITE};
-use super::transport::Doorbell;
+use super::transport::{Doorbell, NO_VECTOR};
 use crate::device::{QueueError, QueueStats, RxQueue, TxQueue};
 use crate::error::{Error, Result};
 use crate::platform::dma::slots::MIN_TX_LEN;
 use crate::platform::dma::{DmaMapper, Meta, Packet, Pool, RxSlots, TxSlots};
+use crate::platform::irq::Interrupt;
 use crate::platform::mmio::Mmio;
 use crate::vlan::SwVlanTx;
 
@@ -61,13 +62,22 @@ pub struct VirtioRx<M: Mmio> {
     /// Bytes each descriptor offers: the header and the longest frame a buffer takes.
     desc_len: u32,
     stats: QueueStats,
+    /// Interrupt mode's vector (None: polled).
+    irq: Option<Interrupt>,
     // Last: the device is reset (in `Drop`) before anything above is freed.
     shared: Arc<Shared<M>>,
 }
 
 impl<M: Mmio> VirtioRx<M> {
-    /// Sets up queue `q` with `size` descriptors and one buffer of `pool` each, all posted.
-    pub(crate) fn new(shared: Arc<Shared<M>>, q: u16, size: u16, pool: Pool) -> Result<Self> {
+    /// Sets up queue `q` with `size` descriptors and one buffer of `pool` each, all posted;
+    /// with `irq`, on that MSI-X vector (interrupt mode; it stays quiet until armed).
+    pub(crate) fn new(
+        shared: Arc<Shared<M>>,
+        q: u16,
+        size: u16,
+        pool: Pool,
+        irq: Option<Interrupt>,
+    ) -> Result<Self> {
         let mapper = pool.mapper().clone();
         let ring = SplitRing::new(size, 0, mapper)?;
         let slots = RxSlots::new(pool, usize::from(size))?;
@@ -77,13 +87,15 @@ impl<M: Mmio> VirtioRx<M> {
                 "receive buffers of {desc_len} bytes (header included); without merged receive buffers a virtio-net driver gives at least {MIN_RX_BUFFER} (virtio 1.2, 5.1.6.3.1): use a pool with larger buffers"
             )));
         }
-        let bell = shared.transport.setup_queue(q, &ring)?;
+        let vector = irq.as_ref().map_or(NO_VECTOR, Interrupt::vector);
+        let bell = shared.transport.setup_queue(q, &ring, vector)?;
         let mut rx = VirtioRx {
             ring,
             slots,
             bell,
             desc_len,
             stats: QueueStats::default(),
+            irq,
             shared,
         };
         for id in 0..size {
@@ -174,6 +186,30 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
     fn pool(&self) -> &Pool {
         self.slots.pool()
     }
+
+    fn interrupt(&self) -> Option<&Interrupt> {
+        self.irq.as_ref()
+    }
+
+    /// Clears `VIRTQ_AVAIL_F_NO_INTERRUPT`: the device interrupts on the next frame it returns.
+    /// No event index is negotiated, so an armed queue is interrupted once per returned chain
+    /// until disarmed, which is what a sleeping queue wants (it disarms when it wakes).
+    fn arm_interrupt(&mut self) -> crate::error::Result<bool> {
+        let Some(irq) = &self.irq else {
+            return Err(Error::NotSupported {
+                device: self.shared.transport.name.to_string(),
+                what: "interrupt mode".into(),
+                why: "the port was opened polled; open it with interrupts (VirtioConfig::interrupts, --interrupts)".into(),
+            });
+        };
+        // A signal left from before would end the next sleep at once.
+        irq.take()?;
+        Ok(self.ring.set_interrupts(true))
+    }
+
+    fn disarm_interrupt(&mut self) {
+        self.ring.set_interrupts(false);
+    }
 }
 
 impl<M: Mmio> Drop for VirtioRx<M> {
@@ -223,7 +259,7 @@ impl<M: Mmio> VirtioTx<M> {
             );
             ring.set_desc(2 * k + 1, 0, 0, 0, 0);
         }
-        let bell = shared.transport.setup_queue(q, &ring)?;
+        let bell = shared.transport.setup_queue(q, &ring, NO_VECTOR)?;
         Ok(VirtioTx {
             ring,
             slots: TxSlots::new(usize::from(n), &mapper),

@@ -318,6 +318,20 @@ impl SplitRing {
         Ok(e)
     }
 
+    /// Lets the device interrupt when it returns chains (clears `VIRTQ_AVAIL_F_NO_INTERRUPT`),
+    /// or asks it not to again; on, it returns whether used entries are already waiting
+    /// (then do not sleep). The flag store and the used-index load are ordered by a full
+    /// fence: a chain returned in between is either seen here or interrupts.
+    pub fn set_interrupts(&self, on: bool) -> bool {
+        let flags = if on { 0 } else { AVAIL_F_NO_INTERRUPT };
+        self.mem.store_u16(self.layout.avail, flags, Relaxed);
+        if !on {
+            return false;
+        }
+        fence(SeqCst);
+        self.mem.load_u16(self.layout.used + 2, Acquire) != self.last_used
+    }
+
     /// The violation this ring has seen, if any.
     pub fn broken(&self) -> Option<&'static str> {
         self.broken

@@ -20,6 +20,7 @@ use super::{feature, VirtioConfig, VirtioPort};
 use crate::device::{MacAddr, Port, QueueError, RxQueue, TxQueue};
 use crate::error::Error;
 use crate::platform::dma::{PoolConfig, SoftIommu};
+use crate::platform::irq::{Interrupt, InterruptSet};
 use crate::platform::mmio::Mmio;
 use crate::vlan::{Vid, VlanHardware};
 
@@ -38,6 +39,8 @@ struct Q {
     avail: u64,
     used: u64,
     enabled: bool,
+    /// MSI-X vector (0xffff: none); the fake has one vector.
+    vector: u16,
     last_avail: u16,
     used_idx: u16,
 }
@@ -65,6 +68,10 @@ struct State {
     commands: usize,
     /// Leave the control queue unanswered (a stuck device).
     ignore_ctrl: bool,
+    /// The receive queue's interrupt (interrupt mode), signalled when the device returns a
+    /// frame while the driver allows interrupts; and how many it sent.
+    rx_irq: Option<Interrupt>,
+    interrupts_sent: u32,
 }
 
 /// The fake device: registers, and the DMA it does through `iommu`.
@@ -166,7 +173,11 @@ impl Fake {
             (0x15, 1) => 0,
             (0x16, 2) => u32::from(s.sel),
             (0x18, 2) => u32::from(if q.size != 0 { q.size } else { q.max }),
-            (0x1a, 2) => 0xffff,
+            (0x1a, 2) => u32::from(if q.size != 0 || q.enabled {
+                q.vector
+            } else {
+                0xffff
+            }),
             (0x1c, 2) => u32::from(q.enabled),
             (0x1e, 2) => u32::from(s.sel),
             (o, 1) if (DEVICE..DEVICE + 6).contains(&o) => mac[o - DEVICE],
@@ -189,7 +200,9 @@ impl Fake {
                 let hi = s.gfsel == 1;
                 half(&mut s.driver_features, hi);
             }
-            (0x10, 2) | (0x1a, 2) => assert_eq!(v, 0xffff, "polled: no MSI-X vector"),
+            (0x10, 2) => assert_eq!(v, 0xffff, "no vector for configuration changes"),
+            // One vector (0); anything else cannot be routed and reads back as none.
+            (0x1a, 2) => s.queues[sel].vector = if v == 0 { 0 } else { 0xffff },
             (0x14, 1) => {
                 let mut st = v as u8;
                 s.status_log.push(st);
@@ -289,7 +302,7 @@ fn cfg() -> VirtioConfig {
 }
 
 fn open(fake: &Arc<Fake>) -> crate::Result<VirtioPort<Fake>> {
-    VirtioPort::bring_up(transport(fake), None, fake.iommu.clone(), None, cfg())
+    VirtioPort::bring_up(transport(fake), None, None, fake.iommu.clone(), None, cfg())
 }
 
 /// A descriptor as the fake device reads it: address, length, flags.
@@ -353,6 +366,15 @@ fn deliver(fake: &Fake, frame: &[u8]) {
     bytes.extend_from_slice(frame);
     fake.iommu.write(addr, &bytes).unwrap();
     push_used(fake, 0, u32::from(head), bytes.len() as u32, true);
+    // Interrupt mode: the device interrupts unless the driver set VIRTQ_AVAIL_F_NO_INTERRUPT.
+    let mut s = fake.st();
+    let flags = fake.iommu.load_u32(s.queues[0].avail, Acquire).unwrap() & 0xffff;
+    if flags & u32::from(super::ring::AVAIL_F_NO_INTERRUPT) == 0 {
+        if let Some(irq) = &s.rx_irq {
+            irq.trigger().unwrap();
+            s.interrupts_sent += 1;
+        }
+    }
 }
 
 /// The device sends what the transmit queue posted: the frames on the wire.
@@ -645,7 +667,7 @@ fn a_port_that_is_not_promiscuous_opens_its_table_while_the_filter_is_off() {
         ..cfg()
     };
     let mut port =
-        VirtioPort::bring_up(transport(&fake), None, fake.iommu.clone(), None, c).unwrap();
+        VirtioPort::bring_up(transport(&fake), None, None, fake.iommu.clone(), None, c).unwrap();
     assert_eq!(fake.st().promisc, Some(false));
     assert_eq!(fake.st().vlans.len(), 4095, "every VID with the filter off");
     port.add_vlan(Vid::new(7).unwrap()).unwrap();
@@ -698,4 +720,65 @@ fn a_stopped_port_refuses_bursts_and_commands() {
     let e = port.add_vlan(Vid::new(5).unwrap()).unwrap_err().to_string();
     assert!(e.contains("reopen the port"), "{e}");
     assert_eq!(fake.iommu.faults(), 0);
+}
+
+/// Interrupt mode: the receive queue sleeps its whole timeout when nothing comes, wakes on a
+/// frame the device returns while it sleeps, and a frame that came while it was polled (no
+/// interrupt then) is reported by the arming itself, never lost. A polled port refuses to arm.
+#[test]
+fn interrupt_mode_wakes_on_a_frame_and_misses_none() {
+    use std::time::Instant;
+    let fake = Fake::new(GOOD, [8, 8, 0]);
+    let irq = Interrupt::new(0).unwrap();
+    let set = InterruptSet::new(vec![irq.clone()], ());
+    let c = VirtioConfig {
+        interrupts: true,
+        ..cfg()
+    };
+    let mut port = VirtioPort::bring_up(
+        transport(&fake),
+        None,
+        Some(set),
+        fake.iommu.clone(),
+        None,
+        c,
+    )
+    .unwrap();
+    fake.st().rx_irq = Some(irq);
+    assert_eq!(port.interrupts().len(), 1);
+    let (mut rx, _tx) = port.take_queues().unwrap();
+    let q = &mut rx[0];
+    let t = Instant::now();
+    assert!(!q.wait(Duration::from_millis(50)).unwrap(), "nothing came");
+    assert!(t.elapsed() >= Duration::from_millis(50));
+    // Polled again after the wait: a frame raises no interrupt, and arming reports it.
+    deliver(&fake, &frame(64, 1));
+    assert_eq!(fake.st().interrupts_sent, 0, "disarmed: no interrupt");
+    assert!(
+        q.arm_interrupt().unwrap(),
+        "a frame is waiting: do not sleep"
+    );
+    q.disarm_interrupt();
+    let mut batch = Vec::new();
+    assert_eq!(q.rx_burst(&mut batch, 8).unwrap(), 1);
+    // A frame that comes while the queue sleeps wakes it.
+    let f2 = fake.clone();
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        deliver(&f2, &frame(64, 2));
+    });
+    assert!(
+        q.wait(Duration::from_secs(5)).unwrap(),
+        "woken by the frame"
+    );
+    sender.join().unwrap();
+    assert_eq!(fake.st().interrupts_sent, 1);
+    assert_eq!(q.rx_burst(&mut batch, 8).unwrap(), 1);
+
+    let polled = Fake::new(GOOD, [8, 8, 0]);
+    let mut p = open(&polled).unwrap();
+    let (mut rx, _tx) = p.take_queues().unwrap();
+    assert!(rx[0].interrupt().is_none());
+    let e = rx[0].arm_interrupt().unwrap_err().to_string();
+    assert!(e.contains("opened polled"), "{e}");
 }

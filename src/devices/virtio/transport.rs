@@ -317,9 +317,9 @@ impl<M: Mmio> Transport<M> {
     }
 
     /// Gives queue `q` the ring `ring` (whose size the caller chose within
-    /// [`queue_max`](Self::queue_max)), without an interrupt vector, and enables it. Returns
-    /// its doorbell.
-    pub fn setup_queue(&self, q: u16, ring: &SplitRing) -> Result<Doorbell<M>> {
+    /// [`queue_max`](Self::queue_max)) and MSI-X vector `vector` ([`NO_VECTOR`]: none), and
+    /// enables it. Returns its doorbell.
+    pub fn setup_queue(&self, q: u16, ring: &SplitRing, vector: u16) -> Result<Doorbell<M>> {
         let cm = &self.common;
         cm.set(
             c::DEVICE_STATUS,
@@ -342,8 +342,18 @@ impl<M: Mmio> Transport<M> {
         cm.set(
             c::QUEUE_SIZE,
             c::queue_size::QUEUE_MSIX_VECTOR,
-            u32::from(NO_VECTOR),
+            u32::from(vector),
         );
+        // A device that cannot route the vector reads back NO_VECTOR (virtio 1.2, 4.1.5.1.2).
+        let got = cm.get(c::QUEUE_SIZE, c::queue_size::QUEUE_MSIX_VECTOR) as u16;
+        if got != vector {
+            return Err(Error::DeviceState {
+                device: self.name.to_string(),
+                what: format!(
+                    "queue {q} took MSI-X vector {got:#x} instead of {vector:#x}: the device could not route its interrupt; open the port without interrupts"
+                ),
+            });
+        }
         let off = cm.get(c::QUEUE_ENABLE, c::queue_enable::QUEUE_NOTIFY_OFF) as usize;
         let at = off * self.notify_mult as usize;
         if at + 2 > self.notify.size() || (self.notify.base + at) % 2 != 0 {
