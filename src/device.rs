@@ -157,10 +157,6 @@ pub enum QueueError {
     /// handed out twice; the queue refuses further bursts, and the log says what was seen.
     #[error("device broke the queue protocol ({0}); nothing was handed out twice; the queue is stopped: reopen the port (the open resets the device)")]
     ProtocolViolation(&'static str),
-    /// The port's device was stopped while this queue was still in use: a device that cannot
-    /// stop one queue alone (virtio-net) is reset when any of its queues is dropped.
-    #[error("the port was stopped (another of its queues was dropped, which resets the whole device); reopen the port")]
-    Stopped,
 }
 
 /// The queues of a port: receive queues, then transmit queues.

@@ -6,9 +6,10 @@
 //! reports is checked: a queue of 0 descriptors or of a size that is not a power of two, a
 //! refused FEATURES_OK and a legacy-only device are typed errors, before any buffer is posted.
 //!
-//! Teardown: the device is reset (status 0, read back) before any ring memory goes, by the
-//! first queue dropped, or by the last handle of the shared state (the port, or a queue that
-//! outlives it), which owns the control queue. A reset stops all of the device's DMA.
+//! Teardown: the device is reset (status 0, read back) when the last handle of the shared
+//! state goes (the port, or a queue that outlives it), and only then is any ring memory freed:
+//! the control queue's, and what dropped queues left there. A reset stops all of the device's
+//! DMA.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -36,11 +37,13 @@ pub struct Shared<M: Mmio> {
     pub(crate) transport: Transport<M>,
     pub(crate) counters: Counters,
     ctrl: Mutex<Option<Ctrl<M>>>,
-    /// Set once the reset began (read on every burst, so an atomic).
+    /// Set once the reset began.
     stopped: AtomicBool,
     /// Held for the whole reset, so that a second `stop` (a queue dropped on another thread)
     /// returns only once the device is quiet.
     stopping: Mutex<()>,
+    /// What dropped queues lent the device (rings, buffers), freed after the reset.
+    kept: Mutex<Vec<Box<dyn Send>>>,
     /// Interrupt mode's MSI-X routing (dropped after the reset: its teardown needs the
     /// device, declared below it).
     irqs: Option<InterruptSet>,
@@ -66,9 +69,12 @@ impl<M: Mmio> Shared<M> {
         }
     }
 
-    /// Whether the device was stopped (a queue was dropped).
-    pub fn stopped(&self) -> bool {
-        self.stopped.load(Relaxed)
+    /// Keeps what a dropped queue lent the device until the device is reset.
+    pub(crate) fn keep_until_reset(&self, parts: Box<dyn Send>) {
+        self.kept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(parts);
     }
 }
 
@@ -272,6 +278,7 @@ impl<M: Mmio + 'static> VirtioPort<M> {
             ctrl: Mutex::new(None),
             stopped: AtomicBool::new(false),
             stopping: Mutex::new(()),
+            kept: Mutex::new(Vec::new()),
             irqs,
             pci,
         });
@@ -340,9 +347,6 @@ impl<M: Mmio + 'static> VirtioPort<M> {
     }
 
     fn command(&self, class: u8, cmd: u8, data: &[u8], what: &'static str) -> Result<()> {
-        if self.shared.stopped() {
-            return Err(Error::Queue(crate::device::QueueError::Stopped));
-        }
         let mut c = self.shared.ctrl.lock().unwrap_or_else(|e| e.into_inner());
         match c.as_mut() {
             Some(c) => c.command(class, cmd, data, what),
@@ -438,7 +442,7 @@ impl<M: Mmio + 'static> Port for VirtioPort<M> {
             true
         };
         Ok(LinkStatus {
-            up: up && !self.shared.stopped(),
+            up,
             speed_mbps: 0,
             full_duplex: up,
         })

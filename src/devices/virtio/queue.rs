@@ -14,9 +14,10 @@
 //!   frame. Pairs go in send order ([`TxSlots`] is a FIFO); a pair the device returns early is
 //!   marked done and released when every older one is.
 //!
-//! Both queues stop the whole device when dropped (a reset, by the shared state's `stop`): a
-//! virtio device cannot stop one queue without VIRTIO_F_RING_RESET, and the ring's memory must
-//! not go while the device may still use it.
+//! A virtio device cannot stop one queue without VIRTIO_F_RING_RESET, so a dropped queue does
+//! not free its ring and buffers: it leaves them to the port's shared state, which frees them
+//! after the device's reset, when the last of the port and its queues is dropped. The other
+//! queue goes on working meanwhile.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -56,8 +57,9 @@ pub struct Counters {
 
 /// A receive queue of a virtio-net port.
 pub struct VirtioRx<M: Mmio> {
-    ring: SplitRing,
-    slots: RxSlots,
+    /// The ring and its buffers: the device's as long as it runs, so a dropped queue leaves
+    /// them to the port ([`Shared`]), which frees them after its reset.
+    parts: Option<RxParts>,
     bell: Doorbell<M>,
     /// Bytes each descriptor offers: the header and the longest frame a buffer takes.
     desc_len: u32,
@@ -67,6 +69,15 @@ pub struct VirtioRx<M: Mmio> {
     // Last: the device is reset (in `Drop`) before anything above is freed.
     shared: Arc<Shared<M>>,
 }
+
+/// What a receive queue lends the device.
+struct RxParts {
+    ring: SplitRing,
+    slots: RxSlots,
+}
+
+/// The queue's parts are only taken by `Drop`.
+const LIVE: &str = "a virtio queue has its ring until it is dropped";
 
 impl<M: Mmio> VirtioRx<M> {
     /// Sets up queue `q` with `size` descriptors and one buffer of `pool` each, all posted;
@@ -90,44 +101,42 @@ impl<M: Mmio> VirtioRx<M> {
         let vector = irq.as_ref().map_or(NO_VECTOR, Interrupt::vector);
         let bell = shared.transport.setup_queue(q, &ring, vector)?;
         let mut rx = VirtioRx {
-            ring,
-            slots,
+            parts: Some(RxParts { ring, slots }),
             bell,
             desc_len,
             stats: QueueStats::default(),
             irq,
             shared,
         };
+        let p = rx.parts.as_mut().expect(LIVE);
         for id in 0..size {
-            let at = rx.slots.data_iova(usize::from(id)) - NET_HDR_LEN as u64;
-            rx.ring.set_desc(id, at, desc_len, DESC_F_WRITE, 0);
-            rx.ring.push(id);
+            let at = p.slots.data_iova(usize::from(id)) - NET_HDR_LEN as u64;
+            p.ring.set_desc(id, at, desc_len, DESC_F_WRITE, 0);
+            p.ring.push(id);
         }
         Ok(rx)
     }
 
     /// Hands the posted buffers to the device (after DRIVER_OK).
     pub(crate) fn start(&mut self) {
-        if self.ring.publish() {
+        if self.parts.as_mut().expect(LIVE).ring.publish() {
             self.bell.ring();
         }
     }
 
     /// Receive buffers the device holds.
     pub fn posted(&self) -> u16 {
-        self.ring.in_flight()
+        self.parts.as_ref().expect(LIVE).ring.in_flight()
     }
 }
 
 impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
     fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
-        if self.shared.stopped() {
-            return Err(QueueError::Stopped);
-        }
-        let have = self.slots.reserve(max, 2 * max);
+        let desc_len = self.desc_len;
+        let RxParts { ring, slots } = self.parts.as_mut().expect(LIVE);
+        let have = slots.reserve(max, 2 * max);
         let want = max.min(have);
         let (mut got, mut bytes, mut dropped) = (0usize, 0u64, 0u64);
-        let (ring, slots, desc_len) = (&mut self.ring, &mut self.slots, self.desc_len);
         while got < want {
             let (id, len) = match ring.peek_used() {
                 Ok(Some(e)) => e,
@@ -184,7 +193,7 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
     }
 
     fn pool(&self) -> &Pool {
-        self.slots.pool()
+        self.parts.as_ref().expect(LIVE).slots.pool()
     }
 
     fn interrupt(&self) -> Option<&Interrupt> {
@@ -204,25 +213,29 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
         };
         // A signal left from before would end the next sleep at once.
         irq.take()?;
-        Ok(self.ring.set_interrupts(true))
+        Ok(self.parts.as_ref().expect(LIVE).ring.set_interrupts(true))
     }
 
     fn disarm_interrupt(&mut self) {
-        self.ring.set_interrupts(false);
+        self.parts.as_ref().expect(LIVE).ring.set_interrupts(false);
     }
 }
 
 impl<M: Mmio> Drop for VirtioRx<M> {
-    /// Stops the device before the ring and the buffers go.
+    /// Leaves the ring and its buffers to the port: the device may still write them until
+    /// it is reset, when the port's last handle goes.
     fn drop(&mut self) {
-        self.shared.stop("receive queue dropped");
+        if let Some(parts) = self.parts.take() {
+            self.shared.keep_until_reset(Box::new(parts));
+        }
     }
 }
 
 /// A transmit queue of a virtio-net port.
 pub struct VirtioTx<M: Mmio> {
-    ring: SplitRing,
-    slots: TxSlots,
+    /// The ring and the queued buffers (left to the port when the queue is dropped, as the
+    /// receive queue's).
+    parts: Option<TxParts>,
     bell: Doorbell<M>,
     /// Pair numbers 0..pairs, twice, so that a run from any FIFO position is one slice.
     pairs: Box<[u16]>,
@@ -231,6 +244,12 @@ pub struct VirtioTx<M: Mmio> {
     stats: QueueStats,
     // Last: the device is reset (in `Drop`) before anything above is freed.
     shared: Arc<Shared<M>>,
+}
+
+/// What a transmit queue lends the device.
+struct TxParts {
+    ring: SplitRing,
+    slots: TxSlots,
 }
 
 impl<M: Mmio> VirtioTx<M> {
@@ -261,8 +280,10 @@ impl<M: Mmio> VirtioTx<M> {
         }
         let bell = shared.transport.setup_queue(q, &ring, NO_VECTOR)?;
         Ok(VirtioTx {
-            ring,
-            slots: TxSlots::new(usize::from(n), &mapper),
+            parts: Some(TxParts {
+                ring,
+                slots: TxSlots::new(usize::from(n), &mapper),
+            }),
             bell,
             pairs: (0..2 * n).map(|i| i % n).collect(),
             done: vec![false; usize::from(n)].into_boxed_slice(),
@@ -273,23 +294,24 @@ impl<M: Mmio> VirtioTx<M> {
 
     /// Frames the device holds.
     pub fn in_flight(&self) -> usize {
-        self.slots.queued()
+        self.parts.as_ref().expect(LIVE).slots.queued()
     }
 
     /// Takes back the pairs the device returned; releases buffers in send order.
     fn reclaim(&mut self) -> Result<(), QueueError> {
         let n = self.done.len();
-        while let Some((id, _)) = self.ring.pop_used()? {
+        let TxParts { ring, slots } = self.parts.as_mut().expect(LIVE);
+        while let Some((id, _)) = ring.pop_used()? {
             // Only heads (even descriptors) are held, so `peek_used` refused anything else.
             self.done[usize::from(id / 2)] = true;
         }
-        let tail = self.slots.tail();
-        let mut head = tail.wrapping_sub(self.slots.queued());
+        let tail = slots.tail();
+        let mut head = tail.wrapping_sub(slots.queued());
         while head != tail && self.done[head % n] {
             self.done[head % n] = false;
             head = head.wrapping_add(1);
         }
-        self.slots.release(head);
+        slots.release(head);
         Ok(())
     }
 
@@ -297,7 +319,13 @@ impl<M: Mmio> VirtioTx<M> {
     /// copy in the queue's bounce pool. False when every bounce buffer is in flight.
     #[cold]
     fn bounce(&mut self, batch: &mut [Packet]) -> Result<bool> {
-        let copied = self.slots.bounce_front(batch, self.done.len())?;
+        let n = self.done.len();
+        let copied = self
+            .parts
+            .as_mut()
+            .expect(LIVE)
+            .slots
+            .bounce_front(batch, n)?;
         self.stats.copied += u64::from(copied);
         Ok(copied)
     }
@@ -305,9 +333,6 @@ impl<M: Mmio> VirtioTx<M> {
 
 impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
     fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
-        if self.shared.stopped() {
-            return Err(QueueError::Stopped);
-        }
         self.reclaim()?;
         for p in batch.iter_mut() {
             if p.len() < PAD_TX_LEN {
@@ -317,19 +342,17 @@ impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
         let cap = self.done.len();
         let (mut sent, mut bytes_all, mut dropped) = (0usize, 0u64, 0u64);
         loop {
-            let n = batch.len().min(cap - self.slots.queued());
+            let TxParts { ring, slots } = self.parts.as_mut().expect(LIVE);
+            let n = batch.len().min(cap - slots.queued());
             if n == 0 {
                 break;
             }
-            let first = self.slots.tail() % cap;
-            let ring = &mut self.ring;
-            let (k, bytes) = self
-                .slots
-                .send(batch, &self.pairs[first..first + n], |&pair, p| {
-                    ring.set_buffer(2 * pair + 1, p.data_iova(), p.len() as u32);
-                    ring.push(2 * pair);
-                    true
-                });
+            let first = slots.tail() % cap;
+            let (k, bytes) = slots.send(batch, &self.pairs[first..first + n], |&pair, p| {
+                ring.set_buffer(2 * pair + 1, p.data_iova(), p.len() as u32);
+                ring.push(2 * pair);
+                true
+            });
             sent += k;
             bytes_all += bytes;
             if k == n {
@@ -337,7 +360,7 @@ impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
             }
             // Stopped before the front packet: its pool is out of the device's reach, or it
             // is still shorter than 17 bytes (its buffer could not be padded).
-            if !self.slots.reaches(&batch[0]) {
+            if !slots.reaches(&batch[0]) {
                 match self.bounce(batch) {
                     Ok(true) => continue,
                     Ok(false) => break,
@@ -351,7 +374,7 @@ impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
             drop(batch.remove(0));
             dropped += 1;
         }
-        if self.ring.publish() {
+        if self.parts.as_mut().expect(LIVE).ring.publish() {
             self.bell.ring();
         }
         if !batch.is_empty() {
@@ -379,8 +402,10 @@ impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
 impl<M: Mmio + 'static> SwVlanTx for VirtioTx<M> {}
 
 impl<M: Mmio> Drop for VirtioTx<M> {
-    /// Stops the device before the ring goes and the queued buffers return to their pools.
+    /// Leaves the ring and the queued buffers to the port until its reset (see `VirtioRx`).
     fn drop(&mut self) {
-        self.shared.stop("transmit queue dropped");
+        if let Some(parts) = self.parts.take() {
+            self.shared.keep_until_reset(Box::new(parts));
+        }
     }
 }
