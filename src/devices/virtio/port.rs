@@ -11,7 +11,7 @@
 //! the control queue's, and what dropped queues left there. A reset stops all of the device's
 //! DMA.
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
 use super::caps::Caps;
@@ -37,11 +37,6 @@ pub struct Shared<M: Mmio> {
     pub(crate) transport: Transport<M>,
     pub(crate) counters: Counters,
     ctrl: Mutex<Option<Ctrl<M>>>,
-    /// Set once the reset began.
-    stopped: AtomicBool,
-    /// Held for the whole reset, so that a second `stop` (a queue dropped on another thread)
-    /// returns only once the device is quiet.
-    stopping: Mutex<()>,
     /// What dropped queues lent the device (rings, buffers), freed after the reset.
     kept: Mutex<Vec<Box<dyn Send>>>,
     /// Interrupt mode's MSI-X routing (dropped after the reset: its teardown needs the
@@ -52,23 +47,6 @@ pub struct Shared<M: Mmio> {
 }
 
 impl<M: Mmio> Shared<M> {
-    /// Resets the device once (later calls do nothing): no DMA after it returns.
-    pub(crate) fn stop(&self, why: &str) {
-        let _quiet = self.stopping.lock().unwrap_or_else(|e| e.into_inner());
-        if self.stopped.swap(true, Relaxed) {
-            return;
-        }
-        tracing::debug!(port = %self.transport.name, why, "virtio: resetting the device");
-        if let Err(e) = self.transport.reset() {
-            tracing::error!(port = %self.transport.name, error = %e, "virtio: the device did not finish its reset; its memory is freed anyway");
-        }
-        if let Some(d) = &self.pci {
-            if let Err(e) = d.disable_bus_master() {
-                tracing::warn!(port = %self.transport.name, error = %e, "virtio: could not turn bus mastering off");
-            }
-        }
-    }
-
     /// Keeps what a dropped queue lent the device until the device is reset.
     pub(crate) fn keep_until_reset(&self, parts: Box<dyn Send>) {
         self.kept
@@ -79,9 +57,20 @@ impl<M: Mmio> Shared<M> {
 }
 
 impl<M: Mmio> Drop for Shared<M> {
-    /// Resets the device before the control queue's memory goes.
+    /// Resets the device (no DMA after the reset reads back 0) and turns bus mastering off;
+    /// the fields go after this: the control queue, what dropped queues left, the MSI-X
+    /// routing, the VFIO device. Runs once, when the last of the port and its queues goes, on
+    /// panic too.
     fn drop(&mut self) {
-        self.stop("port closed");
+        tracing::debug!(port = %self.transport.name, "virtio: resetting the device");
+        if let Err(e) = self.transport.reset() {
+            tracing::error!(port = %self.transport.name, error = %e, "virtio: the device did not finish its reset; its memory is freed anyway");
+        }
+        if let Some(d) = &self.pci {
+            if let Err(e) = d.disable_bus_master() {
+                tracing::warn!(port = %self.transport.name, error = %e, "virtio: could not turn bus mastering off");
+            }
+        }
     }
 }
 
@@ -90,7 +79,7 @@ pub struct VirtioPort<M: Mmio + 'static> {
     info: PortInfo,
     features: u64,
     cfg: VirtioConfig,
-    /// The queues until `take_queues` (dropping them stops the device).
+    /// The queues until `take_queues`.
     queues: Option<(VirtioRx<M>, VirtioTx<M>)>,
     vids: VlanFilter,
     filter_on: bool,
@@ -276,8 +265,6 @@ impl<M: Mmio + 'static> VirtioPort<M> {
             transport,
             counters: Counters::default(),
             ctrl: Mutex::new(None),
-            stopped: AtomicBool::new(false),
-            stopping: Mutex::new(()),
             kept: Mutex::new(Vec::new()),
             irqs,
             pci,

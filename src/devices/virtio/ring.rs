@@ -25,7 +25,7 @@ use std::sync::atomic::fence;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::Arc;
 
-use crate::device::QueueError;
+use crate::device::{QueueError, Violation};
 use crate::error::{Error, Result};
 use crate::platform::dma::{DmaMapper, DmaMemory};
 
@@ -111,7 +111,7 @@ pub struct SplitRing {
     /// The entry [`peek_used`](Self::peek_used) returned, which [`consume`](Self::consume) takes.
     peeked: Option<u16>,
     /// A protocol violation was seen: every later call fails with it.
-    broken: Option<&'static str>,
+    broken: Option<Violation>,
 }
 
 impl SplitRing {
@@ -272,7 +272,7 @@ impl SplitRing {
                     in_flight = self.in_flight,
                     "virtqueue: the used index jumped past the chains the device holds"
                 );
-                return Err(self.break_ring("the used index jumped past what was posted"));
+                return Err(self.break_ring(Violation::IndexJumped));
             }
             self.seen_used = idx;
         }
@@ -286,7 +286,7 @@ impl SplitRing {
                 used = self.last_used,
                 "virtqueue: a used entry names a descriptor the device does not hold"
             );
-            return Err(self.break_ring("a used entry names a descriptor the device does not hold"));
+            return Err(self.break_ring(Violation::NotHeld));
         }
         self.peeked = Some(id as u16);
         Ok(Some((id as u16, len)))
@@ -333,12 +333,12 @@ impl SplitRing {
     }
 
     /// The violation this ring has seen, if any.
-    pub fn broken(&self) -> Option<&'static str> {
+    pub fn broken(&self) -> Option<Violation> {
         self.broken
     }
 
     #[cold]
-    fn break_ring(&mut self, why: &'static str) -> QueueError {
+    fn break_ring(&mut self, why: Violation) -> QueueError {
         self.broken = Some(why);
         QueueError::ProtocolViolation(why)
     }
@@ -559,9 +559,7 @@ mod tests {
         dev.publish(&r);
         assert_eq!(
             r.pop_used(),
-            Err(QueueError::ProtocolViolation(
-                "a used entry names a descriptor the device does not hold"
-            ))
+            Err(QueueError::ProtocolViolation(Violation::NotHeld))
         );
         assert!(r.held(0), "the chain is still the device's");
         // Broken for good: the valid entry behind it is not read either.
@@ -582,10 +580,7 @@ mod tests {
         dev.push(&r, 0, 64);
         dev.publish(&r);
         let e = r.pop_used().unwrap_err();
-        assert_eq!(
-            e,
-            QueueError::ProtocolViolation("the used index jumped past what was posted")
-        );
+        assert_eq!(e, QueueError::ProtocolViolation(Violation::IndexJumped));
         assert_eq!(r.in_flight(), 1, "nothing consumed");
 
         let mut r = ring(4);
@@ -642,7 +637,7 @@ mod tests {
         dev.publish(&r);
         assert_eq!(
             r.pop_used().unwrap_err(),
-            QueueError::ProtocolViolation("the used index jumped past what was posted")
+            QueueError::ProtocolViolation(Violation::IndexJumped)
         );
     }
 
