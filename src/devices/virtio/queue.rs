@@ -66,7 +66,8 @@ pub struct VirtioRx<M: Mmio> {
     stats: QueueStats,
     /// Interrupt mode's vector (None: polled).
     irq: Option<Interrupt>,
-    // Last: the device is reset (in `Drop`) before anything above is freed.
+    // Last: it may be the port's last handle, whose drop resets the device and only then
+    // frees what this queue's `Drop` left it.
     shared: Arc<Shared<M>>,
 }
 
@@ -242,7 +243,8 @@ pub struct VirtioTx<M: Mmio> {
     /// Pairs the device returned before an older one.
     done: Box<[bool]>,
     stats: QueueStats,
-    // Last: the device is reset (in `Drop`) before anything above is freed.
+    // Last: it may be the port's last handle, whose drop resets the device and only then
+    // frees what this queue's `Drop` left it.
     shared: Arc<Shared<M>>,
 }
 
