@@ -383,12 +383,7 @@ impl<M: Mmio + 'static> VirtioPort<M> {
                 .chain(self.vids.iter().filter(|&v| v != 0))
                 .collect();
             for v in vids {
-                self.command(
-                    ctrl::CLASS_VLAN,
-                    ctrl::VLAN_ADD,
-                    &v.to_le_bytes(),
-                    "VLAN_ADD",
-                )?;
+                self.vlan_command(true, v)?;
             }
             if !promisc && !self.filter_on {
                 self.open_vlan_table(true)?;
@@ -401,15 +396,20 @@ impl<M: Mmio + 'static> VirtioPort<M> {
     /// promiscuous passes every VID with the filter off only if the device's table holds all
     /// of them (4094 commands, on the configuration path only).
     fn open_vlan_table(&mut self, open: bool) -> Result<()> {
-        let (cmd, what) = if open {
+        for v in (1..4095u16).filter(|&v| !self.vids.contains(v)) {
+            self.vlan_command(open, v)?;
+        }
+        Ok(())
+    }
+
+    /// VIRTIO_NET_CTRL_VLAN_ADD (`add`) or _DEL of `vid` in the device's table.
+    fn vlan_command(&self, add: bool, vid: u16) -> Result<()> {
+        let (cmd, what) = if add {
             (ctrl::VLAN_ADD, "VLAN_ADD")
         } else {
             (ctrl::VLAN_DEL, "VLAN_DEL")
         };
-        for v in (1..4095u16).filter(|&v| !self.vids.contains(v)) {
-            self.command(ctrl::CLASS_VLAN, cmd, &v.to_le_bytes(), what)?;
-        }
-        Ok(())
+        self.command(ctrl::CLASS_VLAN, cmd, &vid.to_le_bytes(), what)
     }
 }
 
@@ -501,12 +501,7 @@ impl<M: Mmio + 'static> VlanHardware for VirtioPort<M> {
     }
     fn add_vlan(&mut self, vid: Vid) -> Result<()> {
         let v = vid.get();
-        self.command(
-            ctrl::CLASS_VLAN,
-            ctrl::VLAN_ADD,
-            &v.to_le_bytes(),
-            "VLAN_ADD",
-        )?;
+        self.vlan_command(true, v)?;
         self.vids.add(v)?;
         Ok(())
     }
@@ -519,12 +514,7 @@ impl<M: Mmio + 'static> VlanHardware for VirtioPort<M> {
         // With the filter off on a port that is not promiscuous the device's table is open
         // (every VID): the VID stays there until the filter goes on.
         if self.filter_on || self.cfg.promiscuous {
-            self.command(
-                ctrl::CLASS_VLAN,
-                ctrl::VLAN_DEL,
-                &v.to_le_bytes(),
-                "VLAN_DEL",
-            )?;
+            self.vlan_command(false, v)?;
         }
         self.vids.remove(v)?;
         Ok(())

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::virtio as c;
 use crate::platform::regs::virtio_net as n;
-use crate::platform::regs::{Field, FieldInfo, Reg, RegisterMap};
+use crate::platform::regs::{Field, Reg, RegisterMap};
 
 /// Device status bits (virtio 1.2, 2.1).
 pub mod status {
@@ -74,14 +74,18 @@ impl<M: Mmio> Window<M> {
         self
     }
 
-    /// The fields of the register at `offset` that must be accessed narrower than 32 bits.
-    fn narrow_fields(&self, offset: usize) -> Option<&'static [FieldInfo]> {
+    /// The fields of the register at `offset`, when one of them must be accessed narrower than
+    /// 32 bits (the rule of [`get`](Self::get)); `None` for a plain word.
+    fn narrow_fields(&self, offset: usize) -> Option<impl Iterator<Item = Field>> {
         let (info, _) = self.map?.by_offset(offset as u32)?;
-        let narrow = info
-            .fields
-            .iter()
-            .any(|f| matches!(f.hi - f.lo + 1, 8 | 16) && f.lo % 8 == 0);
-        narrow.then_some(info.fields)
+        let fields = info.fields.iter().map(|f| Field {
+            lo: f.lo,
+            width: f.hi - f.lo + 1,
+        });
+        fields
+            .clone()
+            .any(|f| Self::narrow(f).is_some())
+            .then_some(fields)
     }
 
     fn at(&self, offset: usize, width: usize) -> usize {
@@ -147,29 +151,16 @@ impl<M: Mmio> Window<M> {
 /// are 8 or 16 bits wide is read and written field by field at their natural widths.
 impl<M: Mmio> Mmio for Window<M> {
     fn read32(&self, offset: usize) -> u32 {
+        let reg = Reg(offset as u32);
         match self.narrow_fields(offset) {
-            Some(fields) => fields.iter().fold(0, |w, f| {
-                let at = self.at(offset + usize::from(f.lo / 8), 1);
-                let v = match f.hi - f.lo + 1 {
-                    8 => u32::from(self.mmio.read8(at)),
-                    _ => u32::from(self.mmio.read16(at)),
-                };
-                w | v << f.lo
-            }),
+            Some(fields) => fields.fold(0, |w, f| w | self.get(reg, f) << f.lo),
             None => self.mmio.read32(self.at(offset, 4)),
         }
     }
     fn write32(&self, offset: usize, value: u32) {
+        let reg = Reg(offset as u32);
         match self.narrow_fields(offset) {
-            Some(fields) => {
-                for f in fields {
-                    let at = self.at(offset + usize::from(f.lo / 8), 1);
-                    match f.hi - f.lo + 1 {
-                        8 => self.mmio.write8(at, (value >> f.lo) as u8),
-                        _ => self.mmio.write16(at, (value >> f.lo) as u16),
-                    }
-                }
-            }
+            Some(fields) => fields.for_each(|f| self.set(reg, f, f.get(value))),
             None => self.mmio.write32(self.at(offset, 4), value),
         }
     }
