@@ -8,6 +8,8 @@
 //! - [`null`]: the null device (DPDK's `net_null`);
 //! - [`sim`]: the software 82599, a register-level model the unchanged ixgbe driver runs on;
 //! - [`virtio`]: virtio-net (virtio 1.x over PCI), the NIC of virtual machines;
+//! - [`offload`]: transmit offload requests (checksums, TSO) checked once, and their software
+//!   fallback for devices without them;
 //! - [`ids`]: the PCI ids each driver takes; [`any`]: opening a port by name ([`AnyPort`]).
 
 pub mod afpacket;
@@ -17,6 +19,7 @@ pub mod igb;
 pub mod intel;
 pub mod ixgbe;
 pub mod null;
+pub mod offload;
 pub mod qm;
 pub mod sim;
 pub mod virtio;

@@ -146,13 +146,21 @@ impl PacketVlan for Packet {
         if len < MAC_LEN {
             return false;
         }
-        if self.headroom() >= TAG_LEN {
-            let Some(buf) = self.push_front(TAG_LEN) else {
-                return false;
-            };
-            return frame::insert_in_place(buf, tpid, tci);
+        let pushed = if self.headroom() >= TAG_LEN {
+            match self.push_front(TAG_LEN) {
+                Some(buf) => frame::insert_in_place(buf, tpid, tci),
+                None => false,
+            }
+        } else {
+            push_vlan_at_tail(self, tpid, tci)
+        };
+        let mut t = self.tx_offload();
+        if pushed && t.flags != 0 {
+            // The offloads' L2 header now holds the tag.
+            t.l2_len = t.l2_len.saturating_add(TAG_LEN as u8);
+            self.set_tx_offload(t);
         }
-        push_vlan_at_tail(self, tpid, tci)
+        pushed
     }
 
     #[inline]
@@ -165,37 +173,56 @@ impl PacketVlan for Packet {
     }
 
     fn wire_frame_into(&self, ctx: VlanRxCtx, out: &mut Vec<u8>) {
-        let f = self.meta.flags;
-        let tci = Tci::from_raw(self.meta.vlan_tci);
-        if f & Meta::VLAN_STRIPPED != 0 {
-            frame::rx_wire_frame_into(self.data(), Some(tci), ctx, out);
-        } else if f & Meta::TX_VLAN != 0 {
-            if !frame::tx_wire_frame_into(self.data(), ctx.push_tpid(), Some(tci), out) {
-                // Too short to tag: neither transmit path sends a tag for it.
-                out.extend_from_slice(self.data());
-            }
-        } else {
-            out.clear();
-            out.extend_from_slice(self.data());
+        head_wire_frame_into(self, ctx, out);
+        // A chained frame's tag is in its head: the other segments follow as they are.
+        for s in self.tail_segments() {
+            out.extend_from_slice(s.data());
         }
     }
 
     fn wire_frame_to_slice(&self, ctx: VlanRxCtx, out: &mut [u8]) -> Option<usize> {
-        let f = self.meta.flags;
-        let tci = Tci::from_raw(self.meta.vlan_tci);
-        let data = self.data();
-        if f & Meta::VLAN_STRIPPED != 0 {
-            frame::rx_wire_frame_to_slice(data, Some(tci), ctx, out)
-        } else if f & Meta::TX_VLAN != 0 && data.len() >= MAC_LEN {
-            let n = data.len() + TAG_LEN;
-            let out = out.get_mut(..n)?;
-            out[..MAC_LEN].copy_from_slice(&data[..MAC_LEN]);
-            frame::write_tag(&mut out[MAC_LEN..MAC_LEN + TAG_LEN], ctx.push_tpid(), tci);
-            out[MAC_LEN + TAG_LEN..].copy_from_slice(&data[MAC_LEN..]);
-            Some(n)
-        } else {
-            frame::rx_wire_frame_to_slice(data, None, ctx, out)
+        let mut n = head_wire_frame_to_slice(self, ctx, out)?;
+        for s in self.tail_segments() {
+            out.get_mut(n..n + s.len())?.copy_from_slice(s.data());
+            n += s.len();
         }
+        Some(n)
+    }
+}
+
+/// [`VlanPacket::wire_frame_into`] of the head segment.
+fn head_wire_frame_into(p: &Packet, ctx: VlanRxCtx, out: &mut Vec<u8>) {
+    let f = p.meta.flags;
+    let tci = Tci::from_raw(p.meta.vlan_tci);
+    if f & Meta::VLAN_STRIPPED != 0 {
+        frame::rx_wire_frame_into(p.data(), Some(tci), ctx, out);
+    } else if f & Meta::TX_VLAN != 0 {
+        if !frame::tx_wire_frame_into(p.data(), ctx.push_tpid(), Some(tci), out) {
+            // Too short to tag: neither transmit path sends a tag for it.
+            out.extend_from_slice(p.data());
+        }
+    } else {
+        out.clear();
+        out.extend_from_slice(p.data());
+    }
+}
+
+/// [`VlanPacket::wire_frame_to_slice`] of the head segment.
+fn head_wire_frame_to_slice(p: &Packet, ctx: VlanRxCtx, out: &mut [u8]) -> Option<usize> {
+    let f = p.meta.flags;
+    let tci = Tci::from_raw(p.meta.vlan_tci);
+    let data = p.data();
+    if f & Meta::VLAN_STRIPPED != 0 {
+        frame::rx_wire_frame_to_slice(data, Some(tci), ctx, out)
+    } else if f & Meta::TX_VLAN != 0 && data.len() >= MAC_LEN {
+        let n = data.len() + TAG_LEN;
+        let out = out.get_mut(..n)?;
+        out[..MAC_LEN].copy_from_slice(&data[..MAC_LEN]);
+        frame::write_tag(&mut out[MAC_LEN..MAC_LEN + TAG_LEN], ctx.push_tpid(), tci);
+        out[MAC_LEN + TAG_LEN..].copy_from_slice(&data[MAC_LEN..]);
+        Some(n)
+    } else {
+        frame::rx_wire_frame_to_slice(data, None, ctx, out)
     }
 }
 

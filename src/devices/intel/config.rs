@@ -39,7 +39,8 @@ pub struct IntelConfig<C: Chip> {
     /// Accept every unicast and multicast frame (RCTL.UPE|MPE / FCTRL.UPE|MPE).
     pub promiscuous: bool,
     /// Largest IP packet; above 1500 long frames are enabled (RCTL.LPE + RLPML /
-    /// HLREG0.JUMBOEN + MAXFRS).
+    /// HLREG0.JUMBOEN + MAXFRS). A frame longer than a receive buffer arrives as a chain
+    /// ([`Packet::is_chained`](crate::platform::dma::Packet::is_chained)).
     pub mtu: u16,
     /// MAC loopback: transmitted frames come back on the same port, no cable needed.
     pub loopback: bool,
@@ -181,7 +182,7 @@ pub(crate) fn check_queues(l: &Limits, what: &str, n: u16, max: u16) -> Result<(
 /// Buffers a receive pool needs beyond its ring: one burst of the default size (32).
 pub const MIN_RX_SPARE: usize = 32;
 
-/// Ring sizes, pool size, MTU, and the buffer size the MTU needs.
+/// Ring sizes, pool size, MTU, and a buffer size the device can be given.
 pub(crate) fn check_rings_and_mtu(
     l: &Limits,
     rx_ring: usize,
@@ -216,17 +217,9 @@ pub(crate) fn check_rings_and_mtu(
             l.family, l.max_mtu
         )));
     }
-    // A frame larger than one buffer spans descriptors and the ring drops it, so the buffer
-    // must hold the largest frame: header, two VLAN tags, MTU (the CRC is stripped).
-    let kb = rx_buffer_kb(l, pool)?;
-    let frame = usize::from(mtu) + 14 + 8;
-    if frame > kb as usize * 1024 {
-        return Err(Error::InvalidConfig(format!(
-            "{}: MTU {mtu} needs receive buffers of {frame} bytes but the pool gives {kb} KB; set pool.buf_size to at least {}",
-            l.family,
-            frame.div_ceil(1024) * 1024 + pool.headroom
-        )));
-    }
+    // A frame larger than one buffer spans descriptors and the ring gathers it into a chain
+    // (`super::rx`), so any buffer of at least 1 KB takes any MTU.
+    rx_buffer_kb(l, pool)?;
     Ok(())
 }
 

@@ -148,7 +148,7 @@ impl TxData {
     /// The command bits of every data descriptor of a one-buffer frame.
     pub const CMD: u32 = Self::DTYP | Self::DEXT | Self::IFCS | Self::EOP;
     /// olinfo_status: PAYLEN shift.
-    const PAYLEN_SHIFT: u32 = 14;
+    pub const PAYLEN_SHIFT: u32 = 14;
 
     /// The two words: address; cmd_type_len (command | length) and olinfo_status (PAYLEN).
     #[inline(always)]
@@ -182,6 +182,96 @@ impl TxContext {
         [
             (self.vlan_tci as u64) << 16 | 14 << Self::MACLEN_SHIFT,
             (Self::DTYP | TxData::DEXT | Self::L4T_RSV) as u64,
+        ]
+    }
+}
+
+/// Transmit context descriptor (advanced, DTYP 0010) for checksum offload and TSO, in context
+/// slot `idx`, with the VLAN tag of the data descriptors that name it. Fields as the 82599
+/// datasheet (7.2.3.2.3) and the 82576's (7.2.2.3.x) lay them out, which Linux's `ixgbe_tso`
+/// / `igb_tso` and QEMU's igb (`igb_regs.h`, E1000_ADVTXD_*) agree with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxOffloadContext {
+    /// The TCI for data descriptors with VLE.
+    pub vlan_tci: u16,
+    /// Bytes of the MAC header (MACLEN, 7 bits).
+    pub maclen: u8,
+    /// Bytes of the IP header (IPLEN, 9 bits).
+    pub iplen: u16,
+    /// TUCMD.IPV4: the L3 header is IPv4.
+    pub ipv4: bool,
+    /// L4T: 1 TCP, 0 UDP; `None` for no L4 checksum (L4T reserved).
+    pub tcp: Option<bool>,
+    /// Bytes of the L4 header (L4LEN, TSO only).
+    pub l4len: u8,
+    /// TSO's MSS (0 without TSO).
+    pub mss: u16,
+    /// Context slot (IDX, 0 or 1).
+    pub idx: u8,
+}
+
+impl TxOffloadContext {
+    /// type_tucmd_mlhl: TUCMD.IPV4.
+    pub const IPV4: u32 = 1 << 10;
+    /// type_tucmd_mlhl: L4T = TCP.
+    pub const L4T_TCP: u32 = 1 << 11;
+    /// type_tucmd_mlhl: L4T reserved (no L4 checksum).
+    pub const L4T_RSV: u32 = 0x3 << 11;
+
+    /// The two words: vlan_macip_lens (and a zero seqnum_seed); type_tucmd_mlhl and
+    /// mss_l4len_idx (IDX bits 6:4, L4LEN 15:8, MSS 31:16).
+    pub const fn words(self) -> [u64; 2] {
+        let lens = (self.iplen as u64 & 0x1ff)
+            | (self.maclen as u64 & 0x7f) << 9
+            | (self.vlan_tci as u64) << 16;
+        let l4t = match self.tcp {
+            Some(true) => Self::L4T_TCP,
+            Some(false) => 0,
+            None => Self::L4T_RSV,
+        };
+        let ipv4 = if self.ipv4 { Self::IPV4 } else { 0 };
+        let tucmd = TxContext::DTYP | TxData::DEXT | l4t | ipv4;
+        let mss = (self.idx as u64 & 0x7) << 4 | (self.l4len as u64) << 8 | (self.mss as u64) << 16;
+        [lens, tucmd as u64 | mss << 32]
+    }
+}
+
+/// One data descriptor of a frame that may span several (a chain, or a frame with offloads):
+/// the buffer, its command bits (EOP on the last only), and the olinfo_status word, which only
+/// the frame's first descriptor carries (PAYLEN, POPTS, CC, IDX; Linux's `ixgbe_tx_map` writes
+/// 0 in the others).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxSegment {
+    /// Bus address of the buffer.
+    pub addr: u64,
+    /// Bytes in this buffer.
+    pub len: u32,
+    /// cmd_type_len's command bits.
+    pub cmd: u32,
+    /// olinfo_status.
+    pub olinfo: u32,
+}
+
+impl TxSegment {
+    /// olinfo_status: insert the IPv4 header checksum (POPTS.IXSM).
+    pub const IXSM: u32 = 1 << 8;
+    /// olinfo_status: insert the L4 checksum (POPTS.TXSM).
+    pub const TXSM: u32 = 1 << 9;
+    /// olinfo_status: check the context named by IDX (CC).
+    pub const CC: u32 = 1 << 7;
+    /// cmd_type_len: TCP segmentation (DCMD.TSE).
+    pub const TSE: u32 = 1 << 31;
+
+    /// olinfo_status of a frame's first descriptor: PAYLEN, POPTS and the context slot.
+    pub const fn olinfo(paylen: u32, popts: u32, idx: u8) -> u32 {
+        paylen << TxData::PAYLEN_SHIFT | popts | Self::CC | (idx as u32 & 0x7) << 4
+    }
+
+    /// The two words: address; cmd_type_len (command | length) and olinfo_status.
+    pub const fn words(self) -> [u64; 2] {
+        [
+            self.addr,
+            (self.cmd | (self.len & 0xffff)) as u64 | (self.olinfo as u64) << 32,
         ]
     }
 }

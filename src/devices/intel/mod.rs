@@ -24,6 +24,7 @@
 pub mod config;
 pub mod desc;
 pub mod irq;
+pub mod offload;
 pub mod port;
 pub mod queue;
 pub(crate) mod rss;

@@ -146,11 +146,18 @@ pub struct RxRing<M: Mmio> {
     /// Bits of the write-back's second word that the fast path requires to read exactly
     /// DD | EOP: done, whole frame, no error, and no length bit at or above `fast_len`.
     fast_mask: u64,
-    /// Inside a frame that spans descriptors: drop until its EOP.
-    in_fragment: bool,
+    /// The first segments of a frame that spans descriptors, until its EOP descriptor comes
+    /// (kept across bursts: a frame is delivered whole or not at all).
+    partial: Option<Packet>,
+    /// The frame being assembled is dropped at its EOP (a segment could not be kept).
+    discard: bool,
     idle_polls: u32,
     stats: QueueStats,
 }
+
+/// The most descriptors one received frame may span: a 16 KiB frame (more than either chip
+/// receives) in 1 KiB buffers. A frame that goes on longer is dropped whole.
+const MAX_RX_SEGS: usize = 16;
 
 /// Empty polls between two liveness checks of an idle device (an MMIO read of the head register).
 const IDLE_CHECK: u32 = 1024;
@@ -187,7 +194,8 @@ impl<M: Mmio> RxRing<M> {
             fast_mask: u64::from(
                 RxStatus::DD | RxStatus::EOP | chip.frame_error | chip.ip_error | chip.l4_error,
             ) | u64::from(!fast_len) << 32,
-            in_fragment: false,
+            partial: None,
+            discard: false,
             idle_polls: 0,
             stats: QueueStats::default(),
         })
@@ -242,8 +250,8 @@ impl<M: Mmio> RxRing<M> {
     /// slots were re-armed in place, the others were never written back. A frame whose first
     /// descriptors were harvested but whose EOP never came is abandoned and counted as dropped.
     pub fn restart_slot(&mut self) -> usize {
-        if self.in_fragment {
-            self.in_fragment = false;
+        if self.partial.take().is_some() || self.discard {
+            self.discard = false;
             self.stats.dropped += 1;
         }
         self.next
@@ -316,10 +324,10 @@ impl<M: Mmio> RxRing<M> {
 
     /// The fast path over the next `want` slots (no wrap, within the reserve): harvests them
     /// while each holds a plain good frame, re-arming each with a reserved buffer. Inside a
-    /// frame that spans descriptors, nothing (the slow path drops the rest of it).
+    /// frame that spans descriptors, nothing (the slow path gathers the rest of it).
     #[inline(always)]
     fn harvest(&mut self, batch: &mut Vec<Packet>, want: usize) -> (usize, u64) {
-        if self.in_fragment {
+        if self.partial.is_some() || self.discard {
             return (0, 0);
         }
         let (table, fast, start) = (&self.flags, self.fast_mask, self.next);
@@ -355,10 +363,13 @@ impl<M: Mmio> RxRing<M> {
         got
     }
 
-    /// The descriptor at `next` is done but not a plain good frame: a fragment of a frame
-    /// larger than a buffer, a frame with a MAC error or too long (dropped whole; the slot is
-    /// re-armed with its own buffer), or a frame with a checksum error (delivered with BAD
-    /// flags). Returns the packets delivered (0 or 1). Needs one reserved buffer.
+    /// The descriptor at `next` is done but not a plain good frame: a segment of a frame larger
+    /// than a buffer (kept until its EOP, then delivered as a chain), a frame with a MAC error
+    /// or too long (dropped whole, every segment; the slot is re-armed with its own buffer), or
+    /// a frame with a checksum error (delivered with BAD flags). The frame's status, VLAN and
+    /// checksum fields are read from its EOP descriptor, where both chips (and QEMU's igb,
+    /// `igb_write_adv_rx_descr`) write them. Returns the packets delivered (0 or 1). Needs one
+    /// reserved buffer.
     #[cold]
     #[inline(never)]
     fn slow_one(&mut self, batch: &mut Vec<Packet>) -> usize {
@@ -366,18 +377,49 @@ impl<M: Mmio> RxRing<M> {
         let wb = RxStatus(self.desc.load(i, 1, Acquire));
         let (status, len, eop) = (wb.bits(), wb.len(), wb.eop());
         self.next = (i + 1) & self.mask;
-        if self.in_fragment
-            || !eop
-            || status & self.chip.frame_error != 0
-            || len > self.slots.max_len()
-        {
-            self.in_fragment = !eop;
-            self.stats.dropped += u64::from(eop);
+        let bad = status & self.chip.frame_error != 0 || len > self.slots.max_len();
+        if self.discard || bad || (!eop && self.partial_segments() >= MAX_RX_SEGS) {
+            // Drop this descriptor's bytes and, at the EOP, the whole frame.
             arm(self.desc.view().at(i), self.slots.data_iova(i));
+            self.partial = None;
+            self.discard = !eop;
+            self.stats.dropped += u64::from(eop);
             return 0;
         }
-        // The fast path's table, then each "checked and good" flag that has its error bit set
-        // turns into its BAD twin (BAD is OK shifted left by one).
+        let meta = if eop { self.eop_meta(i, wb) } else { Meta::default() };
+        let d = self.desc.view().at(i);
+        let Some(seg) = self.slots.take_one(i, len, meta, |iova| arm(d, iova)) else {
+            // No reserve (the caller makes sure there is one): leave the slot for later.
+            self.next = i;
+            return 0;
+        };
+        let frame = match self.partial.take() {
+            None => seg,
+            Some(mut head) => {
+                head.push_segment(seg);
+                head.meta = meta;
+                head
+            }
+        };
+        if !eop {
+            self.partial = Some(frame);
+            return 0;
+        }
+        self.stats.bytes += frame.frame_len() as u64;
+        batch.push(frame);
+        1
+    }
+
+    /// Segments of the frame being gathered.
+    fn partial_segments(&self) -> usize {
+        self.partial.as_ref().map_or(0, Packet::segment_count)
+    }
+
+    /// The metadata of the frame whose EOP descriptor is slot `i` (write-back `wb`): the fast
+    /// path's table, then each "checked and good" flag that has its error bit set turns into its
+    /// BAD twin (BAD is OK shifted left by one).
+    fn eop_meta(&self, i: usize, wb: RxStatus) -> Meta {
+        let status = wb.bits();
         let e = self.flags[usize::from(wb.status_byte())];
         let mut flags = (e >> 16) as u16;
         for (ok, err) in [
@@ -394,16 +436,7 @@ impl<M: Mmio> RxRing<M> {
         {
             flags &= !Meta::RX_L4_CSUM_BAD;
         }
-        let meta = Meta::from_low(u32::from(flags) << 16 | u32::from(wb.vlan_tci()) & e);
-        let d = self.desc.view().at(i);
-        if self.slots.take(i, len, meta, batch, |iova| arm(d, iova)) {
-            self.stats.bytes += u64::from(len);
-            1
-        } else {
-            // No reserve (the caller makes sure there is one): leave the slot for later.
-            self.next = i;
-            0
-        }
+        Meta::from_low(u32::from(flags) << 16 | u32::from(wb.vlan_tci()) & e)
     }
 
     #[cold]

@@ -20,10 +20,12 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
 
 use super::config::{check_ring_size, RS_INTERVAL};
-use super::desc::{TxContext, TxData, TxDone, DESC_SIZE};
+use super::desc::{TxContext, TxData, TxDone, TxSegment, DESC_SIZE};
+use super::offload::{asks_offload, prepare};
+use crate::devices::offload::Request;
 use crate::device::{QueueError, QueueStats};
 use crate::error::Result;
-use crate::platform::dma::{Desc, DescTable, Meta, Packet, TxSlots};
+use crate::platform::dma::{Desc, DescTable, Meta, Packet, Pool, TxSlots};
 use crate::platform::mmio::Mmio;
 use crate::vlan::insert::{insert_front, SwVlanCounts};
 use crate::vlan::Tpid;
@@ -54,6 +56,10 @@ pub struct TxRing<M: Mmio> {
     clean: usize,
     /// TCI programmed in context slot 0, if any.
     ctx_tci: Option<u16>,
+    /// The offload context programmed in slot 1 (its two words), if any.
+    ctx_offload: Option<[u64; 2]>,
+    /// A refused offload request has been logged (once per queue).
+    refusal_logged: bool,
     /// Descriptors written since the last one that asked for a write-back.
     since_rs: usize,
     /// Descriptors between two write-back requests: `RS_INTERVAL`, or half the ring for rings
@@ -159,13 +165,20 @@ impl Burst {
     }
 }
 
-/// What [`TxRing::put_tagged`] did with the packet at the front of the batch.
+/// What [`TxRing::put_tagged`] and [`TxRing::put_frame`] did with the packet at the front of
+/// the batch.
 enum Tagged {
     /// Queued; its frame length.
     Sent(u32),
     /// Left in the batch: no room for it (and its context descriptor) in this burst.
     NoRoom,
+    /// Dropped and counted: a request that cannot be honoured.
+    Dropped,
 }
+
+/// The most data descriptors one frame may take: the 82599's limit (DPDK's `IXGBE_TX_MAX_SEG`,
+/// 40; the 82576 takes more). A longer chain is linearized if it fits a buffer, else dropped.
+pub const MAX_TX_SEGS: usize = 40;
 
 /// Frames shorter than this are padded by the driver before they get a descriptor: a data
 /// descriptor of length 0 hangs the 82599's transmit DMA, and Linux pads every frame to at
@@ -215,6 +228,8 @@ impl<M: Mmio> TxRing<M> {
             next: 0,
             clean: 0,
             ctx_tci: None,
+            ctx_offload: None,
+            refusal_logged: false,
             since_rs: 0,
             rs_interval: RS_INTERVAL.min(size / 2),
             reclaim_at: (4 * RS_INTERVAL).min(size / 2),
@@ -417,6 +432,16 @@ impl<M: Mmio> TxRing<M> {
             }
             return true;
         }
+        if p.is_chained() || asks_offload(p) {
+            return match self.put_frame(batch, b) {
+                Tagged::Sent(len) => {
+                    b.took(1, u64::from(len));
+                    true
+                }
+                Tagged::Dropped => true,
+                Tagged::NoRoom => false,
+            };
+        }
         if p.len() < MIN_TX_LEN {
             if !pad_short(&mut batch[0]) {
                 // Cannot happen with a pool's buffers (64 bytes behind the headroom at least);
@@ -430,6 +455,7 @@ impl<M: Mmio> TxRing<M> {
                 b.took(1, u64::from(len));
                 true
             }
+            Tagged::Dropped => true,
             Tagged::NoRoom => false,
         }
     }
@@ -563,9 +589,139 @@ impl<M: Mmio> TxRing<M> {
         Ok(self.in_flight())
     }
 
-    /// Forgets the cached context (after a reset the device lost it).
+    /// Forgets the cached contexts (after a reset the device lost them).
     pub fn reset_context(&mut self) {
         self.ctx_tci = None;
+        self.ctx_offload = None;
+    }
+
+    /// Drops the frame at the front of `batch` for `why` (counted; logged once per queue).
+    #[cold]
+    fn refuse(&mut self, batch: &mut Vec<Packet>, b: &mut Burst, why: &dyn std::fmt::Display) {
+        if !self.refusal_logged {
+            self.refusal_logged = true;
+            tracing::warn!(reason = %why, "transmit: frame dropped, counted in the queue's `dropped` (logged once per queue)");
+        }
+        self.drop_front(batch, b);
+    }
+
+    /// Makes the frame at the front of `batch` one the descriptors can carry: no empty segment
+    /// (a zero-length data descriptor hangs the 82599), at most [`MAX_TX_SEGS`] segments and at
+    /// least [`MIN_TX_LEN`] bytes (linearized, then padded, when not). Returns false when it
+    /// cannot be (dropped and counted).
+    fn shape_chain(&mut self, batch: &mut Vec<Packet>, b: &mut Burst) -> bool {
+        let p = &mut batch[0];
+        if p.tail_segments().iter().any(Packet::is_empty) {
+            let segs = p.take_segments();
+            let (keep, empty): (Vec<Packet>, Vec<Packet>) =
+                segs.into_iter().partition(|s| !s.is_empty());
+            Pool::free_bulk(empty);
+            for s in keep {
+                p.push_segment(s);
+            }
+        }
+        if p.segment_count() > MAX_TX_SEGS || p.frame_len() < MIN_TX_LEN {
+            let (len, segs) = (p.frame_len(), p.segment_count());
+            if p.linearize().is_err() {
+                let why = format!("a {len}-byte frame in {segs} segments: the chips take at most {MAX_TX_SEGS} descriptors per frame and it does not fit one buffer");
+                self.refuse(batch, b, &why);
+                return false;
+            }
+        }
+        if batch[0].len() < MIN_TX_LEN && !pad_short(&mut batch[0]) {
+            self.drop_front(batch, b);
+            return false;
+        }
+        true
+    }
+
+    /// Queues the frame at the front of `batch` that the fast path does not take: a chain (one
+    /// data descriptor per segment, EOP on the last) or a frame with offloads (a context
+    /// descriptor in slot 1 unless the one there is the same, then the data descriptors with
+    /// TSE, POPTS and the slot in the first). Hardware tag insertion goes through the same
+    /// context (slot 1) for frames with offloads, through slot 0 for the others.
+    #[cold]
+    #[inline(never)]
+    fn put_frame(&mut self, batch: &mut Vec<Packet>, b: &mut Burst) -> Tagged {
+        if !self.shape_chain(batch, b) {
+            return Tagged::Dropped;
+        }
+        let p = &batch[0];
+        if !std::iter::once(p).chain(p.tail_segments()).all(|s| self.slots.reaches(s)) {
+            // A segment of a pool the device cannot reach: copy the frame into bounce buffers
+            // first (before any descriptor is written).
+            return match self.bounce(batch) {
+                Ok(true) => self.put_frame(batch, b),
+                Ok(false) => Tagged::NoRoom,
+                Err(e) => {
+                    self.refuse(batch, b, &e);
+                    Tagged::Dropped
+                }
+            };
+        }
+        let req = match Request::of(&batch[0]) {
+            Ok(r) => r,
+            Err(e) => {
+                self.refuse(batch, b, &e);
+                return Tagged::Dropped;
+            }
+        };
+        let p = &batch[0];
+        let segs = p.segment_count();
+        // The context descriptor (if one is written) and every segment's.
+        if self.left(b) < segs + 1 {
+            return Tagged::NoRoom;
+        }
+        let vle = p.meta.flags & Meta::TX_VLAN != 0;
+        let tci = p.meta.vlan_tci;
+        let frame_len = p.frame_len() as u32;
+        let (cmd, olinfo) = match req {
+            Some(r) => {
+                let pr = prepare(&mut batch[0], &r, vle);
+                let words = pr.ctx.words();
+                if self.ctx_offload != Some(words) {
+                    self.put_context(words);
+                    self.ctx_offload = Some(words);
+                }
+                (pr.cmd, pr.olinfo)
+            }
+            None => {
+                if vle && self.ctx_tci != Some(tci) {
+                    self.put_context(TxContext { vlan_tci: tci }.words());
+                    self.ctx_tci = Some(tci);
+                }
+                (0, frame_len << TxData::PAYLEN_SHIFT)
+            }
+        };
+        let cmd = cmd | TxData::DTYP | TxData::DEXT | TxData::IFCS | if vle { TxData::VLE } else { 0 };
+        let at = self.next;
+        let descs: Vec<&Desc> = (0..segs)
+            .map(|i| &self.desc.descs()[(at + i) & self.mask])
+            .collect();
+        let taken = self.slots.send_segments(batch, &descs, |i, d, s| {
+            let [w0, w1] = TxSegment {
+                addr: s.data_iova(),
+                len: s.len() as u32,
+                cmd: cmd | if i + 1 == segs { TxData::EOP } else { 0 },
+                olinfo: if i == 0 { olinfo } else { 0 },
+            }
+            .words();
+            d.store(0, w0, Relaxed);
+            d.store(1, w1, Relaxed);
+        });
+        // The FIFO holds a buffer per descriptor and every segment's pool is reachable
+        // (checked above), so the segments were taken.
+        assert!(taken, "transmit FIFO and descriptor ring out of step");
+        self.next = (at + segs) & self.mask;
+        Tagged::Sent(frame_len)
+    }
+
+    /// Writes a context descriptor (`words`) at the next slot.
+    fn put_context(&mut self, words: [u64; 2]) {
+        let d = self.desc.view().at(self.next);
+        d.store(0, words[0], Relaxed);
+        d.store(1, words[1], Relaxed);
+        self.next = (self.next + 1) & self.mask;
     }
 }
 

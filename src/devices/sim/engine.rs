@@ -113,12 +113,16 @@ impl RxEngine {
 /// One transmit queue's state.
 #[derive(Debug, Default)]
 pub(super) struct TxQueue {
-    /// VLAN of context slots 0 and 1.
-    pub(super) ctx: [u16; 2],
+    /// Context slots 0 and 1 (`tx_offload.rs`).
+    pub(super) ctx: [super::tx_offload::TxContext; 2],
     pub(super) frame: Vec<u8>,
     pub(super) in_frame: bool,
     pub(super) vle: bool,
     pub(super) idx: usize,
+    /// The offloads the frame's first data descriptor asked for (`tx_offload.rs`).
+    pub(super) offload: super::tx_offload::Offload,
+    /// Bytes the frame may gather at most (`MAX_FRAME`, or the TSO limit with TSE).
+    pub(super) limit: usize,
     pub(super) bad: bool,
     /// A zero-length data descriptor was fetched: the queue's DMA is hung (the part needs a
     /// reset); cleared by a reset or by disabling the queue.

@@ -416,6 +416,10 @@ pub(super) fn nonzero_defaults() -> impl Iterator<Item = (usize, u32)> {
         // computes the same for one TC); to be confirmed against the datasheet's reset value.
         (r::TXPBTHRESH.at(0).offset(), 150),
         (r::DTXMXSZRQ.offset(), 0x10),
+        // TSO flag masks (`tx_offload.rs`): first and middle 0xFF6 (FIN and PSH cleared), last
+        // 0xF7F (CWR cleared), as read from an 82599 (FreeBSD commit eea2e089f8da, D44258).
+        (r::DTXTCPFLGL.offset(), 0x0FF6_0FF6),
+        (r::DTXTCPFLGH.offset(), 0x0000_0F7F),
     ];
     let per_queue = (0..128).flat_map(|q| {
         [

@@ -75,7 +75,8 @@
 //!   mask); with interrupts routed ([`Bus::enable_interrupts`](crate::platform::bus::Bus::enable_interrupts))
 //!   and GPIE.MSIX_MODE, receive write-backs raise their IVAR vector's cause and unmasked
 //!   causes signal the vector's eventfd, EIAC auto-clears, EITR throttles: see `irq.rs`.
-//! - RX: see `rx.rs` for the order of decisions. VLAN: a tag is recognised when the ethertype at 12 is
+//! - RX: see `rx.rs` for the order of decisions; a frame longer than one buffer is scattered
+//!   over as many descriptors as it needs, all or nothing (`rx_scatter.rs`). VLAN: a tag is recognised when the ethertype at 12 is
 //!   VLNCTRL.VET; in extended mode (CTRL_EXT b26) the outer tag must carry EXVET.VET_EXT and the
 //!   inner one VLNCTRL.VET: filter (VLNCTRL.VFE + VFTA, VID 0 included, as on the part) and
 //!   strip (RXDCTL.VME, per queue) act on the inner tag and the outer stays in the buffer. VP
@@ -101,7 +102,8 @@
 //! - No free descriptor: inline mode drops at once; threaded mode waits in the FIFO (RNBC(0)
 //!   counts the wait) unless SRRCTL.DROP_EN. Drops count QPRDC(map(q)) with DROP_EN, else
 //!   MPC(0) and RNBC(0).
-//! - TX: see `tx.rs`. Bus mastering off (the default until the driver enables it through
+//! - TX: see `tx.rs`; checksum insertion (POPTS.IXSM/TXSM) and TSO (DCMD.TSE, segments masked
+//!   by DTXTCPFLGL/H: reset 0x0FF6_0FF6 and 0x0F7F) in `tx_offload.rs`. Bus mastering off (the default until the driver enables it through
 //!   [`Bus::enable_bus_master`](crate::platform::bus::Bus::enable_bus_master)) means no DMA at all.
 //!
 //! # Not modelled (logged once when a driver touches it)
@@ -109,8 +111,8 @@
 //! entries and EITR's low-latency bits are stored without a log), MSI and INTx, flow control, DCB,
 //! VMDq/SR-IOV pools (VLVF, VLVFB, RAH pool bits, MRQC modes other than RSS), header split and
 //! legacy receive descriptors (SRRCTL.DESCTYPE other than 001 is treated as one buffer), RSC,
-//! CFI filtering (VLNCTRL.CFIEN), the 82598-only VLNCTRL.VME, TSO and checksum insertion on
-//! transmit, legacy transmit descriptors (sent as plain buffers), IPv6 extension-header
+//! CFI filtering (VLNCTRL.CFIEN), the 82598-only VLNCTRL.VME, SCTP CRC insertion on transmit,
+//! legacy transmit descriptors (sent as plain buffers), IPv6 extension-header
 //! parsing for RSS and checksums, MCSTCTRL (the MTA hash always uses bits 47:36), the PHY
 //! (every AUTOC value is accepted) and the flash/EEPROM beyond the MAC words.
 //!
@@ -132,14 +134,20 @@ mod rx;
 mod rx_config;
 mod rx_quick;
 mod rx_ring;
+mod rx_scatter;
 mod source;
 mod tx;
+mod tx_offload;
 mod tx_void;
 
 #[cfg(test)]
 mod testkit;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_offload;
+#[cfg(test)]
+mod tests_scatter;
 #[cfg(test)]
 mod tests_vlan;
 
@@ -220,6 +228,10 @@ counters! {
     errata,
     /// Transmit queues hung by a data descriptor of length 0 (the part hangs on one).
     tx_hangs,
+    /// Transmitted frames dropped because their offload request was malformed (a TSE frame
+    /// with MSS 0, a header that does not match MACLEN + IPLEN + L4LEN, checksum offsets past
+    /// the frame: `tx_offload.rs`); each reason is also logged once.
+    tx_malformed,
     /// Frames the traffic source produced.
     source_frames,
     /// Receive write-backs that carried an injected RXE.

@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use super::engine::RingCursor;
 use super::layout::{rxq, RQSMR};
 use super::regs::SimRegs;
-use super::rx::{Outcome, DD, EOP, RXE};
+use super::rx::{Outcome, EOP};
 use crate::platform::dma::DmaView;
 use crate::platform::regs::ixgbe as r;
 
@@ -46,7 +46,8 @@ impl SimRegs {
         }
     }
 
-    /// Writes `data` into the buffers of `ring` and writes the descriptors back.
+    /// Writes `data` into the buffers of `ring` and writes the descriptors back: one buffer, or
+    /// as many as it needs (`rx_scatter.rs`), only when the ring has them all free.
     pub(super) fn place(
         &self,
         dma: &DmaView<'_>,
@@ -80,36 +81,11 @@ impl SimRegs {
             }
             return o;
         }
-        let desc = |i: usize| ring.base + (ring.at(i) * 16) as u64;
-        for (i, part) in data.chunks(chunk).enumerate() {
-            let ok = dma
-                .load_u64(desc(i), Acquire)
-                .and_then(|addr| dma.write(addr, part));
-            if ok.is_err() {
-                self.counters.dma_faults.inc();
-                return Outcome::Dropped;
-            }
-        }
-        for (i, part) in data.chunks(chunk).enumerate() {
-            let d = desc(i);
-            let (wb_lo, st) = if i + 1 == needed {
-                (lo, staterr | EOP)
-            } else {
-                (0, DD | (staterr & RXE))
-            };
-            let ok = dma
-                .store_u64(d, wb_lo, Relaxed)
-                .and_then(|_| dma.store_u64(d + 8, wb_hi(st, part.len(), vlan), Release));
-            if ok.is_err() {
-                self.counters.dma_faults.inc();
-                return Outcome::Dropped;
-            }
-        }
-        if split {
+        let o = self.place_scattered(dma, ring, data, (chunk, needed), lo, staterr, vlan);
+        if split && o == Outcome::Placed {
             self.faults.split_frames.fetch_sub(1, Relaxed);
         }
-        self.advance(ring, needed);
-        Outcome::Placed
+        o
     }
 
     /// [`place`](Self::place) for a frame that fits one buffer (every frame but jumbo or split

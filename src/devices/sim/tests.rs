@@ -442,8 +442,9 @@ fn frames_into_the_void_are_counted_as_frames_to_a_peer() {
 fn one_void_walk_hands_what_it_cannot_count_to_the_whole_walk() {
     // One doorbell for a run that mixes what the void path counts itself (`tx_void.rs`) with
     // what it leaves to the whole walk: a frame of two buffers, a context descriptor and a
-    // tagged frame, a TSO request, a buffer nobody mapped. Port a (a peer: every frame is
-    // gathered) and port v (no peer) must count the run identically.
+    // tagged frame, a TSO request naming a context with no MSS (malformed: dropped, counted),
+    // a buffer nobody mapped. Port a (a peer: every frame is gathered) and port v (no peer)
+    // must count the run identically.
     let mut rig = pair_rig(SimConfig::default());
     let v = SimPort::with_source(
         SimConfig::default(),
@@ -482,20 +483,26 @@ fn one_void_walk_hands_what_it_cannot_count_to_the_whole_walk() {
     regs.extend(super::layout::TX_BUCKETS);
     let counts = |p: &SimPort| {
         let c = p.counters();
-        let own = [c.tx_frames, c.tx_bytes, c.tx_dropped, c.dma_faults];
+        let own = [
+            c.tx_frames,
+            c.tx_bytes,
+            c.tx_malformed,
+            c.tx_dropped,
+            c.dma_faults,
+        ];
         let regs = regs.iter().map(|&reg| u64::from(p.regs().read(reg)));
         regs.chain(own).collect::<Vec<_>>()
     };
     let (a, vc) = (counts(&rig.a), counts(&v));
     assert_eq!(
         a, vc,
-        "{regs:?}, tx_frames, tx_bytes, tx_dropped, dma_faults"
+        "{regs:?}, tx_frames, tx_bytes, tx_malformed, tx_dropped, dma_faults"
     );
-    assert_eq!(&a[..4], [5, 5, 2, 2], "GPTC, TPT, BPTC, MPTC");
+    assert_eq!(&a[..4], [4, 4, 1, 2], "GPTC, TPT, BPTC, MPTC");
     assert_eq!(
-        &a[a.len() - 2..],
-        [1, 1],
-        "the unmapped buffer: dropped, faulted"
+        &a[a.len() - 3..],
+        [1, 1, 1],
+        "the TSO request: malformed; the unmapped buffer: dropped, faulted"
     );
 }
 

@@ -2,10 +2,14 @@
 //!
 //! It runs only while DMATXCTL.TE, the queue's TXDCTL.ENABLE and bus mastering are on and
 //! RTTDCS.ARBDIS is off. It walks the ring from TDH to TDT: context descriptors (DTYP 0010)
-//! store the VLAN tag of dword 0 bits 31:16 in slot IDX (dword 3 bits 6:4; two slots per queue);
-//! data descriptors (DTYP 0011) are gathered until EOP, and the frame's first descriptor decides
-//! VLE and IDX. A frame with VLE gets the context's TCI inserted after the MAC addresses with
-//! DMATXCTL.VT as TPID, and HLREG0.TXPADEN pads it to 60 bytes. Descriptors with RS get DD
+//! are kept in slot IDX (dword 3 bits 6:4; two slots per queue: VLAN, MACLEN, IPLEN, TUCMD,
+//! L4LEN, MSS, `tx_offload.rs`); data descriptors (DTYP 0011) are gathered until EOP, and the
+//! frame's first descriptor decides VLE, IDX, TSE, POPTS and PAYLEN. Checksum insertion and
+//! TSO are done as `tx_offload.rs` describes (a TSE frame leaves as its segments, each counted
+//! as a frame, as GPTC/GOTC count them on the part). A frame with VLE gets the context's TCI
+//! inserted after the MAC addresses with DMATXCTL.VT as TPID (in every segment of a TSE frame;
+//! the offsets of the context describe the frame without it), and HLREG0.TXPADEN pads it to
+//! 60 bytes. Descriptors with RS get DD
 //! (dword 3 bit 0) written back with a release store, unless TDWBAL.HEAD_WB_EN asks for head
 //! write-back instead (the head index is then stored at TDWBAH:TDWBAL after each run).
 //! HLREG0 and DMATXCTL.VT are read once a run. A port with no peer sends into the void: a frame
@@ -20,8 +24,9 @@
 //! Not trusted: a descriptor that cannot be read stops the queue where it is (TDH stays on it,
 //! the fault is counted, a later tail write retries); a buffer that cannot be read drops its
 //! frame (counted) but the descriptors still complete, so the ring does not wedge. Legacy
-//! descriptors (DEXT = 0), TSO and checksum insertion are logged once and the frame is sent as
-//! its buffers say.
+//! descriptors (DEXT = 0) are logged once and the frame is sent as its buffers say. A frame
+//! gathers at most `MAX_FRAME` bytes, a TSE frame at most its largest header + 256 KiB
+//! (`TSO_MAX`); longer ones are dropped (counted, logged).
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
@@ -30,6 +35,7 @@ use super::regs::{lock, SimRegs};
 
 use super::engine::{TxEngine, TxQueue, TxTally, VoidRun, WireFrame};
 use super::layout::{bucket_index, TX_BUCKETS};
+use super::tx_offload::{insert_checksums, Malformed, Offload, Tso, TxContext, TSO_MAX};
 use crate::platform::dma::DmaView;
 use crate::platform::regs::ixgbe as r;
 
@@ -68,7 +74,7 @@ pub(super) const DEXT: u32 = 1 << 29;
 pub(super) const VLE: u32 = 1 << 30;
 pub(super) const TSE: u32 = 1 << 31;
 pub(super) const DD: u32 = 1;
-/// POPTS IXSM/TXSM (olinfo bits 9:8): checksum insertion, which is not modelled.
+/// POPTS IXSM/TXSM (olinfo bits 9:8): checksum insertion (`tx_offload.rs`).
 pub(super) const POPTS: u32 = 0x3 << 8;
 /// DTYP (dword 2 bits 23:20) of advanced context and data descriptors.
 pub(super) const DTYP: u32 = 0xf << 20;
@@ -206,7 +212,7 @@ impl SimRegs {
             };
             let (cmd, olinfo) = (hi as u32, (hi >> 32) as u32);
             if cmd & (DEXT | DTYP) == DEXT | DTYP_CONTEXT {
-                Self::keep_context(st, addr, olinfo);
+                Self::keep_context(st, addr, cmd, olinfo);
             } else {
                 if cmd & (DEXT | DTYP) != DEXT | DTYP_DATA {
                     self.gap("legacy or unknown transmit descriptor type; sent as a plain buffer");
@@ -252,14 +258,19 @@ impl SimRegs {
     ) {
         let len = (cmd & 0xffff) as usize;
         if !st.in_frame {
-            if cmd & TSE != 0 {
-                self.gap("TSO (DCMD.TSE) is not modelled; the buffers are sent as one frame");
-            }
-            if olinfo & POPTS != 0 {
-                self.gap("checksum insertion (POPTS IXSM/TXSM) is not modelled; checksums are sent as they are");
-            }
-            let vle = cmd & VLE != 0 && cmd & DEXT != 0;
-            if cmd & EOP != 0 && len >= 12 && matches!(w.dest, Dest::Void) && self.capture_cap == 0
+            let dext = cmd & DEXT != 0;
+            let vle = cmd & VLE != 0 && dext;
+            // (Offloads are fields of advanced descriptors only.)
+            let offload = if dext {
+                Offload::from_desc(cmd, olinfo)
+            } else {
+                Offload::default()
+            };
+            if cmd & EOP != 0
+                && len >= 12
+                && !offload.any()
+                && matches!(w.dest, Dest::Void)
+                && self.capture_cap == 0
             {
                 self.void_frame(dma, addr, len, vle, w);
                 return;
@@ -267,14 +278,17 @@ impl SimRegs {
             st.in_frame = true;
             st.vle = vle;
             st.idx = ((olinfo >> 4) & 1) as usize;
+            st.offload = offload;
+            st.limit = if offload.tse { TSO_MAX } else { MAX_FRAME };
             st.bad = false;
             st.frame.clear();
         }
         if !st.bad {
             let at = st.frame.len();
-            if at + len > MAX_FRAME {
+            if at + len > st.limit {
                 st.bad = true;
-                tracing::warn!(port = %self.name, queue = q, "transmit frame longer than {MAX_FRAME} bytes dropped");
+                let limit = st.limit;
+                tracing::warn!(port = %self.name, queue = q, "transmit frame longer than {limit} bytes dropped");
             } else if dma.read_append(addr, len, &mut st.frame).is_err() {
                 st.bad = true;
                 self.counters.dma_faults.inc();
@@ -292,9 +306,28 @@ impl SimRegs {
             w.tally.dropped += 1;
             return;
         }
-        let f = &mut st.frame;
-        if st.vle {
-            super::frame::insert_tag(f, w.vt, st.ctx[st.idx]);
+        let ctx = st.ctx[st.idx];
+        let tag = st.vle.then_some(ctx.vlan);
+        if st.offload.tse {
+            self.send_tso(&st.frame, &ctx, st.offload, tag, w);
+            return;
+        }
+        if st.offload.any() {
+            match insert_checksums(&mut st.frame, &ctx, st.offload) {
+                Ok(false) => {}
+                Ok(true) => self
+                    .gap("SCTP CRC insertion (L4T 10) is not modelled; the CRC is sent as it is"),
+                Err(m) => return self.malformed(m),
+            }
+        }
+        self.emit(&mut st.frame, tag, w);
+    }
+
+    /// Puts one frame on the wire: the tag inserted (VLE), padded (HLREG0.TXPADEN), counted,
+    /// and, to a FIFO, queued in `w.out` (its buffer moved there, a spare taking its place).
+    fn emit(&self, f: &mut Vec<u8>, tag: Option<u16>, w: &mut Walk<'_>) {
+        if let Some(tci) = tag {
+            super::frame::insert_tag(f, w.vt, tci);
         }
         if r::hlreg0::TXPADEN.is_set(w.hlreg0) && f.len() < 60 {
             f.resize(60, 0);
@@ -306,6 +339,28 @@ impl SimRegs {
         let data = std::mem::replace(f, w.spare.pop().unwrap_or_default());
         let fcs_ok = r::hlreg0::TXCRCEN.is_set(w.hlreg0);
         w.out.push(WireFrame { data, fcs_ok });
+    }
+
+    /// Sends the gathered TSE frame `f` as its segments (`tx_offload.rs`), each emitted as a
+    /// frame of its own; a malformed request sends nothing.
+    fn send_tso(&self, f: &[u8], ctx: &TxContext, o: Offload, tag: Option<u16>, w: &mut Walk<'_>) {
+        let masks = (self.get(r::DTXTCPFLGL), self.get(r::DTXTCPFLGH));
+        let plan = match Tso::plan(f, ctx, o, masks, MAX_FRAME) {
+            Ok(p) => p,
+            Err(m) => return self.malformed(m),
+        };
+        let mut seg = w.spare.pop().unwrap_or_default();
+        for i in 0..plan.segments() {
+            plan.build(f, i, &mut seg);
+            self.emit(&mut seg, tag, w);
+        }
+        w.spare.push(seg);
+    }
+
+    /// Drops a frame whose offload request is malformed: counted, warned about once per reason.
+    fn malformed(&self, m: Malformed) {
+        self.counters.tx_malformed.inc();
+        self.gap(m.what());
     }
 
     /// A frame of one buffer (of 12 bytes or more) that goes nowhere (no peer, no capture):
@@ -328,11 +383,11 @@ impl SimRegs {
         Self::count_void(len, vle, &dst[..n], w);
     }
 
-    /// Keeps a context descriptor's VLAN tag (qword 0 bits 31:16) in its slot (IDX, olinfo
-    /// bit 4) for the data descriptors that name it.
+    /// Keeps a context descriptor (qword 0, dword 2 `cmd`, dword 3 `olinfo`) in its slot (IDX,
+    /// olinfo bit 4) for the data descriptors that name it (`tx_offload.rs`).
     #[inline]
-    pub(super) fn keep_context(st: &mut TxQueue, addr: u64, olinfo: u32) {
-        st.ctx[((olinfo >> 4) & 1) as usize] = (addr >> 16) as u16;
+    pub(super) fn keep_context(st: &mut TxQueue, qw0: u64, cmd: u32, olinfo: u32) {
+        st.ctx[((olinfo >> 4) & 1) as usize] = TxContext::from_desc(qw0, cmd, olinfo);
     }
 
     /// Counts a frame into the void from its buffer's length, whether a tag is inserted, and

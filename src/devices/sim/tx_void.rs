@@ -2,14 +2,16 @@
 //! captured): what the benchmarks' transmitting port does with every frame.
 //!
 //! The whole walk (`tx.rs`) takes one descriptor at a time through the general decoder: legacy
-//! and unknown types, TSO and checksum requests logged, frames of several buffers gathered,
+//! and unknown types logged, TSO and checksum requests carried out (`tx_offload.rs`: a TSE frame
+//! leaves as several frames, so it is never counted here), frames of several buffers gathered,
 //! lengths checked, each access translated through the ring's window. A frame that goes
 //! nowhere needs only its length, whether it is tagged, and its first six bytes (broadcast and
 //! multicast counts), and its buffer checked readable whole. A run here takes the ring
 //! translated once (`DmaView::ring`) and the buffer pool once (`DmaView::window_around`, from
-//! the first buffer), and per descriptor: a context descriptor's tag is kept; a one-buffer data
-//! frame (DEXT, DTYP 0011, EOP, no TSE or POPTS, 12 bytes to `MAX_FRAME`) inside the pool's
-//! window is counted as the whole walk counts it (`void_frame`); RS gets DD as there.
+//! the first buffer), and per descriptor: a context descriptor is kept in its slot; a
+//! one-buffer data frame (DEXT, DTYP 0011, EOP, no TSE or POPTS, 12 bytes to `MAX_FRAME`)
+//! inside the pool's window is counted as the whole walk counts it (`void_frame`); RS gets DD
+//! as there.
 //!
 //! It stops at the first descriptor that needs more, and the whole walk takes that descriptor
 //! (logging, gathering, hanging, dropping or faulting as it always does), then this path is
@@ -41,7 +43,7 @@ impl SimRegs {
             let hi = run.ring.load_u64(head, 8, Acquire);
             let (cmd, olinfo) = (hi as u32, (hi >> 32) as u32);
             if cmd & (DEXT | DTYP) == DEXT | DTYP_CONTEXT {
-                Self::keep_context(st, addr, olinfo);
+                Self::keep_context(st, addr, cmd, olinfo);
             } else {
                 let len = (cmd & 0xffff) as usize;
                 let simple = cmd & (DEXT | DTYP | EOP | TSE) == DEXT | DTYP_DATA | EOP

@@ -93,9 +93,10 @@ impl LentBuffers {
     }
 
     /// Lends `p`'s buffer to the device and returns the buffer's bus address (its start, not
-    /// the frame's); the packet is consumed. A packet of another pool is given back.
+    /// the frame's); the packet is consumed. A packet of another pool, or a chained one (its
+    /// segments would be lost), is given back.
     pub fn lend(&self, p: Packet) -> Result<u64, Packet> {
-        if !p.is_from(&self.pool) {
+        if !p.is_from(&self.pool) || p.is_chained() {
             return Err(p);
         }
         let p = std::mem::ManuallyDrop::new(p);

@@ -3,6 +3,7 @@
 //! This module and its children are, with `vfio` and `mmio`, the only places allowed to use
 //! `unsafe`: everything above them works with owned packets and word accessors.
 
+mod chain;
 mod desc;
 pub mod iova;
 mod lent;
@@ -16,6 +17,6 @@ pub use desc::{Desc, DescTable, DescView, DESC_BYTES};
 pub use iova::IovaAllocator;
 pub use lent::{LentBuffers, NotLent};
 pub use memory::{DmaMapper, DmaMemory, IdentityMapper, HUGE_PAGE};
-pub use pool::{Meta, Packet, Pool, PoolConfig, PoolStats};
+pub use pool::{Meta, Packet, Pool, PoolConfig, PoolStats, TxOffload, MAX_BUF_SIZE};
 pub use slots::{RxSlots, TxSlots};
 pub use soft_iommu::{DmaFault, DmaRing, DmaView, DmaWindow, SoftIommu};

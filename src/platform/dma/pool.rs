@@ -35,7 +35,7 @@ pub struct PoolConfig {
     /// Number of buffers.
     pub buffers: usize,
     /// Bytes per buffer, headroom included. A multiple of 128 (descriptor alignment) and at
-    /// most 65,535.
+    /// most [`MAX_BUF_SIZE`] (32,640): longer frames are chains of buffers.
     pub buf_size: usize,
     /// Bytes reserved in front of the frame (at least 128).
     pub headroom: usize,
@@ -84,6 +84,8 @@ pub(super) struct Shared {
     /// Which DMA domain (IOMMU container, software IOMMU, identity) the buffers are mapped in
     /// ([`DmaMapper::domain`]), compared by [`crate::platform::dma::slots::TxSlots`].
     pub(super) domain: usize,
+    /// Each buffer's [`Ext`], by buffer index (offset / `buf_size`).
+    pub(super) ext: Box<[std::cell::UnsafeCell<Ext>]>,
 }
 
 impl Shared {
@@ -175,7 +177,9 @@ pub struct Pool {
 }
 
 // SAFETY: all mutable state of `Shared` is atomic or a lock-free queue (its home); the caches
-// are thread-local; buffers are owned exclusively by packets; the DMA memory is Send + Sync.
+// are thread-local; buffers are owned exclusively by packets, and so is each buffer's `Ext`
+// (reached only through the owning packet, `platform::dma::chain`); the DMA memory is
+// Send + Sync.
 unsafe impl Send for Pool {}
 // SAFETY: see `Send`.
 unsafe impl Sync for Pool {}
@@ -205,9 +209,9 @@ impl Pool {
                 config.buffers
             )));
         }
-        if config.buf_size % 128 != 0 || config.buf_size > u16::MAX as usize {
+        if config.buf_size % 128 != 0 || config.buf_size > MAX_BUF_SIZE {
             return Err(Error::InvalidConfig(format!(
-                "buffer size {} must be a multiple of 128 and at most 65535",
+                "buffer size {} must be a multiple of 128 and at most {MAX_BUF_SIZE} (longer frames are chains of buffers)",
                 config.buf_size
             )));
         }
@@ -245,10 +249,11 @@ impl Pool {
             base,
             iova,
             buf_size: config.buf_size,
-            // fits: headroom + 64 <= buf_size <= u16::MAX, checked above
+            // fits: headroom + 64 <= buf_size <= MAX_BUF_SIZE, checked above
             headroom: u16::try_from(config.headroom).expect("headroom checked above"),
             capacity: config.buffers,
             home,
+            ext: (0..config.buffers).map(|_| Default::default()).collect(),
         });
         Ok(Pool {
             shared: NonNull::from(Box::leak(shared)),
@@ -388,7 +393,10 @@ impl Pool {
         let mut run = [0u32; 64];
         let mut k = 0;
         let mut cur: Option<NonNull<Shared>> = None;
-        for p in packets {
+        for mut p in packets {
+            if p.is_chained() {
+                Pool::free_bulk(p.take_segments());
+            }
             let p = std::mem::ManuallyDrop::new(p);
             if cur != Some(p.pool) || k == run.len() {
                 if let Some(c) = cur {
@@ -454,6 +462,53 @@ pub struct Meta {
     pub rss_hash: u32,
 }
 
+/// A transmit offload request: what to compute ([`TxOffload::IP_CSUM`],
+/// [`TxOffload::TCP_CSUM`], [`TxOffload::UDP_CSUM`], [`TxOffload::TSO`]), where the headers
+/// are and TSO's segment size (DPDK's `RTE_MBUF_F_TX_*` flags with the l2/l3/l4 lengths and
+/// `tso_segsz` of an mbuf). Set with [`Packet::set_tx_offload`].
+///
+/// Kept beside the packet (in its pool, one per buffer) rather than in [`Meta`]: a larger
+/// packet cost the forwarding path 3 instructions per packet for every 8 bytes, and an offload
+/// bit in `Meta::flags` that the transmit loop tests cost 4 more (`bench/instructions`), for
+/// what only frames with offloads read. Setting a request marks the packet (a bit of its
+/// location word), so the transmit loop stops at it with the test it makes anyway.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxOffload {
+    /// What to compute: bits of [`TxOffload::IP_CSUM`], [`TxOffload::TCP_CSUM`],
+    /// [`TxOffload::UDP_CSUM`], [`TxOffload::TSO`].
+    pub flags: u16,
+    /// Bytes of the L2 header (Ethernet and any tags in the frame).
+    pub l2_len: u8,
+    /// Bytes of the L4 header (TCP with options; 8 for UDP). TSO needs it.
+    pub l4_len: u8,
+    /// Bytes of the L3 header (IPv4 with options, IPv6 with extensions).
+    pub l3_len: u16,
+    /// TSO: the most TCP payload bytes per segment (the MSS). 0 with [`TxOffload::TSO`] is
+    /// refused.
+    pub tso_mss: u16,
+}
+
+impl TxOffload {
+    /// Write the IPv4 header checksum (`l2_len` and `l3_len` say where the header is).
+    pub const IP_CSUM: u16 = 1 << 0;
+    /// Write the TCP checksum (pseudo-header included) over the whole frame behind
+    /// `l2_len + l3_len`. The application leaves the field as it likes: the driver prepares it.
+    pub const TCP_CSUM: u16 = 1 << 1;
+    /// Write the UDP checksum, as [`TxOffload::TCP_CSUM`] does TCP's (a sum of 0 is sent as
+    /// 0xffff, RFC 768).
+    pub const UDP_CSUM: u16 = 1 << 2;
+    /// TCP segmentation. The frame (usually chained) is one header of
+    /// `l2_len + l3_len + l4_len` bytes and a payload; it leaves as frames of that header and
+    /// at most `tso_mss` payload bytes each, with IPv4 total length, identification (+1 per
+    /// segment) and header checksum, TCP sequence number and checksum per segment, and the TCP
+    /// flags the 82599's default masks leave (DTXTCPFLGL/H: FIN and PSH on the last segment
+    /// only, CWR cleared on the last). Implies [`TxOffload::TCP_CSUM`] and, for IPv4,
+    /// [`TxOffload::IP_CSUM`].
+    pub const TSO: u16 = 1 << 3;
+    /// Every request bit.
+    pub const ALL: u16 = Self::IP_CSUM | Self::TCP_CSUM | Self::UDP_CSUM | Self::TSO;
+}
+
 impl Meta {
     /// The frame's outermost tag was removed on receive and is in `vlan_tci`.
     pub const VLAN_STRIPPED: u16 = 1 << 0;
@@ -498,7 +553,29 @@ impl Meta {
     }
 }
 
-/// One frame in one pool buffer.
+/// Bit 63 of a packet's location word: its buffer's [`Ext`] holds something, further segments
+/// of the frame or a transmit offload request (`platform::dma::chain`). The transmit loop
+/// stops at it.
+pub(super) const EXT: u64 = 1 << 63;
+/// The length bits of the location word's top half (a buffer is at most [`MAX_BUF_SIZE`]).
+const LEN_MASK: u16 = 0x7fff;
+/// The largest buffer: a frame length fits 15 bits, leaving the location word's top bit for
+/// [`EXT`].
+pub const MAX_BUF_SIZE: usize = 32640;
+
+/// What a buffer carries beside its bytes, while a packet owns it: the further segments of a
+/// chained frame and the transmit offload lengths. One per buffer, in the pool (not in DMA
+/// memory, where a device could write it), reached only through the packet that owns the
+/// buffer, exactly as its bytes are.
+#[derive(Default)]
+pub(super) struct Ext {
+    /// The segments after the head (meaningful while the head's [`EXT`] bit is set).
+    pub(super) segs: Vec<Packet>,
+    /// The offload request (meaningful while the head's [`EXT`] bit is set).
+    pub(super) tx: TxOffload,
+}
+
+/// One frame in one pool buffer (or, chained, in several).
 ///
 /// The packet owns its buffer exclusively: while the application holds it no device can touch
 /// the bytes, so it is safe to look at them as a slice. Dropping it returns the buffer to its
@@ -510,10 +587,13 @@ pub struct Packet {
     /// descriptor takes it as is).
     dma: u64,
     /// Bits 31:0: offset of the buffer in its pool (what goes back on the free stack);
-    /// bits 47:32: headroom (where the frame starts in the buffer); bits 63:48: frame length.
-    /// One word, so that building a packet is one store for the three.
-    loc: u64,
-    /// Metadata (VLAN, checksum flags, RSS hash).
+    /// bits 47:32: headroom (where the frame starts in the buffer); bits 62:48: frame length
+    /// (a buffer is less than 32 KiB); bit 63: [`EXT`], the frame has further segments or an
+    /// offload request (`platform::dma::chain`). One word, so that building a packet is one
+    /// store for them all, and so that the transmit loop's length test (a signed compare of
+    /// the top 16 bits) also stops at a chain or a request.
+    pub(super) loc: u64,
+    /// Metadata (VLAN, checksum flags, RSS hash, transmit offload requests).
     pub meta: Meta,
 }
 
@@ -592,12 +672,12 @@ impl Packet {
 
     #[inline(always)]
     fn ln(&self) -> u16 {
-        (self.loc >> 48) as u16
+        (self.loc >> 48) as u16 & LEN_MASK
     }
 
     #[inline(always)]
     fn set_hr_ln(&mut self, hr: u16, ln: u16) {
-        self.loc = self.loc & 0xffff_ffff | u64::from(hr) << 32 | u64::from(ln) << 48;
+        self.loc = self.loc & (0xffff_ffff | EXT) | u64::from(hr) << 32 | u64::from(ln) << 48;
     }
 
     /// Bytes per buffer of the packet's pool, headroom included.
@@ -765,6 +845,12 @@ impl Packet {
         self.set_len(len as usize)
     }
 
+    /// A handle of the packet's pool.
+    pub fn pool_handle(&self) -> Pool {
+        // SAFETY: a live packet keeps its pool's `Shared` allocated; the new handle counts.
+        unsafe { Pool::from_shared(self.pool) }
+    }
+
     /// Whether this packet's buffer belongs to `pool`.
     pub fn is_from(&self, pool: &Pool) -> bool {
         self.pool == pool.shared
@@ -773,6 +859,10 @@ impl Packet {
 
 impl Drop for Packet {
     fn drop(&mut self) {
+        if self.loc & EXT != 0 {
+            // Before the buffer (and its `Ext`) goes to its next owner.
+            drop(self.take_segments());
+        }
         // SAFETY: the packet keeps the pool alive, and its buffer is not referenced any more.
         unsafe { Shared::release(self.pool, &[self.off()], &[]) };
     }

@@ -205,6 +205,19 @@ impl RxSlots {
         true
     }
 
+    /// [`take`](Self::take) returning the packet instead of appending it to a batch: for a
+    /// segment of a frame that spans slots, which joins a chain.
+    pub fn take_one(
+        &mut self,
+        i: usize,
+        len: u16,
+        meta: Meta,
+        arm: impl FnOnce(u64),
+    ) -> Option<Packet> {
+        let mut one = Vec::with_capacity(1);
+        self.take(i, len, meta, &mut one, arm).then(|| one.pop().expect("taken"))
+    }
+
     /// The longest frame [`harvest`](Self::harvest) takes as is: the largest `2^k - 1` that
     /// fits behind the headroom. A decoder can test it with a mask, and longer frames (which
     /// standard frames never are) go to its careful path.
@@ -422,7 +435,7 @@ impl TxSlots {
         if b.pool.is_none() {
             let cfg = super::PoolConfig {
                 buffers,
-                buf_size: buf_size.next_multiple_of(128).clamp(2048, 65408),
+                buf_size: buf_size.next_multiple_of(128).clamp(2048, super::MAX_BUF_SIZE),
                 ..super::PoolConfig::default()
             };
             match Pool::new(cfg, b.mapper.clone()) {
@@ -453,6 +466,9 @@ impl TxSlots {
     /// as on a full ring), and an error when no bounce pool can be made or the frame does not
     /// fit one of its buffers.
     pub(crate) fn bounce_front(&mut self, batch: &mut [Packet], buffers: usize) -> Result<bool> {
+        if batch[0].is_chained() {
+            return self.bounce_chain(batch, buffers);
+        }
         let Some(mut q) = self.bounce_buffer(buffers, batch[0].buf_size())? else {
             return Ok(false);
         };
@@ -464,6 +480,36 @@ impl TxSlots {
             )));
         }
         q.meta = batch[0].meta;
+        q.set_tx_offload(batch[0].tx_offload());
+        batch[0] = q;
+        Ok(true)
+    }
+
+    /// [`TxSlots::bounce_front`] of a chained frame: each segment copied into a bounce buffer
+    /// of its own, chained as the original was.
+    #[cold]
+    fn bounce_chain(&mut self, batch: &mut [Packet], buffers: usize) -> Result<bool> {
+        let size = batch[0].buf_size();
+        let mut copy: Option<Packet> = None;
+        for s in batch[0].segments() {
+            let Some(mut q) = self.bounce_buffer(buffers, size)? else {
+                return Ok(false);
+            };
+            if !q.set_data(s) {
+                return Err(Error::InvalidConfig(format!(
+                    "a {}-byte segment from a pool the device cannot reach does not fit a {}-byte bounce buffer; send it from a pool of this port",
+                    s.len(),
+                    q.capacity()
+                )));
+            }
+            match &mut copy {
+                Some(head) => head.push_segment(q),
+                None => copy = Some(q),
+            }
+        }
+        let mut q = copy.expect("a frame has a head");
+        q.meta = batch[0].meta;
+        q.set_tx_offload(batch[0].tx_offload());
         batch[0] = q;
         Ok(true)
     }
@@ -551,6 +597,47 @@ impl TxSlots {
             part(&descs[n1..], &mut fifo_a[..n - n1], n1, &mut g);
         }
         (g.taken, bytes)
+    }
+
+    /// Takes every buffer of the frame at the front of `batch` (its head and its segments,
+    /// [`Packet::segment_count`] of them, one per element of `descs`): `put(i, desc, segment)`
+    /// writes the descriptor of segment `i`. Returns false, taking nothing, when the FIFO has
+    /// no room for them all or a segment's pool is not in the device's DMA domain (the caller
+    /// copies the frame first). The slow path of chained frames; [`TxSlots::send`] is the fast
+    /// one.
+    ///
+    /// # Panics
+    /// If `batch` is empty or `descs` is not one per segment.
+    pub fn send_segments<D>(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        descs: &[&D],
+        mut put: impl FnMut(usize, &D, &Packet),
+    ) -> bool {
+        let p = &batch[0];
+        let n = p.segment_count();
+        assert_eq!(n, descs.len(), "one descriptor per segment");
+        let all = || std::iter::once(p).chain(p.tail_segments());
+        if n > self.fifo.len() - self.queued() || !all().all(|s| self.reaches(s)) {
+            return false;
+        }
+        for (i, (s, d)) in all().zip(descs).enumerate() {
+            if s.pool != self.cur {
+                let at = self.tail;
+                let ok = new_run(&mut self.runs, &mut self.cur, s.pool, at);
+                debug_assert!(ok, "reach checked above");
+            }
+            put(i, d, s);
+            self.fifo[self.tail & self.mask] = s.off();
+            self.tail = self.tail.wrapping_add(1);
+        }
+        let mut p = batch.remove(0);
+        for s in p.take_segments() {
+            // Owned by the FIFO now.
+            std::mem::forget(s);
+        }
+        std::mem::forget(p);
+        true
     }
 
     /// Returns the buffers queued before position `upto` (a [`tail`](Self::tail) seen earlier)
@@ -646,9 +733,11 @@ fn walk<D>(
             )
         };
         // A frame shorter than MIN_TX_LEN ends the walk too (the ring pads it on its slow
-        // path): the length is read for the byte count anyway.
-        let len = p.len();
-        if p.pool != pool || len < MIN_TX_LEN || !put(d, p) {
+        // path), and so does a chain or an offload request: the location word's top 16 bits
+        // are the length under the `EXT` bit, so one signed compare tests both, on the length
+        // that is read for the byte count anyway.
+        let len = (p.loc >> 48) as u16 as i16;
+        if p.pool != pool || len < MIN_TX_LEN as i16 || !put(d, p) {
             return (k, bytes);
         }
         *slot = p.off();
