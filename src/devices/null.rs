@@ -13,6 +13,7 @@ use crate::device::{
     LinkStatus, MacAddr, Port, PortInfo, PortStats, QueueError, QueueSet, QueueStats, RxQueue,
     TxQueue,
 };
+use crate::devices::offload::{soft, TxCaps};
 use crate::error::{Error, Result};
 use crate::platform::dma::{IdentityMapper, Packet, Pool, PoolConfig};
 use crate::vlan::{SwVlanTx, Tpid, Vid, VlanCaps, VlanHardware};
@@ -139,6 +140,7 @@ impl Port for NullPort {
                 copy: self.config.copy,
                 scratch: vec![0; self.config.pool.buf_size].into_boxed_slice(),
                 stats: QueueStats::default(),
+                logged: false,
             });
         }
         self.taken = true;
@@ -187,18 +189,32 @@ pub struct NullTx {
     copy: bool,
     scratch: Box<[u8]>,
     stats: QueueStats,
+    /// A dropped frame's reason has been logged.
+    logged: bool,
 }
 
 impl TxQueue for NullTx {
     #[inline]
     fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
+        // Offloads in software, as a wire-bound device without them would do (the cost a
+        // benchmark on this port should see).
+        soft::resolve_for_queue(
+            batch,
+            TxCaps::CHAINS,
+            &mut self.stats.dropped,
+            &mut self.logged,
+        );
         let n = batch.len();
         let mut bytes = 0u64;
         for p in batch.iter() {
-            bytes += p.len() as u64;
+            bytes += p.frame_len() as u64;
             if self.copy {
-                let len = p.len().min(self.scratch.len());
-                self.scratch[..len].copy_from_slice(&p.data()[..len]);
+                let mut at = 0;
+                for s in p.segments() {
+                    let len = s.len().min(self.scratch.len() - at);
+                    self.scratch[at..at + len].copy_from_slice(&s[..len]);
+                    at += len;
+                }
             }
         }
         Pool::free_bulk(batch.drain(..));

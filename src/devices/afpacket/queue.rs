@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::{VlanWord, STRIP};
 use crate::device::{QueueError, QueueStats, RxQueue, TxQueue};
+use crate::devices::offload::{soft, TxCaps};
 use crate::error::Result;
 use crate::platform::dma::{Meta, Packet, Pool};
 use crate::platform::packet::{PacketRx, PacketSocket, PacketTx, RxFrame};
@@ -34,6 +35,7 @@ pub(super) fn pair(
             stats: QueueStats::default(),
             refused_logged: false,
             kick_logged: false,
+            offload_logged: false,
         },
     ))
 }
@@ -70,6 +72,18 @@ fn tag_plan(f: &RxFrame<'_>, word: u32) -> (Option<[u8; 4]>, Meta) {
     }
 }
 
+/// Frame `f` (with `tag` put back after the MAC addresses) as a chain of `pool`'s buffers;
+/// `None` when the pool has too few free buffers.
+#[cold]
+fn chain_of(pool: &Pool, f: &RxFrame<'_>, tag: Option<[u8; 4]>) -> Option<Packet> {
+    let mut bytes = vec![0u8; f.len()];
+    f.read(0, &mut bytes);
+    if let Some(t) = tag {
+        bytes.splice(12..12, t);
+    }
+    pool.packet_from(&bytes)
+}
+
 impl RxQueue for AfpRx {
     fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
         // One load per burst: the strip bit and the TPID that counts.
@@ -87,9 +101,23 @@ impl RxQueue for AfpRx {
             };
             let (tag, meta) = tag_plan(&f, word);
             let len = f.len() + if tag.is_some() { 4 } else { 0 };
-            // A frame cut short by the ring, or longer than a buffer: dropped and counted.
-            if f.len() < f.wire_len() || len > self.room {
+            // A frame cut short by the ring: dropped and counted.
+            if f.len() < f.wire_len() {
                 self.stats.dropped += 1;
+                continue;
+            }
+            if len > self.room {
+                // Longer than a buffer (a jumbo frame): a chain.
+                match chain_of(&self.pool, &f, tag) {
+                    Some(mut p) => {
+                        drop(f);
+                        p.meta = meta;
+                        self.stats.bytes += len as u64;
+                        batch.push(p);
+                        n += 1;
+                    }
+                    None => self.stats.no_room += 1,
+                }
                 continue;
             }
             // A fresh buffer (length 0, default headroom): it takes `len <= room`.
@@ -137,6 +165,8 @@ pub struct AfpTx {
     refused_logged: bool,
     /// A failed kick has been logged (once per queue).
     kick_logged: bool,
+    /// A frame dropped by the software offloads has been logged (once per queue).
+    offload_logged: bool,
 }
 
 /// Frames shorter than this leave padded with zeros (the TxQueue contract).
@@ -170,9 +200,15 @@ impl AfpTx {
         batch: &mut Vec<Packet>,
         mut vlan: Option<(Tpid, &mut SwVlanCounts)>,
     ) -> Result<usize, QueueError> {
+        // Checksums and TSO in software (the copy below gathers chains).
+        let mut refused = soft::resolve_for_queue(
+            batch,
+            TxCaps::CHAINS,
+            &mut self.stats.dropped,
+            &mut self.offload_logged,
+        ) as u64;
         let mut done = 0;
         let mut sent = 0;
-        let mut refused = 0;
         let mut sent_or_full = false;
         let mut bytes = 0u64;
         for p in batch.iter_mut() {
@@ -190,7 +226,7 @@ impl AfpTx {
                 }
                 _ => None,
             };
-            let len = d.len() + if tag.is_some() { 4 } else { 0 };
+            let len = p.frame_len() + if tag.is_some() { 4 } else { 0 };
             let ethertype = match tag {
                 Some(t) => u16::from_be_bytes([t[0], t[1]]),
                 None => d
@@ -211,9 +247,21 @@ impl AfpTx {
                 sent_or_full = true;
                 break;
             };
-            let ok = match &tag {
-                Some(t) => frame.send(&[&d[..12], t, &d[12..], pad]),
-                None => frame.send(&[d, pad]),
+            let ok = if p.is_plain() {
+                match &tag {
+                    Some(t) => frame.send(&[&d[..12], t, &d[12..], pad]),
+                    None => frame.send(&[d, pad]),
+                }
+            } else {
+                // A chain: its segments gathered by the copy.
+                let mut parts: Vec<&[u8]> = Vec::with_capacity(p.segment_count() + 3);
+                match &tag {
+                    Some(t) => parts.extend([&d[..12], &t[..], &d[12..]]),
+                    None => parts.push(d),
+                }
+                parts.extend(p.tail_segments().iter().map(Packet::data));
+                parts.push(pad);
+                frame.send(&parts)
             };
             if !ok {
                 // Longer than a ring frame (cannot happen for what `fits` lets through, as the

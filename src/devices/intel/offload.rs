@@ -88,5 +88,5 @@ pub fn prepare(p: &mut Packet, r: &Request, vle: bool) -> Prepared {
 
 /// Whether `p` asks for offloads (the ring's slow path).
 pub fn asks_offload(p: &Packet) -> bool {
-    p.tx_offload().flags != 0
+    p.tx_offload().flags & crate::platform::dma::TxOffload::ALL != 0
 }

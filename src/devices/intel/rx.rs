@@ -386,7 +386,11 @@ impl<M: Mmio> RxRing<M> {
             self.stats.dropped += u64::from(eop);
             return 0;
         }
-        let meta = if eop { self.eop_meta(i, wb) } else { Meta::default() };
+        let meta = if eop {
+            self.eop_meta(i, wb)
+        } else {
+            Meta::default()
+        };
         let d = self.desc.view().at(i);
         let Some(seg) = self.slots.take_one(i, len, meta, |iova| arm(d, iova)) else {
             // No reserve (the caller makes sure there is one): leave the slot for later.

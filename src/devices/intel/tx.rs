@@ -22,8 +22,8 @@ use std::sync::Arc;
 use super::config::{check_ring_size, RS_INTERVAL};
 use super::desc::{TxContext, TxData, TxDone, TxSegment, DESC_SIZE};
 use super::offload::{asks_offload, prepare};
-use crate::devices::offload::Request;
 use crate::device::{QueueError, QueueStats};
+use crate::devices::offload::Request;
 use crate::error::Result;
 use crate::platform::dma::{Desc, DescTable, Meta, Packet, Pool, TxSlots};
 use crate::platform::mmio::Mmio;
@@ -647,7 +647,10 @@ impl<M: Mmio> TxRing<M> {
             return Tagged::Dropped;
         }
         let p = &batch[0];
-        if !std::iter::once(p).chain(p.tail_segments()).all(|s| self.slots.reaches(s)) {
+        if !std::iter::once(p)
+            .chain(p.tail_segments())
+            .all(|s| self.slots.reaches(s))
+        {
             // A segment of a pool the device cannot reach: copy the frame into bounce buffers
             // first (before any descriptor is written).
             return match self.bounce(batch) {
@@ -693,7 +696,8 @@ impl<M: Mmio> TxRing<M> {
                 (0, frame_len << TxData::PAYLEN_SHIFT)
             }
         };
-        let cmd = cmd | TxData::DTYP | TxData::DEXT | TxData::IFCS | if vle { TxData::VLE } else { 0 };
+        let cmd =
+            cmd | TxData::DTYP | TxData::DEXT | TxData::IFCS | if vle { TxData::VLE } else { 0 };
         let at = self.next;
         let descs: Vec<&Desc> = (0..segs)
             .map(|i| &self.desc.descs()[(at + i) & self.mask])

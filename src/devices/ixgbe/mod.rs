@@ -26,6 +26,8 @@ mod vlan;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_offload;
 
 use std::sync::Arc;
 use std::time::Duration;

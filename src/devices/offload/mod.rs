@@ -90,7 +90,9 @@ pub enum OffloadError {
         max: usize,
     },
     /// No buffer for a segment (software TSO): the pool is exhausted.
-    #[error("no free buffer in the frame's pool for a TSO segment; free packets or enlarge the pool")]
+    #[error(
+        "no free buffer in the frame's pool for a TSO segment; free packets or enlarge the pool"
+    )]
     NoBuffer,
 }
 
@@ -158,7 +160,10 @@ impl Request {
             l4: m.l4_len,
         };
         let tso = f & TxOffload::TSO != 0;
-        let l4_csum = match (f & TxOffload::TCP_CSUM != 0 || tso, f & TxOffload::UDP_CSUM != 0) {
+        let l4_csum = match (
+            f & TxOffload::TCP_CSUM != 0 || tso,
+            f & TxOffload::UDP_CSUM != 0,
+        ) {
             (true, true) if tso => return Err(OffloadError::TsoNotTcp),
             (true, true) => return Err(OffloadError::BothL4),
             (true, false) => Some(L4::Tcp),
@@ -198,7 +203,11 @@ impl Request {
         let mut l4 = usize::from(m.l4_len);
         if let Some(proto) = l4_csum {
             // IPv6 with extension headers: the last next-header is not checked here.
-            let found = if ipv4 { Some(head[l2 + 9]) } else { (l3 == 40).then(|| head[l2 + 6]) };
+            let found = if ipv4 {
+                Some(head[l2 + 9])
+            } else {
+                (l3 == 40).then(|| head[l2 + 6])
+            };
             if let Some(found) = found.filter(|&n| n != proto.protocol()) {
                 let asked = if proto == L4::Tcp { "TCP" } else { "UDP" };
                 return Err(OffloadError::WrongProtocol { asked, found });

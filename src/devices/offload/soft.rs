@@ -66,8 +66,8 @@ pub fn fill_checksums(p: &mut Packet, r: &Request) {
         let field = l4_at + proto.csum_offset();
         let l4_len = p.frame_len() - l4_at;
         p.data_mut()[field..field + 2].copy_from_slice(&[0, 0]);
-        let sum = pseudo_header(p.data(), r.l2, r.ipv4, proto.protocol(), l4_len)
-            + sum_from(p, l4_at);
+        let sum =
+            pseudo_header(p.data(), r.l2, r.ipv4, proto.protocol(), l4_len) + sum_from(p, l4_at);
         let mut c = checksum_finish(sum);
         if proto == L4::Udp && c == 0 {
             c = 0xffff;
@@ -162,6 +162,9 @@ pub enum SoftError {
 /// Whether `p` asks for work a device of `caps` does not do.
 #[inline(always)]
 fn needs_software(p: &Packet, caps: TxCaps) -> bool {
+    if p.is_plain() {
+        return false;
+    }
     let offload = p.tx_offload().flags != 0;
     (offload && !(caps.checksums && caps.tso)) || (!caps.chains && p.is_chained())
 }
@@ -216,4 +219,23 @@ fn resolve_one(mut p: Packet, caps: TxCaps, out: &mut Vec<Packet>) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// [`resolve`] for a queue: frames dropped are added to `dropped` (the queue's counter), and
+/// the first reason is logged once per queue (`logged`). Returns how many were dropped now.
+pub fn resolve_for_queue(
+    batch: &mut Vec<Packet>,
+    caps: TxCaps,
+    dropped: &mut u64,
+    logged: &mut bool,
+) -> usize {
+    let r = resolve(batch, caps);
+    if r.dropped > 0 {
+        *dropped += r.dropped;
+        if let (Some(e), false) = (r.first_error, *logged) {
+            *logged = true;
+            tracing::warn!(reason = %e, "transmit: frame dropped, counted in the queue's `dropped` (logged once per queue)");
+        }
+    }
+    r.dropped as usize
 }

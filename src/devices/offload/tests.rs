@@ -97,21 +97,39 @@ pub(crate) fn ask(p: &mut Packet, r: TxOffload) {
 /// Checks every checksum of an IP frame with L2 header `l2`: the IPv4 header's (if IPv4) and
 /// the TCP or UDP one with its pseudo-header. Panics with what is wrong.
 pub(crate) fn verify(f: &[u8], l2: usize) {
+    // A frame padded to the 60-byte minimum on the wire ends where its IP header says.
     let ipv4 = f[l2] >> 4 == 4;
+    let end = if ipv4 {
+        l2 + usize::from(u16::from_be_bytes([f[l2 + 2], f[l2 + 3]]))
+    } else {
+        l2 + 40 + usize::from(u16::from_be_bytes([f[l2 + 4], f[l2 + 5]]))
+    };
+    assert!(
+        end == f.len() || (f.len() == 60 && end < 60 && f[end..].iter().all(|&b| b == 0)),
+        "IP length {end} against a {}-byte frame",
+        f.len()
+    );
+    let f = &f[..end];
     let (l3, proto, addrs, l4_len) = if ipv4 {
         let ihl = usize::from(f[l2] & 0xf) * 4;
-        assert_eq!(fold(sum16(&f[l2..l2 + ihl])), 0xffff, "IPv4 header checksum");
+        assert_eq!(
+            fold(sum16(&f[l2..l2 + ihl])),
+            0xffff,
+            "IPv4 header checksum"
+        );
         let total = usize::from(u16::from_be_bytes([f[l2 + 2], f[l2 + 3]]));
-        assert_eq!(l2 + total, f.len(), "IPv4 total length");
         (ihl, f[l2 + 9], &f[l2 + 12..l2 + 20], total - ihl)
     } else {
         let plen = usize::from(u16::from_be_bytes([f[l2 + 4], f[l2 + 5]]));
-        assert_eq!(l2 + 40 + plen, f.len(), "IPv6 payload length");
         (40, f[l2 + 6], &f[l2 + 8..l2 + 40], plen)
     };
     let l4 = &f[l2 + l3..];
     let pseudo = sum16(addrs) + u32::from(proto) + l4_len as u32;
-    assert_eq!(fold(pseudo + sum16(l4)), 0xffff, "L4 checksum (protocol {proto})");
+    assert_eq!(
+        fold(pseudo + sum16(l4)),
+        0xffff,
+        "L4 checksum (protocol {proto})"
+    );
     if proto == 17 {
         assert_ne!(&l4[6..8], &[0, 0], "a UDP checksum of 0 is sent as 0xffff");
     }
@@ -144,7 +162,11 @@ fn checksums_over_a_chain_cut_at_odd_places_verify() {
         } else {
             TxOffload::TCP_CSUM
         };
-        let ip = if kind == Kind::Tcp6 { 0 } else { TxOffload::IP_CSUM };
+        let ip = if kind == Kind::Tcp6 {
+            0
+        } else {
+            TxOffload::IP_CSUM
+        };
         ask(&mut p, request(kind, 1, 32, l4 | ip, 0));
         let r = Request::of(&p).unwrap().unwrap();
         fill_checksums(&mut p, &r);
@@ -169,7 +191,11 @@ fn tso_cuts_the_payload_into_segments_with_their_own_headers() {
         verify(&b, 14);
         let want = if i < 13 { 1448 } else { 20_000 - 13 * 1448 };
         assert_eq!(b.len(), 14 + 20 + 32 + want);
-        assert_eq!(u16::from_be_bytes([b[18], b[19]]), 0x1234 + i as u16, "IP id");
+        assert_eq!(
+            u16::from_be_bytes([b[18], b[19]]),
+            0x1234 + i as u16,
+            "IP id"
+        );
         let seq = u32::from_be_bytes(b[38..42].try_into().unwrap());
         assert_eq!(seq, 0x1122_3344 + (i * 1448) as u32);
         let flags = b[47];
@@ -207,7 +233,13 @@ fn requests_that_cannot_be_honoured_are_refused_with_their_reason() {
     assert_eq!(
         check(
             &mut p,
-            request(Kind::Tcp4, 0, 20, TxOffload::UDP_CSUM | TxOffload::TCP_CSUM, 0)
+            request(
+                Kind::Tcp4,
+                0,
+                20,
+                TxOffload::UDP_CSUM | TxOffload::TCP_CSUM,
+                0
+            )
         ),
         Err(OffloadError::BothL4)
     );
@@ -226,12 +258,18 @@ fn requests_that_cannot_be_honoured_are_refused_with_their_reason() {
         Err(OffloadError::HeaderBeyondFirstSegment { first: 40, .. })
     ));
     // The software path drops them, counted, and keeps the order of the rest.
-    let mut batch = vec![pool.packet_from(&f).unwrap(), q, pool.packet_from(&f).unwrap()];
+    let mut batch = vec![
+        pool.packet_from(&f).unwrap(),
+        q,
+        pool.packet_from(&f).unwrap(),
+    ];
     let r = resolve(&mut batch, TxCaps::CHAINS);
     assert_eq!(r.dropped, 1);
     assert!(matches!(
         r.first_error,
-        Some(SoftError::Offload(OffloadError::HeaderBeyondFirstSegment { .. }))
+        Some(SoftError::Offload(
+            OffloadError::HeaderBeyondFirstSegment { .. }
+        ))
     ));
     assert_eq!(batch.len(), 2);
 }

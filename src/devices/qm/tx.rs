@@ -12,6 +12,7 @@
 //! the receive queue's target plus a burst's worth, the transmit queue acquires the surplus
 //! back through its portal (DPDK never needs this: its mempool is the hardware pool).
 
+use crate::devices::offload::{soft, TxCaps};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,8 @@ pub struct QmTx<B: QmBus> {
     /// The lender of the last packet's pool: most bursts send packets of one pool.
     last: Lender,
     stats: QueueStats,
+    /// A frame dropped by the software offloads has been logged (once per queue).
+    offload_logged: bool,
     shared: Arc<Shared<B>>,
 }
 
@@ -63,6 +66,7 @@ impl<B: QmBus> QmTx<B> {
             fqid: shared.tx_fqid,
             last: shared.lender.clone(),
             stats: QueueStats::default(),
+            offload_logged: false,
             shared,
         })
     }
@@ -133,6 +137,14 @@ const MAX_FD_OFFSET: usize = 0xfff;
 
 impl<B: QmBus> TxQueue for QmTx<B> {
     fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
+        // A frame descriptor here names one buffer (no scatter-gather table) and the device
+        // computes no checksum: chains are linearized and offloads done in software.
+        soft::resolve_for_queue(
+            batch,
+            TxCaps::NONE,
+            &mut self.stats.dropped,
+            &mut self.offload_logged,
+        );
         let room = self.portal.eq_room(batch.len() as u32)? as usize;
         // First every packet up to the room becomes one a live port lends (or a copy).
         let mut n = 0;

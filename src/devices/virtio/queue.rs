@@ -19,6 +19,7 @@
 //! after the device's reset, when the last of the port and its queues is dropped. The other
 //! queue goes on working meanwhile.
 
+use crate::devices::offload::{soft, TxCaps};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -243,6 +244,8 @@ pub struct VirtioTx<M: Mmio> {
     /// Pairs the device returned before an older one.
     done: Box<[bool]>,
     stats: QueueStats,
+    /// A frame dropped by the software offloads has been logged (once per queue).
+    offload_logged: bool,
     // Last: it may be the port's last handle, whose drop resets the device and only then
     // frees what this queue's `Drop` left it.
     shared: Arc<Shared<M>>,
@@ -290,6 +293,7 @@ impl<M: Mmio> VirtioTx<M> {
             pairs: (0..2 * n).map(|i| i % n).collect(),
             done: vec![false; usize::from(n)].into_boxed_slice(),
             stats: QueueStats::default(),
+            offload_logged: false,
             shared,
         })
     }
@@ -336,6 +340,14 @@ impl<M: Mmio> VirtioTx<M> {
 impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
     fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
         self.reclaim()?;
+        // No VIRTIO_NET_F_CSUM/GSO negotiated and a descriptor pair per frame: chains are
+        // linearized and offloads done in software.
+        soft::resolve_for_queue(
+            batch,
+            TxCaps::NONE,
+            &mut self.stats.dropped,
+            &mut self.offload_logged,
+        );
         for p in batch.iter_mut() {
             if p.len() < PAD_TX_LEN {
                 p.pad_to(PAD_TX_LEN);

@@ -45,6 +45,13 @@ impl Packet {
         unsafe { &mut *self.ext_ptr() }
     }
 
+    /// Whether the packet is a frame of one buffer with no offload request: what every device
+    /// sends as it is (one bit test).
+    #[inline(always)]
+    pub fn is_plain(&self) -> bool {
+        self.loc & EXT == 0
+    }
+
     /// Whether the frame spans more than one buffer.
     #[inline(always)]
     pub fn is_chained(&self) -> bool {
@@ -55,7 +62,11 @@ impl Packet {
     fn mark_ext(&mut self) {
         let e = self.ext();
         let used = !e.segs.is_empty() || e.tx.flags & TxOffload::ALL != 0;
-        self.loc = if used { self.loc | EXT } else { self.loc & !EXT };
+        self.loc = if used {
+            self.loc | EXT
+        } else {
+            self.loc & !EXT
+        };
     }
 
     /// Buffers the frame spans (1 for a frame of one buffer).
@@ -147,7 +158,10 @@ impl Packet {
     /// Copies `dst.len()` bytes of the frame from byte `at` on, across segments. Returns
     /// false, copying nothing, when that reaches past the frame.
     pub fn read_at(&self, at: usize, dst: &mut [u8]) -> bool {
-        if at.checked_add(dst.len()).is_none_or(|end| end > self.frame_len()) {
+        if at
+            .checked_add(dst.len())
+            .is_none_or(|end| end > self.frame_len())
+        {
             return false;
         }
         let (mut skip, mut done) = (at, 0);
@@ -244,7 +258,10 @@ mod tests {
         assert_eq!(&mid[..], &bytes[2000..2100]);
         assert!(!p.read_at(4950, &mut mid), "past the frame");
         assert_eq!(pool.stats().in_use, 3);
-        assert!(p.linearize().is_err(), "5000 bytes do not fit a 2 KiB buffer");
+        assert!(
+            p.linearize().is_err(),
+            "5000 bytes do not fit a 2 KiB buffer"
+        );
         drop(p);
         assert_eq!(pool.stats().in_use, 0, "the head frees its segments");
 

@@ -215,7 +215,8 @@ impl RxSlots {
         arm: impl FnOnce(u64),
     ) -> Option<Packet> {
         let mut one = Vec::with_capacity(1);
-        self.take(i, len, meta, &mut one, arm).then(|| one.pop().expect("taken"))
+        self.take(i, len, meta, &mut one, arm)
+            .then(|| one.pop().expect("taken"))
     }
 
     /// The longest frame [`harvest`](Self::harvest) takes as is: the largest `2^k - 1` that
@@ -435,7 +436,9 @@ impl TxSlots {
         if b.pool.is_none() {
             let cfg = super::PoolConfig {
                 buffers,
-                buf_size: buf_size.next_multiple_of(128).clamp(2048, super::MAX_BUF_SIZE),
+                buf_size: buf_size
+                    .next_multiple_of(128)
+                    .clamp(2048, super::MAX_BUF_SIZE),
                 ..super::PoolConfig::default()
             };
             match Pool::new(cfg, b.mapper.clone()) {
