@@ -14,8 +14,9 @@
 //! is therefore excluded. `bench/instructions` reads the inclusive cost of `measured` with
 //! `callgrind_annotate` and divides by the packets it forwarded (printed here).
 //!
-//! Arguments: RX (hw|sw|deferred) TX (hw|sw) TRAFFIC (untagged|tagged) WORK (fwd|l2) PACKETS
-//! [DEVICE]. DEVICE `qm` runs the qm driver on the queue-manager model instead (inline too,
+//! Arguments: RX (hw|sw|deferred) TX (hw|sw) TRAFFIC (untagged|tagged) WORK (fwd|l2|jumbo)
+//! PACKETS [DEVICE]. WORK `jumbo` forwards 9000-byte frames (MTU 9000, 2 KiB buffers: each
+//! frame a chain of 5 segments, received by scatter and sent one descriptor per segment). DEVICE `qm` runs the qm driver on the queue-manager model instead (inline too,
 //! its built-in source feeding A, B sending into the void; receive hw and transmit hw do not
 //! exist there); its register entry points are `QmRegion`'s `read32`/`write32`, toggled off
 //! the same way (`bench/instructions --device qm`).
@@ -39,6 +40,8 @@ use vfio_nic::vlan::{
 
 const BURST: usize = 32;
 const RING: usize = 512;
+/// The frame of WORK `jumbo`: 9000 bytes (an MTU-9000 frame is at most 9014).
+const JUMBO: usize = 9000;
 
 /// The forwarding loop whose instructions are counted: `packets` packets from `rx` to `tx`,
 /// bursts of 32, with the `l2` work (read the destination MAC and the tag, send the tag back
@@ -84,7 +87,7 @@ fn measured<R: RxQueue, T: SwVlanTx>(
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() != 5 && !(args.len() == 6 && args[5] == "qm") {
-        eprintln!("usage: instructions RX(hw|sw|deferred) TX(hw|sw) TRAFFIC(untagged|tagged) WORK(fwd|l2) PACKETS [qm]");
+        eprintln!("usage: instructions RX(hw|sw|deferred) TX(hw|sw) TRAFFIC(untagged|tagged) WORK(fwd|l2|jumbo) PACKETS [qm]");
         std::process::exit(2);
     }
     let rx_mode = match args[0].as_str() {
@@ -100,6 +103,7 @@ fn main() {
     };
     let tagged = args[2] == "tagged";
     let l2 = args[3] == "l2";
+    let size = if args[3] == "jumbo" { JUMBO } else { 64 };
     let packets: u64 = args[4].parse().expect("PACKETS is a number");
     if args.len() == 6 {
         out::exit("instructions", qm(rx_mode, tx_mode, tagged, l2, packets));
@@ -109,7 +113,7 @@ fn main() {
         mode: Mode::Inline,
         ..SimConfig::default()
     };
-    let mut src = Source::udp(MacAddr([0x02, 0, 0, 0, 0, 2]), 64);
+    let mut src = Source::udp(MacAddr([0x02, 0, 0, 0, 0, 2]), size);
     if tagged {
         src = src.with_vlan(0x8100, 0xa064);
     }
@@ -126,6 +130,7 @@ fn main() {
             ..PoolConfig::default()
         },
         link_timeout: Duration::from_secs(2),
+        mtu: if size == JUMBO { 9000 } else { 1500 },
         ..IxgbeConfig::default()
     };
     let a = IxgbePort::open(sa, icfg.clone()).expect("open A");

@@ -504,7 +504,7 @@ pub struct UdpFlow {
     pub src_port: u16,
     /// Destination UDP port.
     pub dst_port: u16,
-    /// Frame length without FCS and without any VLAN tag ([`MIN_UDP_FRAME`]..=1514).
+    /// Frame length without FCS and without any VLAN tag ([`MIN_UDP_FRAME`]..=[`MAX_UDP_FRAME`]).
     pub size: usize,
 }
 
@@ -514,7 +514,12 @@ pub const SEQ_MAGIC: [u8; 4] = *b"vfnc";
 /// to the Ethernet minimum.
 pub const MIN_UDP_FRAME: usize = ETH_MIN_FRAME;
 /// Largest generated frame at MTU 1500.
-pub const MAX_UDP_FRAME: usize = 1514;
+pub const MAX_UDP_FRAME: usize = 9014;
+/// Largest TCP frame [`build_tcp_frame`] makes: an IPv4 packet of 65,535 bytes, the most a TSO
+/// request can be (sent as segments of its MSS).
+pub const MAX_TCP_FRAME: usize = ETH_HEADER + 65_535;
+/// Bytes of the headers [`build_tcp_frame`] writes: Ethernet, IPv4 and TCP without options.
+pub const TCP_HEADERS: (usize, usize, usize) = (ETH_HEADER, 20, 20);
 
 /// Writes an untagged IPv4/UDP frame of `flow.size` bytes into `out` (cleared first): valid IPv4
 /// and UDP checksums, a payload of [`SEQ_MAGIC`], `seq` (big endian) and a byte pattern.
@@ -555,6 +560,43 @@ pub fn build_udp_frame(flow: &UdpFlow, seq: u64, out: &mut Vec<u8>) -> bool {
         *b = (i as u8).wrapping_add(seq as u8);
     }
     udp.fill_checksum(flow.src_ip, flow.dst_ip);
+    true
+}
+
+/// Builds a TCP/IPv4 frame of `flow.size` bytes (60..=[`MAX_TCP_FRAME`]) into `out`: the flow's
+/// addresses and ports, TCP sequence number `seq`, ACK and PSH, a payload of the UDP
+/// generator's pattern, and checksum fields left 0 for the port's transmit offloads to fill
+/// ([`TCP_HEADERS`] gives the lengths to ask them with). Returns false (and an empty `out`)
+/// for a size outside the range.
+pub fn build_tcp_frame(flow: &UdpFlow, seq: u32, out: &mut Vec<u8>) -> bool {
+    out.clear();
+    let headers = ETH_HEADER + 40;
+    if !(ETH_MIN_FRAME..=MAX_TCP_FRAME).contains(&flow.size) {
+        return false;
+    }
+    out.resize(flow.size.max(headers), 0);
+    let payload = out.len() - headers;
+    out[..6].copy_from_slice(&flow.dst_mac.0);
+    out[6..12].copy_from_slice(&flow.src_mac.0);
+    out[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+    let ip = &mut out[ETH_HEADER..];
+    ip[..4].copy_from_slice(&[0x45, 0, 0, 0]);
+    ip[2..4].copy_from_slice(&((40 + payload) as u16).to_be_bytes());
+    ip[6] = 0x40; // DF
+    ip[8] = 64;
+    ip[9] = 6;
+    ip[12..16].copy_from_slice(&flow.src_ip.octets());
+    ip[16..20].copy_from_slice(&flow.dst_ip.octets());
+    let tcp = &mut ip[20..];
+    tcp[..2].copy_from_slice(&flow.src_port.to_be_bytes());
+    tcp[2..4].copy_from_slice(&flow.dst_port.to_be_bytes());
+    tcp[4..8].copy_from_slice(&seq.to_be_bytes());
+    tcp[12] = 5 << 4;
+    tcp[13] = 0x18; // ACK | PSH
+    tcp[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
+    for (i, b) in tcp[20..].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_add(seq as u8);
+    }
     true
 }
 
@@ -603,7 +645,7 @@ mod tests {
     #[test]
     fn generated_frames_are_valid_and_carry_their_sequence() {
         let mut f = Vec::new();
-        for size in [60, 64, 128, 1514] {
+        for size in [60, 64, 128, 1514, 9014] {
             assert!(build_udp_frame(&flow(size), 0x0102_0304_0506_0708, &mut f));
             assert_eq!(f.len(), size);
             let eth = EthernetFrame::new_checked(&f[..]).unwrap();
@@ -617,7 +659,38 @@ mod tests {
         }
         assert!(!build_udp_frame(&flow(59), 0, &mut f));
         assert!(f.is_empty());
-        assert!(!build_udp_frame(&flow(1515), 0, &mut f));
+        assert!(!build_udp_frame(&flow(MAX_UDP_FRAME + 1), 0, &mut f));
+    }
+
+    #[test]
+    fn generated_tcp_frames_take_their_checksums_from_the_offloads() {
+        use crate::devices::offload::soft::resolve;
+        use crate::devices::offload::{TxCaps, TxOffload};
+        let pool = crate::devices::offload::tests::pool(64);
+        let mut f = Vec::new();
+        for (size, mss) in [(60, 0), (1514, 0), (30_000, 1448)] {
+            let mut fl = flow(size);
+            fl.src_port = 40_000;
+            assert!(build_tcp_frame(&fl, 77, &mut f));
+            assert_eq!(f.len(), size);
+            let mut p = pool.packet_from(&f).unwrap();
+            let (l2, l3, l4) = TCP_HEADERS;
+            let tso = if mss > 0 { TxOffload::TSO } else { 0 };
+            p.set_tx_offload(TxOffload {
+                flags: TxOffload::IP_CSUM | TxOffload::TCP_CSUM | tso,
+                l2_len: l2 as u8,
+                l3_len: l3 as u16,
+                l4_len: l4 as u8,
+                tso_mss: mss,
+            });
+            let mut batch = vec![p];
+            assert_eq!(resolve(&mut batch, TxCaps::NONE).dropped, 0);
+            assert_eq!(batch.len(), if mss > 0 { 21 } else { 1 });
+            for q in &batch {
+                crate::devices::offload::tests::verify(&q.to_vec(), 14);
+            }
+        }
+        assert!(!build_tcp_frame(&flow(MAX_TCP_FRAME + 1), 0, &mut f));
     }
 
     #[test]

@@ -231,6 +231,16 @@ pub fn port_config(queues: u16) -> PortConfig {
     c
 }
 
+/// [`port_config`] with the Intel ports' MTU set when one is given (`--mtu`).
+pub fn port_config_mtu(queues: u16, mtu: Option<u16>) -> PortConfig {
+    let mut c = port_config(queues);
+    if let Some(m) = mtu {
+        c.igb.mtu = m;
+        c.ixgbe.mtu = m;
+    }
+    c
+}
+
 /// Applies `cfg` to the port (refusing, in one line, what the device cannot do).
 pub fn vlan_control(port: &mut AnyPort, cfg: &VlanConfig) -> Result<VlanControl> {
     VlanControl::new(port, cfg)

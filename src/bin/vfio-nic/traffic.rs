@@ -19,10 +19,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map};
 use vfio_nic::app::capture::{PcapSink, Timestamps};
-use vfio_nic::app::wire::{build_udp_frame, UdpFlow, MAX_UDP_FRAME, MIN_UDP_FRAME};
+use vfio_nic::app::wire::{
+    build_tcp_frame, build_udp_frame, UdpFlow, MAX_TCP_FRAME, MAX_UDP_FRAME, MIN_UDP_FRAME,
+    TCP_HEADERS,
+};
 use vfio_nic::device::{MacAddr, Port, RxQueue, TxQueue};
 use vfio_nic::devices::{self, AnyPort, AnyRx, AnyTx};
-use vfio_nic::platform::dma::{Packet, Pool};
+use vfio_nic::platform::dma::{Packet, Pool, TxOffload};
 use vfio_nic::vlan::{PacketVlan, Tci, VlanControl, VlanRx, VlanTx};
 use vfio_nic::{Error, Result};
 
@@ -32,9 +35,19 @@ use crate::live::{Channel, Live};
 /// What the generator sends (shared by `gen` and `capture --gen-on`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct GenOpts {
-    /// Frame size in bytes without FCS and without the VLAN tag (60..=1514) [default: 60].
+    /// Frame size in bytes without FCS and without the VLAN tag (60..=9014; above 1514 the
+    /// path needs jumbo frames, MTU 9000; with --tso up to 65,549, one TSO request) [default: 60].
+    /// Frames longer than a pool buffer are sent as chains.
     #[arg(long, value_name = "B")]
     pub size: Option<usize>,
+    /// Send TCP/IPv4 frames (one flow, ACK|PSH, sequence numbers advancing) with the IPv4 and
+    /// TCP checksums left to the port's transmit offloads (in software where it has none).
+    #[arg(long)]
+    pub tcp: bool,
+    /// With --tcp: every frame is one TSO request, cut by the port into segments of MSS
+    /// payload bytes (in software where it has no TSO).
+    #[arg(long, value_name = "MSS", requires = "tcp")]
+    pub tso: Option<u16>,
     /// Tag every frame with this VLAN (and priority): VID 0..=4094, PCP 0..=7.
     #[arg(long, value_name = "VID[:PCP]")]
     pub vlan: Option<String>,
@@ -59,6 +72,8 @@ pub struct GenOpts {
 impl GenOpts {
     fn any(&self) -> bool {
         self.size.is_some()
+            || self.tcp
+            || self.tso.is_some()
             || self.vlan.is_some()
             || self.vlan_tx.is_some()
             || self.dst.is_some()
@@ -84,6 +99,10 @@ pub struct GenArgs {
     /// Turn the port's VLAN filter on with these VIDs (it affects what the port receives).
     #[arg(long, value_name = "VID,...")]
     pub vlan_filter: Option<String>,
+    /// The port's MTU (Intel ports, 68 to the chip's limit): above 1500 it receives
+    /// jumbo frames, as chains of buffers [default: 1500].
+    #[arg(long, value_name = "M")]
+    pub mtu: Option<u16>,
     #[command(flatten)]
     pub run: RunOpts,
 }
@@ -118,6 +137,10 @@ pub struct CaptureArgs {
     /// Run the generator on this port (wired to PORT) in the same process.
     #[arg(long, value_name = "PEER")]
     pub gen_on: Option<String>,
+    /// The MTU of PORT (and of PEER): above 1500 jumbo frames are received, as chains of
+    /// buffers, and written whole [default: 1500].
+    #[arg(long, value_name = "M")]
+    pub mtu: Option<u16>,
     #[command(flatten)]
     pub gen: GenOpts,
     #[command(flatten)]
@@ -141,6 +164,9 @@ fn check_burst(burst: usize) -> Result<()> {
 /// A parsed generator: everything but the port.
 struct GenPlan {
     size: usize,
+    tcp: bool,
+    tso: Option<u16>,
+    mtu: Option<u16>,
     tag: Option<Tci>,
     tx: VlanTxOpts,
     dst: MacAddr,
@@ -151,12 +177,23 @@ struct GenPlan {
 }
 
 impl GenPlan {
-    fn parse(o: &GenOpts, count: Option<u64>) -> Result<GenPlan> {
+    fn parse(o: &GenOpts, count: Option<u64>, mtu: Option<u16>) -> Result<GenPlan> {
         let size = o.size.unwrap_or(MIN_UDP_FRAME);
-        if !(MIN_UDP_FRAME..=MAX_UDP_FRAME).contains(&size) {
+        let max = if o.tso.is_some() {
+            MAX_TCP_FRAME
+        } else {
+            MAX_UDP_FRAME
+        };
+        if !(MIN_UDP_FRAME..=max).contains(&size) {
             return Err(Error::InvalidConfig(format!(
-                "--size {size} is outside {MIN_UDP_FRAME}..={MAX_UDP_FRAME} (frame bytes without FCS and VLAN tag)"
+                "--size {size} is outside {MIN_UDP_FRAME}..={max} (frame bytes without FCS and VLAN tag{})",
+                if o.tso.is_some() { ", one TSO request" } else { "; up to 65,549 with --tcp --tso" }
             )));
+        }
+        if o.tso == Some(0) {
+            return Err(Error::InvalidConfig(
+                "--tso 0: the MSS is the TCP payload bytes per segment, at least 1".into(),
+            ));
         }
         if let Some(r) = o.rate {
             if !(r > 0.0 && r.is_finite()) {
@@ -167,6 +204,9 @@ impl GenPlan {
         }
         Ok(GenPlan {
             size,
+            tcp: o.tcp,
+            tso: o.tso,
+            mtu,
             tag: o
                 .vlan
                 .as_deref()
@@ -197,6 +237,9 @@ struct Generator {
     rx: AnyRx,
     tx: VlanTx<AnyTx>,
     flow: UdpFlow,
+    /// TCP frames with offloads (and TSO's MSS), and the next TCP sequence number.
+    tcp: Option<Option<u16>>,
+    tcp_seq: u32,
     tag: Option<Tci>,
     rate: Option<f64>,
     count: Option<u64>,
@@ -208,7 +251,7 @@ struct Generator {
 
 impl Generator {
     fn open(name: &str, plan: &GenPlan, filter: Option<&str>) -> Result<(AnyPort, Generator)> {
-        let mut port = devices::open(name, &common::port_config(1))?;
+        let mut port = devices::open(name, &common::port_config_mtu(1, plan.mtu))?;
         let rx_opts = VlanRxOpts {
             vlan_rx: "sw".into(),
             vlan_filter: filter.map(str::to_string),
@@ -231,6 +274,8 @@ impl Generator {
                 dst_port: 9,
                 size: plan.size,
             },
+            tcp: plan.tcp.then_some(plan.tso),
+            tcp_seq: 1,
             tag: plan.tag,
             rate: plan.rate,
             count: plan.count,
@@ -257,15 +302,30 @@ impl Generator {
             want = want.min(allowed.saturating_sub(self.sent));
         }
         for _ in 0..want {
-            let Some(mut p) = self.rx.pool().alloc() else {
+            match self.tcp {
+                Some(_) => build_tcp_frame(&self.flow, self.tcp_seq, &mut self.frame),
+                None => build_udp_frame(&self.flow, self.sent, &mut self.frame),
+            };
+            // A frame longer than a buffer goes as a chain.
+            let Some(mut p) = self.rx.pool().packet_from(&self.frame) else {
                 break;
             };
-            build_udp_frame(&self.flow, self.sent, &mut self.frame);
-            if !p.set_data(&self.frame) {
-                return Err(Error::InvalidConfig(format!(
-                    "a {}-byte frame does not fit the pool's buffers",
-                    self.frame.len()
-                )));
+            if let Some(tso) = self.tcp {
+                let (l2, l3, l4) = TCP_HEADERS;
+                let mut flags = TxOffload::IP_CSUM | TxOffload::TCP_CSUM;
+                if tso.is_some() {
+                    flags |= TxOffload::TSO;
+                }
+                p.set_tx_offload(TxOffload {
+                    flags,
+                    l2_len: l2 as u8,
+                    l3_len: l3 as u16,
+                    l4_len: l4 as u8,
+                    tso_mss: tso.unwrap_or(0),
+                });
+                self.tcp_seq = self
+                    .tcp_seq
+                    .wrapping_add((self.frame.len() - l2 - l3 - l4) as u32);
             }
             if let Some(t) = self.tag {
                 p.set_tx_vlan(t).map_err(|_| Error::ReservedVlanId {
@@ -292,7 +352,7 @@ impl Generator {
     }
 
     fn wire_len(&self, p: &Packet) -> u64 {
-        (p.len() + if p.tx_vlan().is_some() { 4 } else { 0 }) as u64
+        (p.frame_len() + if p.tx_vlan().is_some() { 4 } else { 0 }) as u64
     }
 
     fn json(&self) -> serde_json::Value {
@@ -300,6 +360,8 @@ impl Generator {
             "port": self.name,
             "sent": self.sent - self.batch.len() as u64,
             "size": self.flow.size,
+            "tcp": self.tcp.is_some(),
+            "tso_mss": self.tcp.flatten(),
             "vlan": self.tag.map(|t| json!({"vid": t.vid(), "pcp": t.pcp()})),
             "vlan_tx": self.ctl.tx_mode().to_string(),
             "dst": self.flow.dst_mac.to_string(),
@@ -314,7 +376,7 @@ impl Generator {
 pub fn gen(args: &GenArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> {
     args.run.check()?;
     check_burst(args.burst)?;
-    let plan = GenPlan::parse(&args.gen, args.count)?;
+    let plan = GenPlan::parse(&args.gen, args.count, args.mtu)?;
     let (mut port, mut g) = Generator::open(&args.port, &plan, args.vlan_filter.as_deref())?;
     let mut live = Live::new(vec![format!("{} tx", args.port)], &args.run, json_out, stop);
     let mut failure = None;
@@ -375,12 +437,12 @@ pub fn capture(args: &CaptureArgs, json_out: bool, stop: Arc<AtomicBool>) -> Res
     let plan = args
         .gen_on
         .as_ref()
-        .map(|_| GenPlan::parse(&args.gen, args.count))
+        .map(|_| GenPlan::parse(&args.gen, args.count, args.mtu))
         .transpose()?;
     // The file first: a bad path fails before any device is touched.
     let mut sink = PcapSink::create(&args.file, ts)?;
     args.irq.check()?;
-    let mut pcfg = common::port_config(1);
+    let mut pcfg = common::port_config_mtu(1, args.mtu);
     args.irq.apply(&mut pcfg);
     let mut port = devices::open(&args.port, &pcfg)?;
     let ctl = common::vlan_control(&mut port, &vcfg)?;

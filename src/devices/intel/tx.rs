@@ -698,11 +698,9 @@ impl<M: Mmio> TxRing<M> {
         };
         let cmd =
             cmd | TxData::DTYP | TxData::DEXT | TxData::IFCS | if vle { TxData::VLE } else { 0 };
-        let at = self.next;
-        let descs: Vec<&Desc> = (0..segs)
-            .map(|i| &self.desc.descs()[(at + i) & self.mask])
-            .collect();
-        let taken = self.slots.send_segments(batch, &descs, |i, d, s| {
+        let (at, mask, descs) = (self.next, self.mask, self.desc.descs());
+        let taken = self.slots.send_segments(batch, |i, s| {
+            let d = &descs[(at + i) & mask];
             let [w0, w1] = TxSegment {
                 addr: s.data_iova(),
                 len: s.len() as u32,

@@ -58,6 +58,16 @@ impl Packet {
         self.loc & EXT != 0 && !self.ext().segs.is_empty()
     }
 
+    /// A buffer keeps its last owner's `Ext`: its request is stale and its segment vector
+    /// empty (every path that frees a buffer takes or forgets its segments first), with room
+    /// kept for the next chain.
+    fn clean_ext(&mut self) {
+        let e = self.ext_mut();
+        debug_assert!(e.segs.is_empty(), "a free buffer kept segments");
+        e.segs.clear();
+        e.tx = TxOffload::default();
+    }
+
     /// Sets or clears the location word's [`EXT`] bit as the `Ext` says.
     fn mark_ext(&mut self) {
         let e = self.ext();
@@ -108,13 +118,24 @@ impl Packet {
     pub fn push_segment(&mut self, mut seg: Packet) {
         let more = seg.take_segments();
         if self.loc & EXT == 0 {
-            // A buffer keeps its last owner's `Ext`: start from a clean one.
-            *self.ext_mut() = Ext::default();
+            self.clean_ext();
         }
         let segs = &mut self.ext_mut().segs;
         segs.push(seg);
         segs.extend(more);
         self.loc |= EXT;
+    }
+
+    /// Forgets the segments after the head, keeping the vector's room for the buffer's next
+    /// chain: their buffers now belong to whoever took their offsets (a transmit FIFO).
+    pub(super) fn forget_segments(&mut self) {
+        if self.loc & EXT == 0 {
+            return;
+        }
+        for s in self.ext_mut().segs.drain(..) {
+            std::mem::forget(s);
+        }
+        self.mark_ext();
     }
 
     /// Detaches the segments after the head (the head becomes a frame of one buffer).
@@ -131,7 +152,7 @@ impl Packet {
     /// the request, in hardware or in software (`devices::offload`).
     pub fn set_tx_offload(&mut self, request: TxOffload) {
         if self.loc & EXT == 0 {
-            *self.ext_mut() = Ext::default();
+            self.clean_ext();
         }
         self.ext_mut().tx = request;
         self.mark_ext();

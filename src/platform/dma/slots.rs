@@ -189,20 +189,9 @@ impl RxSlots {
         batch: &mut Vec<Packet>,
         arm: impl FnOnce(u64),
     ) -> bool {
-        if len > self.max_len || i >= self.bufs.len() {
-            return false;
-        }
-        let Some(new) = self.fresh.pop() else {
-            return false;
-        };
-        let new = self.data_iova + u64::from(new);
-        arm(new);
-        let old = std::mem::replace(&mut self.bufs[i], new);
-        let loc = old.wrapping_add(self.loc_of_dma) | u64::from(len) << 48;
-        // SAFETY: as in `harvest`: `old` passes from the slot to the packet alone, and `len`
-        // fits behind the headroom (checked above).
-        batch.push(unsafe { Packet::from_dma(self.shared, old, loc, meta) });
-        true
+        self.take_one(i, len, meta, arm)
+            .map(|p| batch.push(p))
+            .is_some()
     }
 
     /// [`take`](Self::take) returning the packet instead of appending it to a batch: for a
@@ -214,9 +203,16 @@ impl RxSlots {
         meta: Meta,
         arm: impl FnOnce(u64),
     ) -> Option<Packet> {
-        let mut one = Vec::with_capacity(1);
-        self.take(i, len, meta, &mut one, arm)
-            .then(|| one.pop().expect("taken"))
+        if len > self.max_len || i >= self.bufs.len() {
+            return None;
+        }
+        let new = self.data_iova + u64::from(self.fresh.pop()?);
+        arm(new);
+        let old = std::mem::replace(&mut self.bufs[i], new);
+        let loc = old.wrapping_add(self.loc_of_dma) | u64::from(len) << 48;
+        // SAFETY: as in `harvest`: `old` passes from the slot to the packet alone, and `len`
+        // fits behind the headroom (checked above).
+        Some(unsafe { Packet::from_dma(self.shared, old, loc, meta) })
     }
 
     /// The longest frame [`harvest`](Self::harvest) takes as is: the largest `2^k - 1` that
@@ -603,42 +599,38 @@ impl TxSlots {
     }
 
     /// Takes every buffer of the frame at the front of `batch` (its head and its segments,
-    /// [`Packet::segment_count`] of them, one per element of `descs`): `put(i, desc, segment)`
-    /// writes the descriptor of segment `i`. Returns false, taking nothing, when the FIFO has
+    /// [`Packet::segment_count`] of them): `put(i, segment)` writes the descriptor of segment
+    /// `i`. Returns false, taking nothing, when the FIFO has
     /// no room for them all or a segment's pool is not in the device's DMA domain (the caller
     /// copies the frame first). The slow path of chained frames; [`TxSlots::send`] is the fast
     /// one.
     ///
     /// # Panics
-    /// If `batch` is empty or `descs` is not one per segment.
-    pub fn send_segments<D>(
+    /// If `batch` is empty.
+    pub fn send_segments(
         &mut self,
         batch: &mut Vec<Packet>,
-        descs: &[&D],
-        mut put: impl FnMut(usize, &D, &Packet),
+        mut put: impl FnMut(usize, &Packet),
     ) -> bool {
         let p = &batch[0];
         let n = p.segment_count();
-        assert_eq!(n, descs.len(), "one descriptor per segment");
         let all = || std::iter::once(p).chain(p.tail_segments());
         if n > self.fifo.len() - self.queued() || !all().all(|s| self.reaches(s)) {
             return false;
         }
-        for (i, (s, d)) in all().zip(descs).enumerate() {
+        for (i, s) in all().enumerate() {
             if s.pool != self.cur {
                 let at = self.tail;
                 let ok = new_run(&mut self.runs, &mut self.cur, s.pool, at);
                 debug_assert!(ok, "reach checked above");
             }
-            put(i, d, s);
+            put(i, s);
             self.fifo[self.tail & self.mask] = s.off();
             self.tail = self.tail.wrapping_add(1);
         }
         let mut p = batch.remove(0);
-        for s in p.take_segments() {
-            // Owned by the FIFO now.
-            std::mem::forget(s);
-        }
+        // Every buffer is owned by the FIFO now.
+        p.forget_segments();
         std::mem::forget(p);
         true
     }
