@@ -33,6 +33,8 @@ fn cfg() -> IxgbeConfig {
         },
         link_timeout: Duration::from_millis(200),
         reg_timeout: Duration::from_millis(200),
+        // Jumbo frames arrive as chains of the pool's 2 KiB buffers.
+        mtu: 9000,
         ..IxgbeConfig::default()
     }
 }
@@ -87,6 +89,11 @@ fn plain(rx: &VlanConfig) -> Bed {
 
 conformance!(plain, MODES);
 
+#[test]
+fn chained_frames_keep_their_tags_in_every_mode() {
+    vlan_common::chained_frames_keep_their_tags_in_every_mode(plain, &MODES);
+}
+
 impl vlan_common::Bed for Bed {
     fn exchange(&mut self, frames: &[Vec<u8>]) -> Seen {
         vlan_common::exchange(&mut self.tx, &mut self.rx, &self.pool, frames)
@@ -107,6 +114,7 @@ fn hardware_and_software_insertion_put_identical_frames_on_the_wire() {
     let tcis = [0x0064u16, 0xa064, 0x3000, 0x1ffe];
     let plain = base(7, 100);
     let already_tagged = tag(&plain, 0x8100, 0x0005);
+    let jumbo = base(8, 9000);
     let mut wires = Vec::new();
     // Extended mode is software insertion only on the 82599 (hardware insertion there is
     // refused until a card confirms its TPID): the software frames must still be exact.
@@ -140,6 +148,11 @@ fn hardware_and_software_insertion_put_identical_frames_on_the_wire() {
         let mut p = bed.pool.alloc().unwrap();
         assert!(p.set_data(&plain));
         batch.push(p);
+        // A 9000-byte chain takes its tag in its head segment in both modes.
+        let mut p = bed.pool.packet_from(&jumbo).unwrap();
+        assert!(p.is_chained());
+        p.set_tx_vlan(Tci::from_raw(0xa064)).unwrap();
+        batch.push(p);
         while !batch.is_empty() {
             bed.tx.tx_burst(&mut batch).unwrap();
         }
@@ -154,6 +167,7 @@ fn hardware_and_software_insertion_put_identical_frames_on_the_wire() {
             })
             .collect();
         expect.push(plain.clone());
+        expect.push(tx_wire_frame(&jumbo, push, Some(Tci::from_raw(0xa064))).unwrap());
         assert_eq!(wire, expect, "{tx_mode} extended {extended}: wire frames");
         wires.push(wire);
     }

@@ -15,7 +15,9 @@ use crate::devices::offload::tests::{frame, request, verify, Kind};
 use crate::devices::offload::{TxCaps, TxOffload};
 use crate::devices::sim::{SimConfig, SimPort};
 use crate::platform::bus::Bus;
-use crate::platform::dma::{Packet, Pool, PoolConfig};
+use crate::platform::dma::{Meta, Packet, Pool, PoolConfig};
+use crate::vlan::frame::tx_wire_frame;
+use crate::vlan::{Tci, Tpid};
 
 fn cfg() -> IxgbeConfig {
     IxgbeConfig {
@@ -75,52 +77,71 @@ fn hardware_offloads_put_the_software_fallbacks_bytes_on_the_wire() {
         prop_oneof![Just(20usize), Just(32)],
         536u16..3000,
         any::<bool>(),
+        proptest::option::of(0u16..4095),
     );
     let mut runner = TestRunner::new(Config {
         cases: 96,
         ..Config::default()
     });
     runner
-        .run(&strategy, |(len, ca, cb, kind, tags, tcp_hdr, mss, tso)| {
-            let payload: Vec<u8> = (0..len).map(|i| (i * 29 + 5) as u8).collect();
-            let f = frame(kind, tags, tcp_hdr, 0x99, &payload);
-            let tso = tso && kind != Kind::Udp4;
-            let flags = match (kind, tso) {
-                (_, true) => TxOffload::TSO,
-                (Kind::Udp4, _) => TxOffload::UDP_CSUM | TxOffload::IP_CSUM,
-                (Kind::Tcp4, _) => TxOffload::TCP_CSUM | TxOffload::IP_CSUM,
-                (Kind::Tcp6, _) => TxOffload::TCP_CSUM,
-            };
-            let ask = request(kind, tags, tcp_hdr, flags, mss);
-            let mut sw = cut(&pool, &f, ca, cb);
-            sw.set_tx_offload(ask);
-            let mut hw = cut(&pool, &f, ca, cb);
-            hw.set_tx_offload(ask);
-            let mut want = vec![sw];
-            prop_assert_eq!(resolve(&mut want, TxCaps::CHAINS).dropped, 0);
-            let want: Vec<Vec<u8>> = want.iter().map(Packet::to_vec).collect();
-            let mut q = queues.borrow_mut();
-            let (txa, rxb) = &mut *q;
-            let mut batch = vec![hw];
-            prop_assert_eq!(txa.tx_burst(&mut batch).unwrap(), 1);
-            let mut got = Vec::new();
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while got.len() < want.len() && Instant::now() < deadline {
-                rxb.rx_burst(&mut got, 64).unwrap();
-            }
-            prop_assert_eq!(got.len(), want.len(), "frames received");
-            for (g, w) in got.iter().zip(&want) {
-                let g = g.to_vec();
-                verify(&g, 14 + 4 * tags);
-                // The MAC pads a short frame to 60 bytes with zeros (HLREG0.TXPADEN).
-                let mut w = w.clone();
-                if w.len() < 60 {
-                    w.resize(60, 0);
+        .run(
+            &strategy,
+            |(len, ca, cb, kind, tags, tcp_hdr, mss, tso, vlan)| {
+                let payload: Vec<u8> = (0..len).map(|i| (i * 29 + 5) as u8).collect();
+                let f = frame(kind, tags, tcp_hdr, 0x99, &payload);
+                let tso = tso && kind != Kind::Udp4;
+                let flags = match (kind, tso) {
+                    (_, true) => TxOffload::TSO,
+                    (Kind::Udp4, _) => TxOffload::UDP_CSUM | TxOffload::IP_CSUM,
+                    (Kind::Tcp4, _) => TxOffload::TCP_CSUM | TxOffload::IP_CSUM,
+                    (Kind::Tcp6, _) => TxOffload::TCP_CSUM,
+                };
+                let ask = request(kind, tags, tcp_hdr, flags, mss);
+                let mut sw = cut(&pool, &f, ca, cb);
+                sw.set_tx_offload(ask);
+                let mut hw = cut(&pool, &f, ca, cb);
+                hw.set_tx_offload(ask);
+                // Hardware tag insertion (VLE) through the offload context, against the software
+                // tag pushed into each frame the fallback made.
+                if let Some(vid) = vlan {
+                    hw.meta.vlan_tci = vid;
+                    hw.meta.flags |= Meta::TX_VLAN;
                 }
-                prop_assert_eq!(g, w);
-            }
-            Ok(())
-        })
+                let mut want = vec![sw];
+                prop_assert_eq!(resolve(&mut want, TxCaps::CHAINS).dropped, 0);
+                let want: Vec<Vec<u8>> = want
+                    .iter()
+                    .map(|p| match vlan {
+                        Some(vid) => {
+                            tx_wire_frame(&p.to_vec(), Tpid::C_TAG, Some(Tci::from_raw(vid)))
+                                .unwrap()
+                        }
+                        None => p.to_vec(),
+                    })
+                    .collect();
+                let mut q = queues.borrow_mut();
+                let (txa, rxb) = &mut *q;
+                let mut batch = vec![hw];
+                prop_assert_eq!(txa.tx_burst(&mut batch).unwrap(), 1);
+                let mut got = Vec::new();
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while got.len() < want.len() && Instant::now() < deadline {
+                    rxb.rx_burst(&mut got, 64).unwrap();
+                }
+                prop_assert_eq!(got.len(), want.len(), "frames received");
+                for (g, w) in got.iter().zip(&want) {
+                    let g = g.to_vec();
+                    verify(&g, 14 + 4 * tags + if vlan.is_some() { 4 } else { 0 });
+                    // The MAC pads a short frame to 60 bytes with zeros (HLREG0.TXPADEN).
+                    let mut w = w.clone();
+                    if w.len() < 60 {
+                        w.resize(60, 0);
+                    }
+                    prop_assert_eq!(g, w);
+                }
+                Ok(())
+            },
+        )
         .unwrap();
     let q = queues.borrow();
     assert_eq!(q.0.stats().dropped, 0);
