@@ -154,11 +154,8 @@ impl PacketVlan for Packet {
         } else {
             push_vlan_at_tail(self, tpid, tci)
         };
-        let mut t = self.tx_offload();
-        if pushed && t.flags != 0 {
-            // The offloads' L2 header now holds the tag.
-            t.l2_len = t.l2_len.saturating_add(TAG_LEN as u8);
-            self.set_tx_offload(t);
+        if pushed && !self.is_plain() {
+            move_offload_headers(self);
         }
         pushed
     }
@@ -223,6 +220,16 @@ fn head_wire_frame_to_slice(p: &Packet, ctx: VlanRxCtx, out: &mut [u8]) -> Optio
         Some(n)
     } else {
         frame::rx_wire_frame_to_slice(data, None, ctx, out)
+    }
+}
+
+/// After a tag was pushed into `p`: an offload request's L2 header now holds it.
+#[cold]
+fn move_offload_headers(p: &mut Packet) {
+    let mut t = p.tx_offload();
+    if t.flags != 0 {
+        t.l2_len = t.l2_len.saturating_add(TAG_LEN as u8);
+        p.set_tx_offload(t);
     }
 }
 

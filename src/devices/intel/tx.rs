@@ -30,12 +30,13 @@ use crate::platform::mmio::Mmio;
 use crate::vlan::insert::{insert_front, SwVlanCounts};
 use crate::vlan::Tpid;
 
-/// Writes a data descriptor for `p` with command bits `cmd`.
+/// Writes a data descriptor for `p` (`len` bytes, as the transmit walk read it) with command
+/// bits `cmd`.
 #[inline(always)]
-fn put_data(d: &Desc, p: &Packet, cmd: u32) {
+fn put_data(d: &Desc, p: &Packet, len: u32, cmd: u32) {
     let [w0, w1] = TxData {
         addr: p.data_iova(),
-        len: p.len() as u32,
+        len,
         cmd,
     }
     .words();
@@ -377,7 +378,7 @@ impl<M: Mmio> TxRing<M> {
         let at = self.next;
         let (k, bytes) = self
             .slots
-            .send(batch, &self.desc.descs()[at..at + run], |d, p| {
+            .send(batch, &self.desc.descs()[at..at + run], |d, p, len| {
                 let mut cmd = TxData::CMD;
                 if p.meta.flags & Meta::TX_VLAN != 0 {
                     if vle_tci != Some(p.meta.vlan_tci) {
@@ -385,7 +386,7 @@ impl<M: Mmio> TxRing<M> {
                     }
                     cmd |= TxData::VLE;
                 }
-                put_data(d, p, cmd);
+                put_data(d, p, len, cmd);
                 true
             });
         self.next = (at + k) & self.mask;
@@ -550,10 +551,12 @@ impl<M: Mmio> TxRing<M> {
         }
         let cmd = TxData::CMD | TxData::VLE;
         let i = self.next;
-        let (taken, _) = self.slots.send(batch, &self.desc.descs()[i..=i], |d, p| {
-            put_data(d, p, cmd);
-            true
-        });
+        let (taken, _) = self
+            .slots
+            .send(batch, &self.desc.descs()[i..=i], |d, p, len| {
+                put_data(d, p, len, cmd);
+                true
+            });
         debug_assert_eq!(taken, 1);
         self.next = (i + 1) & self.mask;
         Tagged::Sent(len)

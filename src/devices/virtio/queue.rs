@@ -362,8 +362,8 @@ impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
                 break;
             }
             let first = slots.tail() % cap;
-            let (k, bytes) = slots.send(batch, &self.pairs[first..first + n], |&pair, p| {
-                ring.set_buffer(2 * pair + 1, p.data_iova(), p.len() as u32);
+            let (k, bytes) = slots.send(batch, &self.pairs[first..first + n], |&pair, p, len| {
+                ring.set_buffer(2 * pair + 1, p.data_iova(), len);
                 ring.push(2 * pair);
                 true
             });

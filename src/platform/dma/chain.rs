@@ -6,11 +6,12 @@
 //! the frame's metadata; its further segments are ordinary packets, each owning one buffer, kept
 //! in a vector beside the head's buffer (its `Ext`, one per buffer in the pool; DPDK's mbuf
 //! chain, with the segment list in one place instead of a linked list). The `Ext` also holds
-//! the packet's [`TxOffload`] request. The head's location word says "look at the `Ext`" in
-//! its top bit, so a packet stays 32 bytes and a plain frame costs nothing: the receive path
-//! never sets the bit, and the transmit loop's length test stops at it (a chain or a request
-//! takes its slow path). A 40-byte packet with a segment pointer cost the forwarding path 3
-//! instructions per packet (`bench/instructions`).
+//! the packet's [`TxOffload`] request. The head's pool pointer says "look at the `Ext`" in its
+//! low bit, so a packet stays 32 bytes and a plain frame costs nothing: the receive path never
+//! sets the bit, and the transmit loop, which compares each packet's pool pointer with its
+//! run's anyway, stops at it (a chain or a request takes its slow path). A 40-byte packet with a
+//! segment pointer cost the forwarding path 3 instructions per packet, the mark in the length
+//! word 1 to 6 (`bench/instructions`).
 //!
 //! Rules the methods keep:
 //! - segments are never chained themselves (appending a chain appends its segments);
@@ -23,14 +24,14 @@
 //! for reading, `&mut self` for writing), so it is as exclusively owned as the buffer's bytes;
 //! it lives in host memory no device can write.
 
-use super::pool::{Ext, Packet, Pool, TxOffload, EXT};
+use super::pool::{Ext, Packet, Pool, TxOffload};
 use crate::error::{Error, Result};
 
 impl Packet {
     /// This buffer's `Ext`.
     fn ext_ptr(&self) -> *mut Ext {
         // SAFETY: a packet keeps its pool's `Shared` alive.
-        let shared = unsafe { self.pool.as_ref() };
+        let shared = unsafe { self.shared_ptr().as_ref() };
         shared.ext[self.off() as usize / shared.buf_size].get()
     }
 
@@ -49,13 +50,13 @@ impl Packet {
     /// sends as it is (one bit test).
     #[inline(always)]
     pub fn is_plain(&self) -> bool {
-        self.loc & EXT == 0
+        !self.has_ext()
     }
 
     /// Whether the frame spans more than one buffer.
     #[inline(always)]
     pub fn is_chained(&self) -> bool {
-        self.loc & EXT != 0 && !self.ext().segs.is_empty()
+        self.has_ext() && !self.ext().segs.is_empty()
     }
 
     /// A buffer keeps its last owner's `Ext`: its request is stale and its segment vector
@@ -68,15 +69,11 @@ impl Packet {
         e.tx = TxOffload::default();
     }
 
-    /// Sets or clears the location word's [`EXT`] bit as the `Ext` says.
+    /// Sets or clears the pool pointer's mark as the `Ext` says.
     fn mark_ext(&mut self) {
         let e = self.ext();
         let used = !e.segs.is_empty() || e.tx.flags & TxOffload::ALL != 0;
-        self.loc = if used {
-            self.loc | EXT
-        } else {
-            self.loc & !EXT
-        };
+        self.set_ext(used);
     }
 
     /// Buffers the frame spans (1 for a frame of one buffer).
@@ -92,7 +89,7 @@ impl Packet {
 
     /// The segments after the head, in order (empty for a frame of one buffer).
     pub fn tail_segments(&self) -> &[Packet] {
-        if self.loc & EXT != 0 {
+        if self.has_ext() {
             &self.ext().segs
         } else {
             &[]
@@ -101,7 +98,7 @@ impl Packet {
 
     /// The segments after the head, writable (their lengths and bytes; not their number).
     pub fn tail_segments_mut(&mut self) -> &mut [Packet] {
-        if self.loc & EXT != 0 {
+        if self.has_ext() {
             &mut self.ext_mut().segs
         } else {
             &mut []
@@ -117,19 +114,23 @@ impl Packet {
     /// is dropped: a frame's metadata is its head's.
     pub fn push_segment(&mut self, mut seg: Packet) {
         let more = seg.take_segments();
-        if self.loc & EXT == 0 {
+        if seg.has_ext() {
+            // A segment carries nothing of its own.
+            seg.set_tx_offload(TxOffload::default());
+        }
+        if !self.has_ext() {
             self.clean_ext();
         }
         let segs = &mut self.ext_mut().segs;
         segs.push(seg);
         segs.extend(more);
-        self.loc |= EXT;
+        self.set_ext(true);
     }
 
     /// Forgets the segments after the head, keeping the vector's room for the buffer's next
     /// chain: their buffers now belong to whoever took their offsets (a transmit FIFO).
     pub(super) fn forget_segments(&mut self) {
-        if self.loc & EXT == 0 {
+        if !self.has_ext() {
             return;
         }
         for s in self.ext_mut().segs.drain(..) {
@@ -140,7 +141,7 @@ impl Packet {
 
     /// Detaches the segments after the head (the head becomes a frame of one buffer).
     pub fn take_segments(&mut self) -> Vec<Packet> {
-        if self.loc & EXT == 0 {
+        if !self.has_ext() {
             return Vec::new();
         }
         let segs = std::mem::take(&mut self.ext_mut().segs);
@@ -151,7 +152,7 @@ impl Packet {
     /// Asks for transmit offloads (`TxOffload::default()` asks for none). Every driver honours
     /// the request, in hardware or in software (`devices::offload`).
     pub fn set_tx_offload(&mut self, request: TxOffload) {
-        if self.loc & EXT == 0 {
+        if !self.has_ext() {
             self.clean_ext();
         }
         self.ext_mut().tx = request;
@@ -161,7 +162,7 @@ impl Packet {
     /// The transmit offload request (none unless [`Packet::set_tx_offload`] made one).
     #[inline]
     pub fn tx_offload(&self) -> TxOffload {
-        if self.loc & EXT == 0 {
+        if !self.has_ext() {
             return TxOffload::default();
         }
         self.ext().tx

@@ -398,13 +398,14 @@ impl Pool {
                 Pool::free_bulk(p.take_segments());
             }
             let p = std::mem::ManuallyDrop::new(p);
-            if cur != Some(p.pool) || k == run.len() {
+            let pool = p.shared_ptr();
+            if cur != Some(pool) || k == run.len() {
                 if let Some(c) = cur {
                     // SAFETY: the run's buffers are of `c` (kept alive by them) and were
                     // owned by packets that are gone (forgotten, not dropped).
                     unsafe { Shared::release(c, &run[..k], &[]) };
                 }
-                cur = Some(p.pool);
+                cur = Some(pool);
                 k = 0;
             }
             run[k] = p.off();
@@ -553,15 +554,13 @@ impl Meta {
     }
 }
 
-/// Bit 63 of a packet's location word: its buffer's [`Ext`] holds something, further segments
-/// of the frame or a transmit offload request (`platform::dma::chain`). The transmit loop
-/// stops at it.
-pub(super) const EXT: u64 = 1 << 63;
-/// The length bits of the location word's top half (a buffer is at most [`MAX_BUF_SIZE`]).
-const LEN_MASK: u16 = 0x7fff;
-/// The largest buffer: a frame length fits 15 bits, leaving the location word's top bit for
-/// [`EXT`].
-pub const MAX_BUF_SIZE: usize = 32640;
+/// Bit 0 of a packet's pool pointer (a pool's shared state is 8-byte aligned, so the bit is
+/// free): its buffer's [`Ext`] holds something, further segments of the frame or a transmit
+/// offload request (`platform::dma::chain`). The transmit loop compares a packet's pool
+/// pointer with the pool of its run anyway, so a marked packet stops it for nothing more.
+pub(super) const EXT: usize = 1;
+/// The largest buffer (a frame length is 16 bits); longer frames are chains.
+pub const MAX_BUF_SIZE: usize = 65408;
 
 /// What a buffer carries beside its bytes, while a packet owns it: the further segments of a
 /// chained frame and the transmit offload lengths. One per buffer, in the pool (not in DMA
@@ -582,17 +581,15 @@ pub(super) struct Ext {
 /// pool (prefer [`Pool::free_bulk`] for many at once).
 #[repr(C)]
 pub struct Packet {
+    /// The pool's shared state, with [`EXT`] in bit 0 ([`Packet::shared_ptr`] is the pointer).
     pub(super) pool: NonNull<Shared>,
     /// Bus address of the first frame byte (kept in step with `data`, so that a transmit
     /// descriptor takes it as is).
     dma: u64,
     /// Bits 31:0: offset of the buffer in its pool (what goes back on the free stack);
-    /// bits 47:32: headroom (where the frame starts in the buffer); bits 62:48: frame length
-    /// (a buffer is less than 32 KiB); bit 63: [`EXT`], the frame has further segments or an
-    /// offload request (`platform::dma::chain`). One word, so that building a packet is one
-    /// store for them all, and so that the transmit loop's length test (a signed compare of
-    /// the top 16 bits) also stops at a chain or a request.
-    pub(super) loc: u64,
+    /// bits 47:32: headroom (where the frame starts in the buffer); bits 63:48: frame length.
+    /// One word, so that building a packet is one store for the three.
+    loc: u64,
     /// Metadata (VLAN, checksum flags, RSS hash, transmit offload requests).
     pub meta: Meta,
 }
@@ -672,19 +669,39 @@ impl Packet {
 
     #[inline(always)]
     fn ln(&self) -> u16 {
-        (self.loc >> 48) as u16 & LEN_MASK
+        (self.loc >> 48) as u16
     }
 
     #[inline(always)]
     fn set_hr_ln(&mut self, hr: u16, ln: u16) {
-        self.loc = self.loc & (0xffff_ffff | EXT) | u64::from(hr) << 32 | u64::from(ln) << 48;
+        self.loc = self.loc & 0xffff_ffff | u64::from(hr) << 32 | u64::from(ln) << 48;
+    }
+
+    /// The pool's shared state ([`Packet::pool`] without the [`EXT`] bit).
+    #[inline(always)]
+    pub(super) fn shared_ptr(&self) -> NonNull<Shared> {
+        self.pool.map_addr(|a| {
+            std::num::NonZeroUsize::new(a.get() & !EXT).expect("a pool pointer is never 0")
+        })
+    }
+
+    /// Whether the [`EXT`] bit is set.
+    #[inline(always)]
+    pub(super) fn has_ext(&self) -> bool {
+        self.pool.addr().get() & EXT != 0
+    }
+
+    /// Sets or clears the [`EXT`] bit.
+    #[inline(always)]
+    pub(super) fn set_ext(&mut self, on: bool) {
+        self.pool = self.shared_ptr().map_addr(|a| a | if on { EXT } else { 0 });
     }
 
     /// Bytes per buffer of the packet's pool, headroom included.
     #[inline(always)]
     pub fn buf_size(&self) -> usize {
         // SAFETY: a packet keeps its pool's `Shared` alive.
-        unsafe { self.pool.as_ref() }.buf_size
+        unsafe { self.shared_ptr().as_ref() }.buf_size
     }
 
     /// Address of the first frame byte.
@@ -693,7 +710,7 @@ impl Packet {
         // SAFETY: a packet keeps its pool's `Shared` alive; `off + data` is inside the pool's
         // memory (`off` is one of its buffers and `data <= buf_size`).
         unsafe {
-            self.pool
+            self.shared_ptr()
                 .as_ref()
                 .base
                 .as_ptr()
@@ -767,7 +784,7 @@ impl Packet {
         }
         if self.capacity() < len {
             // SAFETY: a packet keeps its pool's `Shared` alive.
-            let headroom = usize::from(unsafe { self.pool.as_ref() }.headroom);
+            let headroom = usize::from(unsafe { self.shared_ptr().as_ref() }.headroom);
             if self.buf_size() - headroom < len {
                 return false;
             }
@@ -832,7 +849,7 @@ impl Packet {
     #[inline(always)]
     pub fn reset_for_rx(&mut self) -> u64 {
         // SAFETY: a packet keeps its pool's `Shared` alive.
-        let headroom = unsafe { self.pool.as_ref() }.headroom;
+        let headroom = unsafe { self.shared_ptr().as_ref() }.headroom;
         self.dma = self.buf_iova() + u64::from(headroom);
         self.set_hr_ln(headroom, 0);
         self.meta = Meta::default();
@@ -848,23 +865,23 @@ impl Packet {
     /// A handle of the packet's pool.
     pub fn pool_handle(&self) -> Pool {
         // SAFETY: a live packet keeps its pool's `Shared` allocated; the new handle counts.
-        unsafe { Pool::from_shared(self.pool) }
+        unsafe { Pool::from_shared(self.shared_ptr()) }
     }
 
     /// Whether this packet's buffer belongs to `pool`.
     pub fn is_from(&self, pool: &Pool) -> bool {
-        self.pool == pool.shared
+        self.shared_ptr() == pool.shared
     }
 }
 
 impl Drop for Packet {
     fn drop(&mut self) {
-        if self.loc & EXT != 0 {
+        if self.has_ext() {
             // Before the buffer (and its `Ext`) goes to its next owner.
             drop(self.take_segments());
         }
         // SAFETY: the packet keeps the pool alive, and its buffer is not referenced any more.
-        unsafe { Shared::release(self.pool, &[self.off()], &[]) };
+        unsafe { Shared::release(self.shared_ptr(), &[self.off()], &[]) };
     }
 }
 

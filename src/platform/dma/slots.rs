@@ -518,7 +518,7 @@ impl TxSlots {
     /// real device must never be given.)
     pub fn reaches(&self, p: &Packet) -> bool {
         // SAFETY: a live packet keeps its pool's `Shared` allocated.
-        unsafe { p.pool.as_ref() }.domain == self.runs.domain
+        unsafe { p.shared_ptr().as_ref() }.domain == self.runs.domain
     }
 
     /// Position after the newest queued buffer: `release` up to it frees
@@ -547,7 +547,7 @@ impl TxSlots {
         &mut self,
         batch: &mut Vec<Packet>,
         descs: &[D],
-        mut put: impl FnMut(&D, &Packet) -> bool,
+        mut put: impl FnMut(&D, &Packet, u32) -> bool,
     ) -> (usize, u64) {
         let n = descs.len();
         assert!(
@@ -619,9 +619,9 @@ impl TxSlots {
             return false;
         }
         for (i, s) in all().enumerate() {
-            if s.pool != self.cur {
+            if s.shared_ptr() != self.cur {
                 let at = self.tail;
-                let ok = new_run(&mut self.runs, &mut self.cur, s.pool, at);
+                let ok = new_run(&mut self.runs, &mut self.cur, s.shared_ptr(), at);
                 debug_assert!(ok, "reach checked above");
             }
             put(i, s);
@@ -714,7 +714,7 @@ fn walk<D>(
     slots: &mut [u32],
     packets: &[Packet],
     pool: NonNull<Shared>,
-    put: &mut impl FnMut(&D, &Packet) -> bool,
+    put: &mut impl FnMut(&D, &Packet, u32) -> bool,
 ) -> (usize, u64) {
     let m = descs.len().min(slots.len()).min(packets.len());
     let mut bytes = 0u64;
@@ -728,11 +728,10 @@ fn walk<D>(
             )
         };
         // A frame shorter than MIN_TX_LEN ends the walk too (the ring pads it on its slow
-        // path), and so does a chain or an offload request: the location word's top 16 bits
-        // are the length under the `EXT` bit, so one signed compare tests both, on the length
-        // that is read for the byte count anyway.
-        let len = (p.loc >> 48) as u16 as i16;
-        if p.pool != pool || len < MIN_TX_LEN as i16 || !put(d, p) {
+        // path): the length is read for the byte count anyway. So does a chain or an offload
+        // request: its pool pointer carries a mark (`pool::EXT`), so it is not `pool`.
+        let len = p.len();
+        if p.pool != pool || len < MIN_TX_LEN || !put(d, p, len as u32) {
             return (k, bytes);
         }
         *slot = p.off();
@@ -743,9 +742,15 @@ fn walk<D>(
 
 /// Starts a run of buffers from `pool` at FIFO position `at` (or renames the last run, if it
 /// starts there and so is empty), and makes `pool` the current one.
-/// Returns false, changing nothing, when `pool` is not mapped in the device's DMA domain.
+/// Returns false, changing nothing, when `pool` is not mapped in the device's DMA domain, or is
+/// a packet's marked pool pointer.
 #[cold]
 fn new_run(runs: &mut Runs, cur: &mut NonNull<Shared>, pool: NonNull<Shared>, at: usize) -> bool {
+    // A marked pool pointer (`pool::EXT`: a chain or an offload request) is not a new run:
+    // the caller deals with that packet.
+    if pool.addr().get() & super::pool::EXT != 0 {
+        return false;
+    }
     // SAFETY: `pool` is the pool of a live packet, which keeps its `Shared` allocated.
     if unsafe { pool.as_ref() }.domain != runs.domain {
         return false;
@@ -845,11 +850,11 @@ mod tests {
         a.alloc_bulk_len(2, 60, &mut batch);
         // The fifth packet is refused: it and the two behind it stay in the batch.
         let d: Vec<usize> = (0..8).collect();
-        let (n, _) = t.send(&mut batch, &d[..7], |&k, _| k < 4);
+        let (n, _) = t.send(&mut batch, &d[..7], |&k, _, _| k < 4);
         assert_eq!((n, batch.len(), t.queued()), (4, 3, 4));
         assert!(batch[0].is_from(&b) && batch[1].is_from(&a));
         let mark = t.tail();
-        assert_eq!(t.send(&mut batch, &d[..3], |_, _| true).0, 3);
+        assert_eq!(t.send(&mut batch, &d[..3], |_, _, _| true).0, 3);
         assert_eq!((a.stats().free, b.stats().free), (3, 6));
         t.release(2);
         assert_eq!((a.stats().free, b.stats().free), (5, 6));
@@ -859,7 +864,7 @@ mod tests {
         for _ in 0..5 {
             t.release(t.tail());
             a.alloc_bulk_len(5, 60, &mut batch);
-            assert_eq!(t.send(&mut batch, &d[..5], |_, _| true), (5, 300));
+            assert_eq!(t.send(&mut batch, &d[..5], |_, _, _| true), (5, 300));
         }
         drop(t);
         assert_eq!((a.stats().free, b.stats().free), (8, 8));
@@ -876,11 +881,11 @@ mod tests {
         let mut batch = Vec::new();
         a.alloc_bulk_len(2, 60, &mut batch);
         let d: Vec<usize> = (0..4).collect();
-        assert_eq!(t.send(&mut batch, &d[..2], |_, _| true).0, 2);
+        assert_eq!(t.send(&mut batch, &d[..2], |_, _, _| true).0, 2);
         t.release(t.tail());
         drop(a);
         b.alloc_bulk_len(1, 60, &mut batch);
-        assert_eq!(t.send(&mut batch, &d[..1], |_, _| true).0, 1);
+        assert_eq!(t.send(&mut batch, &d[..1], |_, _, _| true).0, 1);
         t.release(t.tail());
         drop(t);
         assert_eq!(b.stats().free, 8);
@@ -909,7 +914,7 @@ mod tests {
         let mut batch = Vec::new();
         a.alloc_bulk_len(2, 60, &mut batch);
         let d: Vec<usize> = (0..2).collect();
-        assert_eq!(t.send(&mut batch, &d, |_, _| true).0, 2);
+        assert_eq!(t.send(&mut batch, &d, |_, _, _| true).0, 2);
         assert_eq!(t.cur, a.shared_ptr());
         t.release(t.tail());
         drop(a);
@@ -930,7 +935,7 @@ mod tests {
         .unwrap();
         other.alloc_bulk_len(1, 60, &mut batch);
         assert!(!t.reaches(&batch[0]));
-        assert_eq!(t.send(&mut batch, &d[..1], |_, _| true).0, 0);
+        assert_eq!(t.send(&mut batch, &d[..1], |_, _, _| true).0, 0);
     }
 
     #[test]
@@ -942,7 +947,7 @@ mod tests {
         let mut batch = Vec::new();
         a.alloc_bulk_len(2, 60, &mut batch);
         let d: Vec<usize> = (0..2).collect();
-        t.send(&mut batch, &d, |_, _| true);
+        t.send(&mut batch, &d, |_, _, _| true);
         t.release(t.tail() + 1);
     }
 }
