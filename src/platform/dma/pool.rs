@@ -471,8 +471,8 @@ pub struct Meta {
 /// Kept beside the packet (in its pool, one per buffer) rather than in [`Meta`]: a larger
 /// packet cost the forwarding path 3 instructions per packet for every 8 bytes, and an offload
 /// bit in `Meta::flags` that the transmit loop tests cost 4 more (`bench/instructions`), for
-/// what only frames with offloads read. Setting a request marks the packet (a bit of its
-/// location word), so the transmit loop stops at it with the test it makes anyway.
+/// what only frames with offloads read. Setting a request marks the packet (bit 0 of its pool
+/// pointer, [`EXT`]), so the transmit loop stops at it with the compare it makes anyway.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TxOffload {
     /// What to compute: bits of [`TxOffload::IP_CSUM`], [`TxOffload::TCP_CSUM`],
