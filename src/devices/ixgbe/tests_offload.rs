@@ -11,7 +11,7 @@ use proptest::test_runner::{Config, TestRunner};
 use super::{IxgbeConfig, IxgbePort};
 use crate::device::{Port, RxQueue, TxQueue};
 use crate::devices::offload::soft::resolve;
-use crate::devices::offload::tests::{frame, request, verify, Kind};
+use crate::devices::offload::tests::{cut_every, frame, request, verify, Kind};
 use crate::devices::offload::{TxCaps, TxOffload};
 use crate::devices::sim::{SimConfig, SimPort};
 use crate::platform::bus::Bus;
@@ -32,22 +32,6 @@ fn cfg() -> IxgbeConfig {
         reg_timeout: Duration::from_millis(200),
         ..IxgbeConfig::default()
     }
-}
-
-/// `bytes` cut at `a`, then every `b` bytes, as a chain of `pool`'s buffers.
-fn cut(pool: &Pool, bytes: &[u8], a: usize, b: usize) -> Packet {
-    let mut at = 0;
-    let mut head: Option<Packet> = None;
-    while at < bytes.len() || head.is_none() {
-        let end = if head.is_none() { a } else { at + b }.min(bytes.len());
-        let p = pool.packet_from(&bytes[at..end]).unwrap();
-        match &mut head {
-            Some(h) => h.push_segment(p),
-            None => head = Some(p),
-        }
-        at = end;
-    }
-    head.unwrap()
 }
 
 #[test]
@@ -97,9 +81,9 @@ fn hardware_offloads_put_the_software_fallbacks_bytes_on_the_wire() {
                     (Kind::Tcp6, _) => TxOffload::TCP_CSUM,
                 };
                 let ask = request(kind, tags, tcp_hdr, flags, mss);
-                let mut sw = cut(&pool, &f, ca, cb);
+                let mut sw = cut_every(&pool, &f, ca, cb);
                 sw.set_tx_offload(ask);
-                let mut hw = cut(&pool, &f, ca, cb);
+                let mut hw = cut_every(&pool, &f, ca, cb);
                 hw.set_tx_offload(ask);
                 // Hardware tag insertion (VLE) through the offload context, against the software
                 // tag pushed into each frame the fallback made.

@@ -135,6 +135,16 @@ pub(crate) fn verify(f: &[u8], l2: usize) {
     }
 }
 
+/// `bytes` cut at `a`, then every `b` bytes, as a chain of `pool`'s buffers.
+pub(crate) fn cut_every(pool: &Pool, bytes: &[u8], a: usize, b: usize) -> Packet {
+    let cuts: Vec<usize> = (0..)
+        .map(|i| a + i * b)
+        .take_while(|&c| c < bytes.len())
+        .collect();
+    chained(pool, bytes, &cuts)
+}
+
+/// `bytes` cut at the offsets `cut`, as a chain of `pool`'s buffers.
 fn chained(pool: &Pool, bytes: &[u8], cut: &[usize]) -> Packet {
     let mut head: Option<Packet> = None;
     let mut at = 0;
@@ -313,10 +323,8 @@ proptest! {
             (Kind::Tcp4, _) => TxOffload::TCP_CSUM | TxOffload::IP_CSUM,
             (Kind::Tcp6, _) => TxOffload::TCP_CSUM,
         };
-        // Cut at `a`, then every `b` bytes (each piece fits a buffer).
-        let cuts: Vec<usize> = (0..).map(|i| a + i * b).take_while(|&c| c < f.len()).collect();
         let mut one = pool.packet_from(&f).unwrap();
-        let mut cut = chained(&pool, &f, &cuts);
+        let mut cut = cut_every(&pool, &f, a, b);
         ask(&mut one, request(kind, 0, 20, flags, mss));
         ask(&mut cut, request(kind, 0, 20, flags, mss));
         let mut x = vec![one];
