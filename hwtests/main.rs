@@ -15,7 +15,9 @@
 //!
 //! Files: `proc.rs` (child processes with deadlines), `drv.rs` (helpers for driver-level tests),
 //! `traffic.rs` (link, counters, 10,000-frame transfer, loopback, drop and reopen),
-//! `vlan_tests.rs` (VLAN modes, filter, TPID), `peer.rs` (ARP/ICMP responder for the kernel peer).
+//! `vlan_tests.rs` (VLAN modes, filter, TPID), `peer.rs` (ARP/ICMP responder for the kernel peer),
+//! `offload_tests.rs` (jumbo chains, checksum offloads and TSO against Linux's igb and stack),
+//! `tcp.rs` (the minimal TCP client and IPv4 frame builders those tests use).
 //!
 //! Output: one line per test (`ok`, `FAIL`, `skip` and the test name), then a final
 //! `N passed, M failed, K skipped` line; the exit status is non-zero when anything failed. Tests
@@ -37,8 +39,10 @@
 mod cli_tests;
 mod drv;
 mod irq_tests;
+mod offload_tests;
 mod peer;
 mod proc;
+mod tcp;
 mod traffic;
 mod vlan_tests;
 
@@ -128,6 +132,23 @@ const TESTS: &[Test] = &[
     test("vlan_tpid_88a8", vlan_tests::vlan_tpid_88a8, 60),
     test("vlan_wire_capture", vlan_tests::vlan_wire_capture, 60),
     test("kernel_peer_vlan_ping", peer::kernel_peer_vlan_ping, 120),
+    test("jumbo_vfio_pair", offload_tests::jumbo_vfio_pair, 60),
+    test("jumbo_kernel_peer", offload_tests::jumbo_kernel_peer, 60),
+    test(
+        "udp_checksum_offload_kernel_peer",
+        offload_tests::udp_checksum_offload_kernel_peer,
+        60,
+    ),
+    test(
+        "tcp_checksum_offload_kernel_peer",
+        offload_tests::tcp_checksum_offload_kernel_peer,
+        90,
+    ),
+    test(
+        "tcp_tso_kernel_peer",
+        offload_tests::tcp_tso_kernel_peer,
+        90,
+    ),
     test(
         "cli_info_regs_selftest",
         cli_tests::cli_info_regs_selftest,

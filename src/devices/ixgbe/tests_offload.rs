@@ -15,7 +15,7 @@ use crate::devices::offload::tests::{cut_every, frame, request, verify, Kind};
 use crate::devices::offload::{TxCaps, TxOffload};
 use crate::devices::sim::{SimConfig, SimPort};
 use crate::platform::bus::Bus;
-use crate::platform::dma::{Meta, Packet, Pool, PoolConfig};
+use crate::platform::dma::{Meta, Pool, PoolConfig};
 use crate::vlan::frame::tx_wire_frame;
 use crate::vlan::{Tci, Tpid};
 
