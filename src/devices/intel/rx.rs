@@ -466,6 +466,57 @@ mod tests {
     use crate::platform::mmio::RecordingMmio;
 
     #[test]
+    fn a_frame_over_several_descriptors_arrives_whole_or_not_at_all() {
+        let mmio = Arc::new(RecordingMmio::new(0x100));
+        let mapper: Arc<dyn crate::platform::dma::DmaMapper> = Arc::new(IdentityMapper);
+        let pool = Pool::new(
+            PoolConfig {
+                buffers: 256,
+                ..PoolConfig::default()
+            },
+            mapper,
+        )
+        .unwrap();
+        let chip = ChipRx::errors(29, 31, 30);
+        let mut ring = RxRing::new(mmio, 0x18, 0x10, 64, pool.clone(), chip).unwrap();
+        // Plays the device: slot `i` written back with `len` bytes (DD, EOP if `eop`, and
+        // `status`), its buffer filled with `fill`.
+        let wb = |r: &RxRing<RecordingMmio>, i: usize, len: u64, eop: bool, status: u32| {
+            let eop = if eop { RxStatus::EOP } else { 0 };
+            let w = u64::from(status | RxStatus::DD | eop) | len << 32;
+            r.desc.store(i, 1, w, Relaxed);
+        };
+        let mut batch = Vec::new();
+        // The first two pieces of a 4100-byte frame: nothing delivered yet, whatever the bursts.
+        wb(&ring, 0, 2048, false, 0);
+        wb(&ring, 1, 2048, false, 0);
+        assert_eq!(ring.rx_burst(&mut batch, 32).unwrap(), 0);
+        assert_eq!(ring.rx_burst(&mut batch, 32).unwrap(), 0);
+        // Its end, with the checksum flags of the frame.
+        wb(&ring, 2, 4, true, RxStatus::IPCS);
+        assert_eq!(ring.rx_burst(&mut batch, 32).unwrap(), 1);
+        let p = &batch[0];
+        assert_eq!((p.segment_count(), p.frame_len()), (3, 4100));
+        assert_eq!(p.meta.flags, Meta::RX_IP_CSUM_OK);
+        assert_eq!(ring.stats().bytes, 4100);
+        // A frame whose EOP descriptor carries a MAC error is dropped whole.
+        wb(&ring, 3, 2048, false, 0);
+        wb(&ring, 4, 100, true, chip.frame_error);
+        wb(&ring, 5, 60, true, 0);
+        assert_eq!(ring.rx_burst(&mut batch, 32).unwrap(), 1);
+        assert_eq!(batch[1].frame_len(), 60);
+        assert_eq!(ring.stats().dropped, 1);
+        // A frame left unfinished at a restart is counted dropped, and its buffers go home.
+        wb(&ring, 6, 2048, false, 0);
+        assert_eq!(ring.rx_burst(&mut batch, 32).unwrap(), 0);
+        ring.restart_slot();
+        assert_eq!(ring.stats().dropped, 2);
+        drop(batch);
+        drop(ring);
+        assert_eq!(pool.stats().in_use, 0);
+    }
+
+    #[test]
     fn receive_flags_on_the_fast_and_the_slow_path() {
         let mmio = Arc::new(RecordingMmio::new(0x100));
         let mapper: Arc<dyn crate::platform::dma::DmaMapper> = Arc::new(IdentityMapper);

@@ -25,7 +25,7 @@ use super::offload::{asks_offload, prepare};
 use crate::device::{QueueError, QueueStats};
 use crate::devices::offload::Request;
 use crate::error::Result;
-use crate::platform::dma::{Desc, DescTable, Meta, Packet, Pool, TxSlots};
+use crate::platform::dma::{Desc, DescTable, Meta, Packet, Pool, TxOffload, TxSlots};
 use crate::platform::mmio::Mmio;
 use crate::vlan::insert::{insert_front, SwVlanCounts};
 use crate::vlan::Tpid;
@@ -180,6 +180,11 @@ enum Tagged {
 /// The most data descriptors one frame may take: the 82599's limit (DPDK's `IXGBE_TX_MAX_SEG`,
 /// 40; the 82576 takes more). A longer chain is linearized if it fits a buffer, else dropped.
 pub const MAX_TX_SEGS: usize = 40;
+
+/// The longest frame sent without TSO: 16 KiB, above the largest MTU either chip takes (the
+/// 82599's 9710, `ixgbe::MAX_MTU`) and within what its transmit path gathers (the software
+/// 82599 gathers as much); a longer chain is refused rather than handed to the device.
+pub const MAX_TX_FRAME: usize = 16 * 1024;
 
 /// Frames shorter than this are padded by the driver before they get a descriptor: a data
 /// descriptor of length 0 hangs the 82599's transmit DMA, and Linux pads every frame to at
@@ -635,6 +640,13 @@ impl<M: Mmio> TxRing<M> {
             self.drop_front(batch, b);
             return false;
         }
+        let p = &batch[0];
+        let tso = p.tx_offload().flags & TxOffload::TSO != 0;
+        if !tso && p.frame_len() > MAX_TX_FRAME {
+            let why = format!("a {}-byte frame without TSO: the chips send frames of at most {MAX_TX_FRAME} bytes (ask for TSO, or send smaller frames)", p.frame_len());
+            self.refuse(batch, b, &why);
+            return false;
+        }
         true
     }
 
@@ -875,6 +887,70 @@ mod tests {
             6,
             "the dropped frame went back to the pool"
         );
+        drop(ring);
+        assert_eq!(pool.stats().in_use, 0);
+    }
+
+    #[test]
+    fn chains_take_a_descriptor_per_segment_and_offloads_a_context_in_slot_1() {
+        use crate::devices::offload::tests::{frame, request, Kind};
+        let (mut ring, pool) = tx_ring(64, 128);
+        let dword = |r: &TxRing<RecordingMmio>, i, w| r.desc.load_dword(i, w, Relaxed);
+        // A 5000-byte TSO request in 3 buffers, an empty segment among them (skipped: a
+        // zero-length descriptor hangs the 82599), then a plain frame.
+        let f = frame(Kind::Tcp4, 0, 20, 0x18, &[9u8; 4946]);
+        let mut p = pool.packet_from(&f).unwrap();
+        p.push_segment(pool.alloc().unwrap());
+        p.set_tx_offload(request(Kind::Tcp4, 0, 20, TxOffload::TSO, 1448));
+        let mut batch = vec![p];
+        pool.alloc_bulk_len(1, 60, &mut batch);
+        assert_eq!(ring.tx_burst(&mut batch).unwrap(), 2);
+        assert_eq!(ring.tail_slot(), 5, "context, 3 data, 1 data");
+        let dtyp = |i| dword(&ring, i, 2) & (0xf << 20);
+        assert_eq!(dtyp(0), TxContext::DTYP);
+        // Context: MACLEN 14, IPLEN 20; TUCMD IPV4 | TCP; MSS 1448, L4LEN 20, slot 1.
+        assert_eq!(dword(&ring, 0, 0), 20 | 14 << 9);
+        assert_eq!(dword(&ring, 0, 2) & (3 << 10), 3 << 10);
+        assert_eq!(dword(&ring, 0, 3), 1448 << 16 | 20 << 8 | 1 << 4);
+        let lens: Vec<u32> = (1..4).map(|i| dword(&ring, i, 2) & 0xffff).collect();
+        assert_eq!(lens, [2048, 2048, 5000 - 4096]);
+        for i in 1..4 {
+            assert_eq!(dtyp(i), TxData::DTYP);
+            assert_ne!(
+                dword(&ring, i, 2) & TxSegment::TSE,
+                0,
+                "TSE on every descriptor"
+            );
+            assert_eq!(
+                dword(&ring, i, 2) & TxData::EOP != 0,
+                i == 3,
+                "EOP on the last"
+            );
+        }
+        // olinfo on the first only: PAYLEN 5000 - 54, IXSM | TXSM, CC, slot 1.
+        let olinfo = TxSegment::olinfo(5000 - 54, TxSegment::IXSM | TxSegment::TXSM, 1);
+        assert_eq!(dword(&ring, 1, 3), olinfo);
+        assert_eq!((dword(&ring, 2, 3), dword(&ring, 3, 3)), (0, 0));
+        assert_eq!(
+            dword(&ring, 4, 2),
+            TxData::CMD | 60,
+            "the plain frame's fast path"
+        );
+        // The same request again needs no new context.
+        let mut p = pool.packet_from(&f).unwrap();
+        p.set_tx_offload(request(Kind::Tcp4, 0, 20, TxOffload::TSO, 1448));
+        let mut batch = vec![p];
+        assert_eq!(ring.tx_burst(&mut batch).unwrap(), 1);
+        assert_eq!(ring.tail_slot(), 8);
+        // A frame longer than the chips send without TSO, and a bad request: dropped, counted.
+        let mut batch = vec![pool.packet_from(&vec![1u8; MAX_TX_FRAME + 1]).unwrap()];
+        let mut bad = pool.packet_from(&f).unwrap();
+        bad.set_tx_offload(request(Kind::Tcp4, 0, 20, TxOffload::TSO, 0));
+        batch.push(bad);
+        assert_eq!(ring.tx_burst(&mut batch).unwrap(), 0);
+        assert!(batch.is_empty());
+        assert_eq!(ring.stats().dropped, 2);
+        assert_eq!(ring.tail_slot(), 8, "nothing written for them");
         drop(ring);
         assert_eq!(pool.stats().in_use, 0);
     }
