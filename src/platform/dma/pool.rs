@@ -472,7 +472,7 @@ pub struct Meta {
 /// packet cost the forwarding path 3 instructions per packet for every 8 bytes, and an offload
 /// bit in `Meta::flags` that the transmit loop tests cost 4 more (`bench/instructions`), for
 /// what only frames with offloads read. Setting a request marks the packet (bit 0 of its pool
-/// pointer, [`EXT`]), so the transmit loop stops at it with the compare it makes anyway.
+/// pointer), so the transmit loop stops at it with the compare it makes anyway.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TxOffload {
     /// What to compute: bits of [`TxOffload::IP_CSUM`], [`TxOffload::TCP_CSUM`],
