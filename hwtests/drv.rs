@@ -1,5 +1,6 @@
 //! Helpers for the driver-level tests: opening ports through the public API, building test
-//! frames, pumping frames from one queue to another with timeouts, and reading counters.
+//! frames (chains too), sending and pumping frames from one queue to another with timeouts,
+//! reading counters, and turning a test's `Result` into its `Outcome`.
 //!
 //! Everything goes through `vfio_nic::devices::any::open` and the burst API, so the same tests run on
 //! QEMU's 82576, a real 82576 and a real 82599. Waits are bounded by wall-clock timeouts
@@ -19,6 +20,8 @@ use vfio_nic::devices::{self, AnyPort, PortConfig};
 use vfio_nic::platform::dma::{Packet, Pool, PoolConfig};
 use vfio_nic::platform::pci::{PciAddress, Sysfs};
 
+use super::Outcome;
+
 /// Ethertype of the test frames (IEEE local experimental 1).
 pub const TEST_ETHERTYPE: u16 = 0x88b5;
 /// How long a transfer may make no progress before a test gives up.
@@ -26,6 +29,22 @@ pub const STALL: Duration = Duration::from_secs(5);
 /// How long one transfer may take in all (frames that keep arriving, say from a chatty peer,
 /// must not keep a test running for ever).
 pub const TRANSFER_LIMIT: Duration = Duration::from_secs(60);
+/// How long any one wait of the chain and offload tests may take (a frame, a counter, room in a
+/// ring).
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// A test's body as its outcome: `Ok` passes with its details, `Err` fails with the reason.
+pub fn run(f: impl FnOnce() -> Result<String, String>) -> Outcome {
+    match f() {
+        Ok(d) => Outcome::Pass(d),
+        Err(e) => Outcome::Fail(e),
+    }
+}
+
+/// An error as the tests' message text.
+pub fn text(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
 
 /// Port settings for the tests: small rings, enough buffers for a ring plus frames in flight.
 pub fn config(loopback: bool) -> PortConfig {
@@ -155,6 +174,40 @@ pub fn packet(pool: &Pool, bytes: &[u8]) -> Result<Packet, String> {
     Ok(p)
 }
 
+/// `bytes` as a packet of `pool` (a chain when it is longer than a buffer).
+pub fn chain(pool: &Pool, bytes: &[u8]) -> Result<Packet, String> {
+    pool.packet_from(bytes).ok_or_else(|| {
+        format!(
+            "the pool has too few free buffers for a {}-byte frame",
+            bytes.len()
+        )
+    })
+}
+
+/// Queues every packet of `batch`, retrying while the ring is full, at most [`WAIT`].
+pub fn send_all(tx: &mut impl TxQueue, batch: &mut Vec<Packet>) -> Result<(), String> {
+    let start = Instant::now();
+    while !batch.is_empty() {
+        tx.tx_burst(batch).map_err(text)?;
+        if start.elapsed() > WAIT {
+            return Err(format!(
+                "the transmit queue took none of {} packets for {} s",
+                batch.len(),
+                WAIT.as_secs()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Where two frames first differ, for messages.
+pub fn first_difference(a: &[u8], b: &[u8]) -> String {
+    match a.iter().zip(b).position(|(x, y)| x != y) {
+        Some(i) => format!("first difference at byte {i}"),
+        None => format!("lengths {} and {}", a.len(), b.len()),
+    }
+}
+
 /// Receives and frees whatever arrives until the queue has been quiet for `quiet` (stale
 /// frames: QEMU queues frames for a receiver that is not ready and delivers them later).
 /// Returns how many were dropped.
@@ -277,6 +330,23 @@ pub fn deltas(before: &PortStats, after: &PortStats, names: &[&str]) -> Result<V
         .iter()
         .map(|n| Ok(counter(after, n)? - counter(before, n)?))
         .collect()
+}
+
+/// Checks that none of the receive error counters `names` moved from `before` to `after`;
+/// the error names the first that did as "`who` NAME rose by N".
+pub fn rx_errors_quiet(
+    before: &PortStats,
+    after: &PortStats,
+    names: &[&str],
+    who: &str,
+) -> Result<(), String> {
+    for &name in names {
+        let d = counter(after, name)? - counter(before, name)?;
+        if d != 0 {
+            return Err(format!("{who} {name} rose by {d}"));
+        }
+    }
+    Ok(())
 }
 
 /// Port `i` of the context's list and its expected MAC, if given.

@@ -16,8 +16,11 @@
 //! Files: `proc.rs` (child processes with deadlines), `drv.rs` (helpers for driver-level tests),
 //! `traffic.rs` (link, counters, 10,000-frame transfer, loopback, drop and reopen),
 //! `vlan_tests.rs` (VLAN modes, filter, TPID), `peer.rs` (ARP/ICMP responder for the kernel peer),
-//! `offload_tests.rs` (jumbo chains, checksum offloads and TSO against Linux's igb and stack),
-//! `tcp.rs` (the minimal TCP client and IPv4 frame builders those tests use).
+//! `jumbo_tests.rs` (jumbo frames as chains, against Linux's igb and between our two ports),
+//! `offload_tests.rs` (checksum offloads and TSO against Linux's igb and stack), `linux_peer.rs`
+//! (the Linux side of those tests: interface set-up, counters, sockets), `ip_port.rs` (our side:
+//! the port speaking IPv4 and the TCP connection), `tcp.rs` (the minimal TCP client's frames and
+//! the IPv4 frame builders).
 //!
 //! Output: one line per test (`ok`, `FAIL`, `skip` and the test name), then a final
 //! `N passed, M failed, K skipped` line; the exit status is non-zero when anything failed. Tests
@@ -38,7 +41,10 @@
 
 mod cli_tests;
 mod drv;
+mod ip_port;
 mod irq_tests;
+mod jumbo_tests;
+mod linux_peer;
 mod offload_tests;
 mod peer;
 mod proc;
@@ -132,8 +138,8 @@ const TESTS: &[Test] = &[
     test("vlan_tpid_88a8", vlan_tests::vlan_tpid_88a8, 60),
     test("vlan_wire_capture", vlan_tests::vlan_wire_capture, 60),
     test("kernel_peer_vlan_ping", peer::kernel_peer_vlan_ping, 120),
-    test("jumbo_vfio_pair", offload_tests::jumbo_vfio_pair, 60),
-    test("jumbo_kernel_peer", offload_tests::jumbo_kernel_peer, 60),
+    test("jumbo_vfio_pair", jumbo_tests::jumbo_vfio_pair, 60),
+    test("jumbo_kernel_peer", jumbo_tests::jumbo_kernel_peer, 60),
     test(
         "udp_checksum_offload_kernel_peer",
         offload_tests::udp_checksum_offload_kernel_peer,

@@ -1,5 +1,6 @@
 //! A minimal TCP client over raw frames, for the offload tests against Linux's stack
-//! (hwtests/offload_tests.rs), and the IPv4/UDP frame builder they share.
+//! (hwtests/offload_tests.rs, driven over our port by hwtests/ip_port.rs), and the IPv4/UDP
+//! frame builder they share.
 //!
 //! What it does and no more: one connection from our port to a Linux listener, built from
 //! frames we write ourselves. [`Flow::syn`] opens it (MSS and window-scale options),
@@ -110,7 +111,7 @@ pub fn fill_checksums(f: &mut [u8]) {
     let ip = csum(&f[L2..L2 + L3], 0);
     f[L2 + 10..L2 + 12].copy_from_slice(&ip.to_be_bytes());
     let proto = f[L2 + 9];
-    let field = L2 + L3 + if proto == 6 { 16 } else { 6 };
+    let field = l4_csum_field(f);
     f[field..field + 2].fill(0);
     let l4_len = f.len() - L2 - L3;
     let mut pseudo = Vec::with_capacity(12);
@@ -126,6 +127,22 @@ pub fn fill_checksums(f: &mut [u8]) {
         l4 = 0xffff;
     }
     f[field..field + 2].copy_from_slice(&l4.to_be_bytes());
+}
+
+/// Where the L4 checksum of a frame of [`udp_frame`] or [`Flow::segment`] is.
+fn l4_csum_field(f: &[u8]) -> usize {
+    L2 + L3 + if f[L2 + 9] == 6 { 16 } else { 6 }
+}
+
+/// Makes a frame of [`udp_frame`] or [`Flow::segment`] a control frame Linux must drop for its
+/// L4 checksum: correct checksums (for sending without offloads), then a wrong L4 one (0xdead,
+/// or 0xbeef where 0xdead happens to be right).
+pub fn spoil_l4_checksum(f: &mut [u8]) {
+    fill_checksums(f);
+    let field = l4_csum_field(f);
+    let good = u16::from_be_bytes([f[field], f[field + 1]]);
+    let wrong = if good == BAD_CSUM { 0xbeef } else { BAD_CSUM };
+    f[field..field + 2].copy_from_slice(&wrong.to_be_bytes());
 }
 
 /// A TCP segment Linux sent us, as far as the client cares.
@@ -337,5 +354,20 @@ mod tests {
         fill_checksums(&mut f);
         assert_eq!(csum(&f[L2..L2 + L3], 0), 0);
         assert_ne!(&f[L2 + L3 + 6..L2 + L3 + 8], &BAD_CSUM.to_be_bytes());
+    }
+
+    #[test]
+    fn a_spoiled_frame_differs_from_a_filled_one_in_its_l4_checksum_only() {
+        let (a, b) = ends();
+        let udp = udp_frame(&a, &b, 7, b"hello");
+        let tcp = Flow::new(a, b, 1).segment(PSH | ACK, &[], b"hello");
+        for (frame, field) in [(udp, L2 + L3 + 6), (tcp, L2 + L3 + 16)] {
+            let (mut good, mut bad) = (frame.clone(), frame);
+            fill_checksums(&mut good);
+            spoil_l4_checksum(&mut bad);
+            assert_ne!(good[field..field + 2], bad[field..field + 2]);
+            bad[field..field + 2].copy_from_slice(&good[field..field + 2]);
+            assert_eq!(good, bad);
+        }
     }
 }

@@ -11,20 +11,13 @@ use std::time::Duration;
 use vfio_nic::device::{MacAddr, Port, RxQueue, TxQueue};
 use vfio_nic::platform::dma::Packet;
 
-use super::drv::{self, counter, deltas, drain, frame, mixed_sizes, packet, pump, pump_into};
+use super::drv::{self, deltas, drain, frame, mixed_sizes, packet, pump, pump_into, run};
 use super::{Ctx, Outcome};
 
 /// Frames in the two-port transfer.
 const FRAMES: usize = 10_000;
 /// How long a receive queue must stay quiet before a test starts.
 const QUIET: Duration = Duration::from_millis(50);
-
-fn run(f: impl FnOnce() -> Result<String, String>) -> Outcome {
-    match f() {
-        Ok(d) => Outcome::Pass(d),
-        Err(e) => Outcome::Fail(e),
-    }
-}
 
 /// Link up, the MAC the environment expects, and counters that start at zero (but for stale
 /// frames QEMU may deliver as soon as the ring is armed, which must then match exactly).
@@ -170,12 +163,7 @@ pub fn traffic_10k_mixed_sizes(ctx: &Ctx) -> Outcome {
         if rx_sw.dropped != 0 {
             return Err(format!("the receive ring dropped {} frames", rx_sw.dropped));
         }
-        for &name in names.rx_errors {
-            let d = counter(&b1, name)? - counter(&b0, name)?;
-            if d != 0 {
-                return Err(format!("receiver counter {name} rose by {d}"));
-            }
-        }
+        drv::rx_errors_quiet(&b0, &b1, names.rx_errors, "receiver counter")?;
         Ok(format!(
             "{n} frames, {bytes} bytes, in order and byte-identical in {secs:.2} s; {:?} {tx:?}, {:?} {rx:?}; {stale} stale frames drained first",
             names.tx, names.rx
