@@ -465,18 +465,22 @@ mod tests {
     use crate::platform::dma::{IdentityMapper, PoolConfig};
     use crate::platform::mmio::RecordingMmio;
 
+    /// A recording register file and a pool of 256 buffers for a ring under test.
+    fn bed() -> (Arc<RecordingMmio>, Pool) {
+        let mapper: Arc<dyn crate::platform::dma::DmaMapper> = Arc::new(IdentityMapper);
+        let cfg = PoolConfig {
+            buffers: 256,
+            ..PoolConfig::default()
+        };
+        (
+            Arc::new(RecordingMmio::new(0x100)),
+            Pool::new(cfg, mapper).unwrap(),
+        )
+    }
+
     #[test]
     fn a_frame_over_several_descriptors_arrives_whole_or_not_at_all() {
-        let mmio = Arc::new(RecordingMmio::new(0x100));
-        let mapper: Arc<dyn crate::platform::dma::DmaMapper> = Arc::new(IdentityMapper);
-        let pool = Pool::new(
-            PoolConfig {
-                buffers: 256,
-                ..PoolConfig::default()
-            },
-            mapper,
-        )
-        .unwrap();
+        let (mmio, pool) = bed();
         let chip = ChipRx::errors(29, 31, 30);
         let mut ring = RxRing::new(mmio, 0x18, 0x10, 64, pool.clone(), chip).unwrap();
         // Plays the device: slot `i` written back with `len` bytes (DD, EOP if `eop`, and
@@ -518,16 +522,7 @@ mod tests {
 
     #[test]
     fn receive_flags_on_the_fast_and_the_slow_path() {
-        let mmio = Arc::new(RecordingMmio::new(0x100));
-        let mapper: Arc<dyn crate::platform::dma::DmaMapper> = Arc::new(IdentityMapper);
-        let pool = Pool::new(
-            PoolConfig {
-                buffers: 256,
-                ..PoolConfig::default()
-            },
-            mapper,
-        )
-        .unwrap();
+        let (mmio, pool) = bed();
         // The 82599's bits (VP does not by itself mean stripped).
         let chip = ChipRx {
             frame_error: 1 << 29,

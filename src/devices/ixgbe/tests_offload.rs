@@ -11,8 +11,8 @@ use proptest::test_runner::{Config, TestRunner};
 use super::{IxgbeConfig, IxgbePort};
 use crate::device::{Port, RxQueue, TxQueue};
 use crate::devices::offload::soft::resolve;
-use crate::devices::offload::tests::{cut_every, frame, request, verify, Kind};
-use crate::devices::offload::{TxCaps, TxOffload};
+use crate::devices::offload::tests::{cut_every, every_offload, frame, request, verify, Kind};
+use crate::devices::offload::TxCaps;
 use crate::devices::sim::{SimConfig, SimPort};
 use crate::platform::bus::Bus;
 use crate::platform::dma::{Meta, Pool, PoolConfig};
@@ -73,13 +73,7 @@ fn hardware_offloads_put_the_software_fallbacks_bytes_on_the_wire() {
             |(len, ca, cb, kind, tags, tcp_hdr, mss, tso, vlan)| {
                 let payload: Vec<u8> = (0..len).map(|i| (i * 29 + 5) as u8).collect();
                 let f = frame(kind, tags, tcp_hdr, 0x99, &payload);
-                let tso = tso && kind != Kind::Udp4;
-                let flags = match (kind, tso) {
-                    (_, true) => TxOffload::TSO,
-                    (Kind::Udp4, _) => TxOffload::UDP_CSUM | TxOffload::IP_CSUM,
-                    (Kind::Tcp4, _) => TxOffload::TCP_CSUM | TxOffload::IP_CSUM,
-                    (Kind::Tcp6, _) => TxOffload::TCP_CSUM,
-                };
+                let flags = every_offload(kind, tso);
                 let ask = request(kind, tags, tcp_hdr, flags, mss);
                 let mut sw = cut_every(&pool, &f, ca, cb);
                 sw.set_tx_offload(ask);

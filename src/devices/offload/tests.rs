@@ -89,6 +89,16 @@ pub(crate) fn request(kind: Kind, tags: usize, tcp_hdr: usize, flags: u16, mss: 
     }
 }
 
+/// Every offload a frame of `kind` can ask for: its checksums, or TSO when `tso` and it is TCP.
+pub(crate) fn every_offload(kind: Kind, tso: bool) -> u16 {
+    match (kind, tso) {
+        (Kind::Tcp4 | Kind::Tcp6, true) => TxOffload::TSO,
+        (Kind::Udp4, _) => TxOffload::UDP_CSUM | TxOffload::IP_CSUM,
+        (Kind::Tcp4, _) => TxOffload::TCP_CSUM | TxOffload::IP_CSUM,
+        (Kind::Tcp6, _) => TxOffload::TCP_CSUM,
+    }
+}
+
 /// Asks `p` for the request `r` ([`request`]).
 pub(crate) fn ask(p: &mut Packet, r: TxOffload) {
     p.set_tx_offload(r);
@@ -316,13 +326,7 @@ proptest! {
         let pool = pool(512);
         let payload: Vec<u8> = (0..len).map(|i| (i * 31 + 1) as u8).collect();
         let f = frame(kind, 0, 20, 0x19, &payload);
-        let tso = tso && kind != Kind::Udp4;
-        let flags = match (kind, tso) {
-            (_, true) => TxOffload::TSO,
-            (Kind::Udp4, _) => TxOffload::UDP_CSUM | TxOffload::IP_CSUM,
-            (Kind::Tcp4, _) => TxOffload::TCP_CSUM | TxOffload::IP_CSUM,
-            (Kind::Tcp6, _) => TxOffload::TCP_CSUM,
-        };
+        let flags = every_offload(kind, tso);
         let mut one = pool.packet_from(&f).unwrap();
         let mut cut = cut_every(&pool, &f, a, b);
         ask(&mut one, request(kind, 0, 20, flags, mss));
