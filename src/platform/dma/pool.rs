@@ -176,10 +176,9 @@ pub struct Pool {
     shared: NonNull<Shared>,
 }
 
-// SAFETY: all mutable state of `Shared` is atomic or a lock-free queue (its home); the caches
-// are thread-local; buffers are owned exclusively by packets, and so is each buffer's `Ext`
-// (reached only through the owning packet, `platform::dma::chain`); the DMA memory is
-// Send + Sync.
+// SAFETY: `Shared`'s mutable state is atomic or a lock-free queue; caches are thread-local;
+// each buffer, and its `Ext` (reached only through the owning packet, `dma::chain`), is owned
+// by one packet; the DMA memory is Send + Sync.
 unsafe impl Send for Pool {}
 // SAFETY: see `Send`.
 unsafe impl Sync for Pool {}
