@@ -225,6 +225,15 @@ impl MmioRegion {
             self.len
         );
     }
+
+    /// The address of a `width`-byte access at `offset`, checked (by `check_width`) to be
+    /// aligned and inside the mapping.
+    fn narrow(&self, offset: usize, width: usize) -> *mut u8 {
+        self.check_width(offset, width);
+        // SAFETY: `offset + width <= len` (checked above), so the result stays inside the
+        // mapping `base` points to.
+        unsafe { self.base.cast::<u8>().as_ptr().add(offset) }
+    }
 }
 
 impl Mmio for MmioRegion {
@@ -248,47 +257,23 @@ impl Mmio for MmioRegion {
     }
 
     fn read16(&self, offset: usize) -> u16 {
-        self.check_width(offset, 2);
-        // SAFETY: as in `read32`, for an aligned 2-byte access inside the mapping.
-        unsafe {
-            self.base
-                .cast::<u8>()
-                .as_ptr()
-                .add(offset)
-                .cast::<u16>()
-                .read_volatile()
-        }
+        // SAFETY: as in `read32`, for an aligned 2-byte access inside the mapping (`narrow`).
+        unsafe { self.narrow(offset, 2).cast::<u16>().read_volatile() }
     }
 
     fn write16(&self, offset: usize, value: u16) {
-        self.check_width(offset, 2);
         // SAFETY: as in `read16`.
-        unsafe {
-            self.base
-                .cast::<u8>()
-                .as_ptr()
-                .add(offset)
-                .cast::<u16>()
-                .write_volatile(value)
-        }
+        unsafe { self.narrow(offset, 2).cast::<u16>().write_volatile(value) }
     }
 
     fn read8(&self, offset: usize) -> u8 {
-        self.check_width(offset, 1);
-        // SAFETY: as in `read32`, for a 1-byte access inside the mapping.
-        unsafe { self.base.cast::<u8>().as_ptr().add(offset).read_volatile() }
+        // SAFETY: as in `read32`, for a 1-byte access inside the mapping (`narrow`).
+        unsafe { self.narrow(offset, 1).read_volatile() }
     }
 
     fn write8(&self, offset: usize, value: u8) {
-        self.check_width(offset, 1);
         // SAFETY: as in `read8`.
-        unsafe {
-            self.base
-                .cast::<u8>()
-                .as_ptr()
-                .add(offset)
-                .write_volatile(value)
-        }
+        unsafe { self.narrow(offset, 1).write_volatile(value) }
     }
 }
 

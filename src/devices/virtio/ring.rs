@@ -458,6 +458,18 @@ mod tests {
         SplitRing::new(size, 64, Arc::new(IdentityMapper)).unwrap()
     }
 
+    /// A ring of 4 with descriptors 0 and 1 (64-byte receive buffers) published, and the
+    /// device that will answer it.
+    fn two_posted() -> (SplitRing, Device) {
+        let mut r = ring(4);
+        for id in 0..2 {
+            r.set_desc(id, 0x1000, 64, DESC_F_WRITE, 0);
+            r.push(id);
+        }
+        r.publish();
+        (r, Device::new(0))
+    }
+
     #[test]
     fn sizes_must_be_powers_of_two() {
         for bad in [0u16, 3, 6, 100, 65535] {
@@ -583,13 +595,7 @@ mod tests {
         assert_eq!(e, QueueError::ProtocolViolation(Violation::IndexJumped));
         assert_eq!(r.in_flight(), 1, "nothing consumed");
 
-        let mut r = ring(4);
-        let mut dev = Device::new(0);
-        for id in 0..2 {
-            r.set_desc(id, 0x1000, 64, DESC_F_WRITE, 0);
-            r.push(id);
-        }
-        r.publish();
+        let (mut r, mut dev) = two_posted();
         dev.push(&r, 1, 64);
         dev.push(&r, 1, 64);
         dev.publish(&r);
@@ -610,13 +616,7 @@ mod tests {
     /// not the device's until it is published.
     #[test]
     fn a_descriptor_returned_twice_is_caught_even_after_a_requeue() {
-        let mut r = ring(4);
-        let mut dev = Device::new(0);
-        for id in 0..2 {
-            r.set_desc(id, 0x1000, 64, DESC_F_WRITE, 0);
-            r.push(id);
-        }
-        r.publish();
+        let (mut r, mut dev) = two_posted();
         dev.push(&r, 0, 64);
         dev.push(&r, 0, 64);
         dev.publish(&r);
