@@ -32,12 +32,18 @@ pub fn checksum_add(sum: u32, data: &[u8]) -> u32 {
     sum
 }
 
-/// Folds a running sum into the 16-bit Internet checksum (complemented).
-pub fn checksum_finish(mut sum: u32) -> u16 {
+/// Folds a running sum to 16 bits with end-around carry, not complemented: a partial sum to
+/// carry on with (the pseudo-header sum a checksum offload starts from, say).
+pub fn checksum_fold(mut sum: u32) -> u16 {
     while sum >> 16 != 0 {
         sum = (sum & 0xffff) + (sum >> 16);
     }
-    !(sum as u16)
+    sum as u16
+}
+
+/// Folds a running sum into the 16-bit Internet checksum (complemented).
+pub fn checksum_finish(sum: u32) -> u16 {
+    !checksum_fold(sum)
 }
 
 /// The Internet checksum of `data`. A buffer that contains its own correct checksum sums to 0.

@@ -18,6 +18,7 @@
 use super::desc::{TxOffloadContext, TxSegment};
 use crate::devices::offload::soft::pseudo_header;
 use crate::devices::offload::{Request, L4};
+use crate::platform::checksum::checksum_fold;
 use crate::platform::dma::Packet;
 
 /// The context slot offload contexts use; slot 0 holds the VLAN-only context of hardware tag
@@ -62,12 +63,9 @@ pub fn prepare(p: &mut Packet, r: &Request, vle: bool) -> Prepared {
             let len_field = if r.ipv4 { ip + 2 } else { ip + 4 };
             d[len_field..len_field + 2].copy_from_slice(&[0, 0]);
         }
-        let mut sum = pseudo_header(d, ip, r.ipv4, proto.protocol(), l4_len);
-        while sum >> 16 != 0 {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
+        let sum = checksum_fold(pseudo_header(d, ip, r.ipv4, proto.protocol(), l4_len));
         let field = l4_at + proto.csum_offset();
-        d[field..field + 2].copy_from_slice(&(sum as u16).to_be_bytes());
+        d[field..field + 2].copy_from_slice(&sum.to_be_bytes());
     }
     let ctx = TxOffloadContext {
         vlan_tci: if vle { p.meta.vlan_tci } else { 0 },

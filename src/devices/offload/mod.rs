@@ -279,12 +279,6 @@ pub struct TxCaps {
 }
 
 impl TxCaps {
-    /// A device that does all of it (the Intel rings).
-    pub const ALL: TxCaps = TxCaps {
-        checksums: true,
-        tso: true,
-        chains: true,
-    };
     /// A device that takes chained frames but computes nothing (af_packet: its copy gathers the
     /// segments).
     pub const CHAINS: TxCaps = TxCaps {

@@ -8,20 +8,17 @@
 //! burst as its segments: the burst's count is of frames queued.
 
 use super::{OffloadError, Request, TxCaps, L4};
-use crate::platform::checksum::{checksum, checksum_add, checksum_finish};
+use crate::platform::checksum::{checksum, checksum_add, checksum_finish, checksum_fold};
 use crate::platform::dma::{Packet, Pool, TxOffload};
 
 /// The 16-bit ones'-complement sum of `bytes` placed at byte offset `at` of a longer run: a
 /// run starting at an odd offset sums byte-swapped (RFC 1071 section 2(B)).
 fn sum_at(at: usize, bytes: &[u8]) -> u32 {
-    let mut s = checksum_add(0, bytes);
-    while s >> 16 != 0 {
-        s = (s & 0xffff) + (s >> 16);
-    }
+    let s = checksum_fold(checksum_add(0, bytes));
     if at % 2 == 1 {
-        (s as u16).swap_bytes().into()
+        s.swap_bytes().into()
     } else {
-        s
+        s.into()
     }
 }
 

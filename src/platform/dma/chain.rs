@@ -96,15 +96,6 @@ impl Packet {
         }
     }
 
-    /// The segments after the head, writable (their lengths and bytes; not their number).
-    pub fn tail_segments_mut(&mut self) -> &mut [Packet] {
-        if self.has_ext() {
-            &mut self.ext_mut().segs
-        } else {
-            &mut []
-        }
-    }
-
     /// The frame as slices, head first.
     pub fn segments(&self) -> impl Iterator<Item = &[u8]> + '_ {
         std::iter::once(self.data()).chain(self.tail_segments().iter().map(Packet::data))
@@ -229,12 +220,6 @@ impl Packet {
         }
         Pool::free_bulk(segs);
         Ok(())
-    }
-
-    /// A new buffer of this packet's pool (length 0), or `None` when the pool is exhausted:
-    /// for code that builds frames next to one it was given (software TSO, say).
-    pub fn alloc_sibling(&self) -> Option<Packet> {
-        self.pool_handle().alloc()
     }
 }
 
