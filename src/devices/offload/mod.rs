@@ -267,13 +267,11 @@ impl Request {
     }
 }
 
-/// What a transmit queue does in hardware; the rest [`soft::resolve`] does in software.
+/// What a transmit queue without offloads takes as it is; [`soft::resolve`] does the rest (every
+/// checksum and TSO, and linearizing chains for a queue without gather). A device with
+/// hardware offloads does not call it (the Intel rings prepare frames themselves).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TxCaps {
-    /// Checksums (IPv4 header, TCP, UDP).
-    pub checksums: bool,
-    /// TCP segmentation.
-    pub tso: bool,
     /// Frames of several buffers (one descriptor or part per segment).
     pub chains: bool,
 }
@@ -281,17 +279,9 @@ pub struct TxCaps {
 impl TxCaps {
     /// A device that takes chained frames but computes nothing (af_packet: its copy gathers the
     /// segments).
-    pub const CHAINS: TxCaps = TxCaps {
-        checksums: false,
-        tso: false,
-        chains: true,
-    };
+    pub const CHAINS: TxCaps = TxCaps { chains: true };
     /// A device that takes one buffer per frame and computes nothing.
-    pub const NONE: TxCaps = TxCaps {
-        checksums: false,
-        tso: false,
-        chains: false,
-    };
+    pub const NONE: TxCaps = TxCaps { chains: false };
 }
 
 #[cfg(test)]

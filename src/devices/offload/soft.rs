@@ -156,14 +156,13 @@ pub enum SoftError {
     NoGather(#[from] NoGather),
 }
 
-/// Whether `p` asks for work a device of `caps` does not do.
+/// Whether `p` asks for work a device of `caps` does not do: any offload, or gathering.
 #[inline(always)]
 fn needs_software(p: &Packet, caps: TxCaps) -> bool {
     if p.is_plain() {
         return false;
     }
-    let offload = p.tx_offload().flags != 0;
-    (offload && !(caps.checksums && caps.tso)) || (!caps.chains && p.is_chained())
+    p.tx_offload().flags != 0 || (!caps.chains && p.is_chained())
 }
 
 /// Does in software, for every frame of `batch`, the work `caps` says the device lacks:
@@ -193,16 +192,15 @@ pub fn resolve(batch: &mut Vec<Packet>, caps: TxCaps) -> Resolved {
 fn resolve_one(mut p: Packet, caps: TxCaps, out: &mut Vec<Packet>) -> Result<(), SoftError> {
     let start = out.len();
     match Request::of(&p)? {
-        Some(r) if !(caps.checksums && caps.tso) => {
-            if let (Some(mss), false) = (r.tso, caps.tso) {
-                out.extend(segment(&p, &r, mss)?);
-            } else {
+        Some(r) => match r.tso {
+            Some(mss) => out.extend(segment(&p, &r, mss)?),
+            None => {
                 fill_checksums(&mut p, &r);
                 p.set_tx_offload(TxOffload::default());
                 out.push(p);
             }
-        }
-        _ => out.push(p),
+        },
+        None => out.push(p),
     }
     if !caps.chains {
         for q in &mut out[start..] {
