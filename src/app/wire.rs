@@ -19,6 +19,7 @@ use std::net::Ipv4Addr;
 pub use crate::platform::checksum::{checksum, checksum_add, checksum_finish};
 
 use crate::device::MacAddr;
+use crate::platform::dma::TxOffload;
 
 /// Ethertype of IPv4.
 pub const ETHERTYPE_IPV4: u16 = 0x0800;
@@ -519,7 +520,23 @@ pub const MAX_UDP_FRAME: usize = 9014;
 /// request can be (sent as segments of its MSS).
 pub const MAX_TCP_FRAME: usize = ETH_HEADER + 65_535;
 /// Bytes of the headers [`build_tcp_frame`] writes: Ethernet, IPv4 and TCP without options.
-pub const TCP_HEADERS: (usize, usize, usize) = (ETH_HEADER, 20, 20);
+pub const TCP_FRAME_HEADERS: usize = ETH_HEADER + 40;
+
+/// The offload request for a frame [`build_tcp_frame`] made (Ethernet, IPv4 and TCP without
+/// options): its IPv4 and TCP checksums, and TSO with MSS `tso` when given.
+pub fn tcp_frame_offload(tso: Option<u16>) -> TxOffload {
+    let mut flags = TxOffload::IP_CSUM | TxOffload::TCP_CSUM;
+    if tso.is_some() {
+        flags |= TxOffload::TSO;
+    }
+    TxOffload {
+        flags,
+        l2_len: ETH_HEADER as u8,
+        l3_len: 20,
+        l4_len: 20,
+        tso_mss: tso.unwrap_or(0),
+    }
+}
 
 /// Writes an untagged IPv4/UDP frame of `flow.size` bytes into `out` (cleared first): valid IPv4
 /// and UDP checksums, a payload of [`SEQ_MAGIC`], `seq` (big endian) and a byte pattern.
@@ -566,11 +583,11 @@ pub fn build_udp_frame(flow: &UdpFlow, seq: u64, out: &mut Vec<u8>) -> bool {
 /// Builds a TCP/IPv4 frame of `flow.size` bytes (60..=[`MAX_TCP_FRAME`]) into `out`: the flow's
 /// addresses and ports, TCP sequence number `seq`, ACK and PSH, a payload of the UDP
 /// generator's pattern, and checksum fields left 0 for the port's transmit offloads to fill
-/// ([`TCP_HEADERS`] gives the lengths to ask them with). Returns false (and an empty `out`)
+/// ([`tcp_frame_offload`] asks for them). Returns false (and an empty `out`)
 /// for a size outside the range.
 pub fn build_tcp_frame(flow: &UdpFlow, seq: u32, out: &mut Vec<u8>) -> bool {
     out.clear();
-    let headers = ETH_HEADER + 40;
+    let headers = TCP_FRAME_HEADERS;
     if !(ETH_MIN_FRAME..=MAX_TCP_FRAME).contains(&flow.size) {
         return false;
     }
@@ -665,7 +682,7 @@ mod tests {
     #[test]
     fn generated_tcp_frames_take_their_checksums_from_the_offloads() {
         use crate::devices::offload::soft::resolve;
-        use crate::devices::offload::{TxCaps, TxOffload};
+        use crate::devices::offload::TxCaps;
         let pool = crate::devices::offload::tests::pool(64);
         let mut f = Vec::new();
         for (size, mss) in [(60, 0), (1514, 0), (30_000, 1448)] {
@@ -674,15 +691,7 @@ mod tests {
             assert!(build_tcp_frame(&fl, 77, &mut f));
             assert_eq!(f.len(), size);
             let mut p = pool.packet_from(&f).unwrap();
-            let (l2, l3, l4) = TCP_HEADERS;
-            let tso = if mss > 0 { TxOffload::TSO } else { 0 };
-            p.set_tx_offload(TxOffload {
-                flags: TxOffload::IP_CSUM | TxOffload::TCP_CSUM | tso,
-                l2_len: l2 as u8,
-                l3_len: l3 as u16,
-                l4_len: l4 as u8,
-                tso_mss: mss,
-            });
+            p.set_tx_offload(tcp_frame_offload((mss > 0).then_some(mss)));
             let mut batch = vec![p];
             assert_eq!(resolve(&mut batch, TxCaps::NONE).dropped, 0);
             assert_eq!(batch.len(), if mss > 0 { 21 } else { 1 });

@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map};
 use vfio_nic::app::capture::{PcapSink, Timestamps};
 use vfio_nic::app::wire::{
-    build_tcp_frame, build_udp_frame, UdpFlow, MAX_TCP_FRAME, MAX_UDP_FRAME, MIN_UDP_FRAME,
-    TCP_HEADERS,
+    build_tcp_frame, build_udp_frame, tcp_frame_offload, UdpFlow, MAX_TCP_FRAME, MAX_UDP_FRAME,
+    MIN_UDP_FRAME, TCP_FRAME_HEADERS,
 };
 use vfio_nic::device::{MacAddr, Port, RxQueue, TxQueue};
 use vfio_nic::devices::{self, AnyPort, AnyRx, AnyTx};
-use vfio_nic::platform::dma::{Packet, Pool, TxOffload};
+use vfio_nic::platform::dma::{Packet, Pool};
 use vfio_nic::vlan::{PacketVlan, Tci, VlanControl, VlanRx, VlanTx};
 use vfio_nic::{Error, Result};
 
@@ -311,21 +311,10 @@ impl Generator {
                 break;
             };
             if let Some(tso) = self.tcp {
-                let (l2, l3, l4) = TCP_HEADERS;
-                let mut flags = TxOffload::IP_CSUM | TxOffload::TCP_CSUM;
-                if tso.is_some() {
-                    flags |= TxOffload::TSO;
-                }
-                p.set_tx_offload(TxOffload {
-                    flags,
-                    l2_len: l2 as u8,
-                    l3_len: l3 as u16,
-                    l4_len: l4 as u8,
-                    tso_mss: tso.unwrap_or(0),
-                });
-                self.tcp_seq = self
-                    .tcp_seq
-                    .wrapping_add((self.frame.len() - l2 - l3 - l4) as u32);
+                p.set_tx_offload(tcp_frame_offload(tso));
+                // The payload: the frame behind its 54 bytes of headers.
+                let payload = self.frame.len() - TCP_FRAME_HEADERS;
+                self.tcp_seq = self.tcp_seq.wrapping_add(payload as u32);
             }
             if let Some(t) = self.tag {
                 p.set_tx_vlan(t).map_err(|_| Error::ReservedVlanId {
