@@ -187,7 +187,7 @@ fn prime(
             break;
         }
     }
-    Pool::free_bulk(batch.drain(..));
+    Pool::free_vec(batch);
     Ok(())
 }
 
@@ -197,7 +197,7 @@ fn forward(rx: &mut AnyRx, tx: &mut AnyTx, batch: &mut Vec<Packet>) -> vfio_nic:
     let n = rx.rx_burst(batch, BURST)?;
     if n > 0 {
         tx.tx_burst(batch)?;
-        Pool::free_bulk(batch.drain(..));
+        Pool::free_vec(batch);
     }
     Ok(n as u64)
 }

@@ -68,7 +68,7 @@ pub fn send_or_drop<T: TxQueue + ?Sized>(
     stats.tx += sent as u64;
     if !batch.is_empty() {
         stats.tx_dropped += batch.len() as u64;
-        Pool::free_bulk(batch.drain(..));
+        Pool::free_vec(batch);
     }
     Ok(sent)
 }

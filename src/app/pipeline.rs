@@ -252,7 +252,7 @@ pub fn recycle_pipelined(
     let (packets, busy1) = first?;
     // What was handed back last is freed here.
     while let Some(mut v) = h.empty.pop() {
-        Pool::free_bulk(v.drain(..));
+        Pool::free_vec(&mut v);
     }
     Ok((packets, busy1 + busy2))
 }
@@ -270,7 +270,7 @@ fn first_stage(
     loop {
         let mut v = h.take_empty()?;
         let t0 = Instant::now();
-        Pool::free_bulk(v.drain(..));
+        Pool::free_vec(&mut v);
         if t0 >= deadline {
             let _ = h.empty.push(v);
             return Ok((packets, busy));
@@ -289,7 +289,7 @@ fn second_stage(h: &Handoff, free_on: FreeOn) -> Result<Duration> {
     while let Some(mut v) = h.next_full(&mut since)? {
         bytes += v.iter().map(Packet::len).sum::<usize>();
         if free_on == FreeOn::Other {
-            Pool::free_bulk(v.drain(..));
+            Pool::free_vec(&mut v);
         }
         busy += since.elapsed();
         let _ = h.empty.push(v);

@@ -246,7 +246,7 @@ pub fn stats(args: &StatsArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<
     while Instant::now() < end && !stop.load(std::sync::atomic::Ordering::Relaxed) {
         for q in rx.iter_mut() {
             q.rx_burst(&mut batch, 32)?;
-            Pool::free_bulk(batch.drain(..));
+            Pool::free_vec(&mut batch);
         }
     }
     let hw = port.stats()?;

@@ -276,7 +276,7 @@ pub fn run(args: &RespondArgs, json_out: bool, stop: Arc<AtomicBool>) -> CliResu
                 let sent = tx.tx_burst(&mut replies)? as u64;
                 tx_n += sent;
                 tx_drop += want - sent;
-                Pool::free_bulk(replies.drain(..));
+                Pool::free_vec(&mut replies);
             }
             let q = rx.stats();
             live.ch(0).store(rx_n, rx_bytes, q.no_room, q.dropped);

@@ -380,7 +380,7 @@ pub fn gen(args: &GenArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> 
         }
     }
     let unsent = g.batch.len();
-    Pool::free_bulk(g.batch.drain(..));
+    Pool::free_vec(&mut g.batch);
     let hw = common::read_hw(&mut port);
     let mut extra = Map::new();
     extra.insert("generator".into(), g.json());
@@ -504,7 +504,7 @@ pub fn capture(args: &CaptureArgs, json_out: bool, stop: Arc<AtomicBool>) -> Res
                 captured += n as u64;
                 let q = rx.stats();
                 live.ch(0).store(captured, bytes, q.no_room, q.dropped);
-                Pool::free_bulk(batch.drain(..));
+                Pool::free_vec(&mut batch);
                 if failure.is_some() {
                     break;
                 }

@@ -349,18 +349,42 @@ impl Pool {
     /// Returns how many it could allocate; a short count is recorded in `alloc_failures`.
     #[inline]
     pub fn alloc_bulk(&self, n: usize, out: &mut Vec<Packet>) -> usize {
+        self.alloc_with_len(n, 0, out)
+    }
+
+    /// Appends up to `n` packets of length `len` (contents: whatever the buffers held, or
+    /// zeros when new) to `out`; `len` is clamped to the buffer. This is the allocation of
+    /// receive paths that fill the frame afterwards.
+    #[inline]
+    pub fn alloc_bulk_len(&self, n: usize, len: usize, out: &mut Vec<Packet>) -> usize {
+        let room = self.buf_size() - self.headroom();
+        // fits: room <= MAX_BUF_SIZE
+        self.alloc_with_len(n, len.min(room) as u16, out)
+    }
+
+    /// [`alloc_bulk_len`](Self::alloc_bulk_len) with `len` already clamped: one thread-local
+    /// look-up per burst, then a loop that builds each packet with four stores.
+    #[inline(always)]
+    fn alloc_with_len(&self, n: usize, len: u16, out: &mut Vec<Packet>) -> usize {
         let s = self.shared();
-        out.reserve(n);
         let (shared, headroom) = (self.shared, s.headroom);
         let data_iova = s.iova + u64::from(headroom);
-        let to_packets = |run: &[u32]| {
-            for &off in run.iter().rev() {
+        let loc = u64::from(headroom) << 32 | u64::from(len) << 48;
+        // `move`: the closure keeps its own copies of the three words, so the loop need not
+        // load them again after every store into `out`.
+        let to_packets = move |run: &[u32]| {
+            out.extend(run.iter().rev().map(|&off| {
                 // SAFETY: `off` is the offset of a free buffer of this pool, handed over to
-                // the new packet alone.
-                out.push(unsafe {
-                    Packet::from_parts(shared, data_iova, off, headroom, 0, Meta::default())
-                });
-            }
+                // the new packet alone; `headroom + len` fits the buffer (clamped above).
+                unsafe {
+                    Packet::from_dma(
+                        shared,
+                        data_iova + u64::from(off),
+                        loc | u64::from(off),
+                        Meta::default(),
+                    )
+                }
+            }));
         };
         // SAFETY: this handle keeps the pool alive; the buffers taken are ours.
         let got = unsafe { Shared::take(shared, n, to_packets) };
@@ -370,19 +394,36 @@ impl Pool {
         got
     }
 
-    /// Appends up to `n` packets of length `len` (contents: whatever the buffers held, or
-    /// zeros when new) to `out`; `len` is clamped to the buffer. This is the allocation of
-    /// receive paths that fill the frame afterwards.
+    /// Frees every packet of `batch`, which is left empty with its room kept: the free of a
+    /// burst (DPDK's `rte_pktmbuf_free_bulk`). The usual burst, packets of one pool with
+    /// neither segments nor an offload request, costs a pass to check that and a pass that
+    /// puts their offsets on this thread's free stack; any other goes through
+    /// [`Pool::free_bulk`].
     #[inline]
-    pub fn alloc_bulk_len(&self, n: usize, len: usize, out: &mut Vec<Packet>) -> usize {
-        let start = out.len();
-        let got = self.alloc_bulk(n, out);
-        let len = len.min(self.buf_size() - self.headroom()) as u16;
-        for p in &mut out[start..] {
-            let hr = p.hr();
-            p.set_hr_ln(hr, len);
+    pub fn free_vec(batch: &mut Vec<Packet>) {
+        let Some(first) = batch.first() else {
+            return;
+        };
+        let pool = first.pool;
+        if pool.addr().get() & EXT != 0 || batch.iter().any(|p| p.pool != pool) {
+            Pool::free_bulk(batch.drain(..));
+            return;
         }
-        got
+        let n = batch.len();
+        // SAFETY: the packets leave the vector unfreed; their buffers go to the pool below,
+        // where nothing else refers to them (should anything panic first, they are lost, never
+        // freed twice). Their bytes stay where they are, initialised, for the read below.
+        unsafe { batch.set_len(0) };
+        // SAFETY: the `n` packets just left behind in the vector's buffer, which nothing
+        // writes until this function returns.
+        let gone = unsafe { std::slice::from_raw_parts(batch.as_ptr(), n) };
+        // SAFETY: every packet is of `pool` (unmarked, so the pointer is the pool's) and owned
+        // its buffer alone; they keep the pool alive during the call.
+        unsafe {
+            recycle::give_with(Shared::pool_ref(pool), n, |stack| {
+                stack.extend(gone.iter().map(Packet::off))
+            })
+        };
     }
 
     /// Returns packets to their pools, one cache operation per run of up to 64 packets from
@@ -973,6 +1014,46 @@ pub(super) mod tests {
         Pool::free_bulk(v);
         assert_eq!(a.stats().free, 4);
         assert_eq!(b.stats().free, 4);
+    }
+
+    #[test]
+    fn free_vec_frees_a_burst_of_one_pool_on_this_threads_stack() {
+        // Large enough that the cache's limit (a quarter of the pool) holds a burst and the
+        // rest of the batch it came from.
+        let p = pool(1024);
+        let mut v = Vec::with_capacity(32);
+        assert_eq!(p.alloc_bulk(32, &mut v), 32);
+        let last = v[31].buf_iova();
+        Pool::free_vec(&mut v);
+        assert!(v.is_empty() && v.capacity() >= 32, "emptied, its room kept");
+        let s = p.stats();
+        assert_eq!(
+            (s.free, s.slow_returns),
+            (1024, 0),
+            "all back, none by the slow path"
+        );
+        assert_eq!(
+            p.alloc().unwrap().buf_iova(),
+            last,
+            "the last one freed comes first"
+        );
+    }
+
+    #[test]
+    fn free_vec_takes_mixed_pools_and_chains_the_general_way() {
+        let (a, b) = (pool(8), pool(8));
+        let mut v = Vec::new();
+        a.alloc_bulk(2, &mut v);
+        b.alloc_bulk(2, &mut v);
+        Pool::free_vec(&mut v);
+        assert_eq!((a.stats().free, b.stats().free, v.len()), (8, 8, 0));
+        let mut head = a.alloc().unwrap();
+        head.push_segment(a.alloc().unwrap());
+        v.push(head);
+        a.alloc_bulk(1, &mut v);
+        Pool::free_vec(&mut v);
+        assert_eq!(a.stats().free, 8, "the chain's segment went too");
+        Pool::free_vec(&mut v);
     }
 
     #[test]
