@@ -79,6 +79,9 @@ struct StatsDef {
 struct RegisterDef {
     name: String,
     offset: u32,
+    /// Access width in bits: 8, 16 or 32 (the default).
+    #[serde(default)]
+    width: Option<u32>,
     #[serde(default)]
     stride: Option<u32>,
     #[serde(default)]
@@ -132,6 +135,8 @@ struct FieldDef {
 struct Register {
     name: String,
     offset: u32,
+    /// Access width in bits (8, 16 or 32).
+    width: u32,
     /// 0 for a single register.
     stride: u32,
     /// 1 for a single register.
@@ -279,7 +284,7 @@ fn parse_value_key(key: &str) -> Option<u32> {
     }
 }
 
-fn resolve_fields(path: &Path, reg: &str, defs: &[FieldDef]) -> Vec<Field> {
+fn resolve_fields(path: &Path, reg: &str, reg_width: u32, defs: &[FieldDef]) -> Vec<Field> {
     let ctx = |f: &str| format!("{}: register {reg}, field {f}", path.display());
     let mut fields: Vec<Field> = Vec::new();
     for f in defs {
@@ -301,9 +306,9 @@ fn resolve_fields(path: &Path, reg: &str, defs: &[FieldDef]) -> Vec<Field> {
         if lo > hi {
             panic!("{}: lo ({lo}) > hi ({hi})", ctx(&f.name));
         }
-        if hi > 31 {
+        if hi >= reg_width {
             panic!(
-                "{}: bits {hi}..{lo} do not fit in a 32-bit register",
+                "{}: bits {hi}..{lo} do not fit in a {reg_width}-bit register",
                 ctx(&f.name)
             );
         }
@@ -404,13 +409,21 @@ fn validate(path: &Path, map: &MapFile) -> Vec<Register> {
                     r.access
                 )
             });
-        if r.offset % 4 != 0 {
+        let width = r.width.unwrap_or(32);
+        if !matches!(width, 8 | 16 | 32) {
+            panic!("{p}: register {name}: width {width} must be 8, 16 or 32");
+        }
+        if r.offset % (width / 8) != 0 {
             panic!(
-                "{p}: register {name}: offset {:#x} is not 4-byte aligned",
-                r.offset
+                "{p}: register {name}: offset {:#x} is not {}-byte aligned (its width)",
+                r.offset,
+                width / 8
             );
         }
         let is_array = r.count.is_some();
+        if is_array && width != 32 {
+            panic!("{p}: register {name}: arrays are 32 bits wide (no `width` with `count`)");
+        }
         let (stride, count) = match (r.stride, r.count) {
             (None, None) => (0, 1),
             (Some(s), Some(c)) => {
@@ -476,13 +489,14 @@ fn validate(path: &Path, map: &MapFile) -> Vec<Register> {
                 if src.fields_like.is_some() {
                     panic!("{p}: register {name}: `fields_like` must name a register with its own fields");
                 }
-                resolve_fields(path, other, &src.fields)
+                resolve_fields(path, other, width, &src.fields)
             }
-            None => resolve_fields(path, name, &r.fields),
+            None => resolve_fields(path, name, width, &r.fields),
         };
         out.push(Register {
             name: name.clone(),
             offset: r.offset,
+            width,
             stride,
             count,
             is_array,
@@ -493,7 +507,7 @@ fn validate(path: &Path, map: &MapFile) -> Vec<Register> {
             fields,
         });
     }
-    // Every address, every instance, every alias: no two may coincide.
+    // Every byte of every address, instance and alias: no two registers may share one.
     let mut seen: HashMap<u64, (String, u32, &'static str)> = HashMap::new();
     for reg in &out {
         let mut claim = |addr: u64, n: u32, what: &'static str| {
@@ -503,11 +517,13 @@ fn validate(path: &Path, map: &MapFile) -> Vec<Register> {
                     reg.name
                 );
             }
-            if let Some((other, m, w)) = seen.insert(addr, (reg.name.clone(), n, what)) {
-                panic!(
-                    "{p}: offset {addr:#x} is used twice: {}[{n}] ({what}) and {other}[{m}] ({w})",
-                    reg.name
-                );
+            for byte in addr..addr + u64::from(reg.width / 8) {
+                if let Some((other, m, w)) = seen.insert(byte, (reg.name.clone(), n, what)) {
+                    panic!(
+                        "{p}: byte {byte:#x} is used twice: {}[{n}] ({what}) and {other}[{m}] ({w})",
+                        reg.name
+                    );
+                }
             }
         };
         for n in 0..reg.count {
@@ -596,9 +612,16 @@ fn generate(map: &MapFile, regs: &[Register]) -> String {
                     .join(", ")
             );
         } else {
+            // A register narrower than 32 bits has a type of its width, so that it can only be
+            // accessed at that width (virtio's rule, 4.1.3.1).
+            let ty = match r.width {
+                8 => "Reg8",
+                16 => "Reg16",
+                _ => "Reg",
+            };
             let _ = writeln!(
                 o,
-                "pub const {}: super::Reg = super::Reg({:#07x});",
+                "pub const {}: super::{ty} = super::{ty}({:#07x});",
                 r.name, r.offset
             );
         }
@@ -650,6 +673,7 @@ fn generate(map: &MapFile, regs: &[Register]) -> String {
         let _ = writeln!(o, "        super::RegisterInfo {{");
         let _ = writeln!(o, "            name: {},", lit(&r.name));
         let _ = writeln!(o, "            offset: {:#07x},", r.offset);
+        let _ = writeln!(o, "            width: {},", r.width);
         let _ = writeln!(o, "            stride: {:#x},", r.stride);
         let _ = writeln!(o, "            count: {},", r.count);
         let _ = writeln!(o, "            is_array: {},", r.is_array);

@@ -261,14 +261,15 @@ pub fn one(port: &str, register: &str, value: Option<&str>, json: bool) -> Resul
         ),
         None if register.starts_with("0x") || register.chars().all(|c| c.is_ascii_digit()) => {
             let off = parse_u32(register)?;
-            if off % 4 != 0 || off as usize + 4 > regs.len() {
-                return Err(Error::InvalidConfig(format!(
-                    "offset {off:#x} is not a 4-byte aligned register inside the {:#x}-byte BAR",
-                    regs.len()
-                )));
-            }
             match map.by_offset(off) {
+                // A register of the map, at its own width (virtio's are 8 or 16 bits wide).
                 Some((info, n)) => (Some(info), n, off),
+                None if off % 4 != 0 || off as usize + 4 > regs.len() => {
+                    return Err(Error::InvalidConfig(format!(
+                        "offset {off:#x} is not a register of the map nor a 4-byte aligned word inside the {:#x}-byte BAR",
+                        regs.len()
+                    )))
+                }
                 None => (None, 0, off),
             }
         }

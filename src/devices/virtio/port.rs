@@ -165,8 +165,8 @@ pub fn register_test<M: Mmio>(t: &Transport<M>) -> std::result::Result<String, S
     t.reset().map_err(|e| e.to_string())?;
     let mut checks = 1;
     for v in [1u32, 0] {
-        t.common.set_word(c::DEVICE_FEATURE_SELECT, v);
-        let got = t.common.word(c::DEVICE_FEATURE_SELECT);
+        t.common.write(c::DEVICE_FEATURE_SELECT, v);
+        let got = t.common.read(c::DEVICE_FEATURE_SELECT);
         if got != v {
             return Err(format!("device_feature_select: wrote {v}, read {got}"));
         }
@@ -183,10 +183,8 @@ pub fn register_test<M: Mmio>(t: &Transport<M>) -> std::result::Result<String, S
     let mut sizes = Vec::new();
     for q in [RX_QUEUE, TX_QUEUE] {
         let max = check_queue_max(t, q, "data").map_err(|e| e.to_string())?;
-        let sel = t
-            .common
-            .get(c::DEVICE_STATUS, c::device_status::QUEUE_SELECT);
-        if sel != u32::from(q) {
+        let sel = t.common.read(c::QUEUE_SELECT);
+        if sel != q {
             return Err(format!("queue_select: wrote {q}, read {sel}"));
         }
         sizes.push(max);

@@ -1,10 +1,11 @@
 //! The virtio PCI transport: the common configuration, the doorbells and the device
 //! configuration, each a window into a BAR that the capability walk found.
 //!
-//! Every field is accessed at its natural width (8, 16 or 32 bits; virtio 1.2, 4.1.3.1): the
-//! register map (`regs/virtio.toml`) groups the fields into 32-bit words, and a field's access
-//! is at `word + lo / 8` with the field's width. The 64-bit queue addresses are written as two
-//! 32-bit halves, which the spec allows.
+//! Every field is accessed at its natural width (8, 16 or 32 bits; virtio 1.2, 4.1.3.1), and
+//! that rule lives in one place: the register map (`regs/virtio.toml`) makes each field a
+//! register of its own width (`Reg8`, `Reg16`, `Reg`), and [`Natural`] gives each width its
+//! one access, so a 16-bit field cannot be reached through a 32-bit word. The 64-bit queue
+//! addresses are written as two 32-bit halves, which the spec allows.
 //!
 //! The transport is generic over [`Mmio`], so the host tests drive the whole bring-up against
 //! a fake device's registers (`devices/virtio/tests.rs`: one that refuses FEATURES_OK, offers a
@@ -20,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::virtio as c;
 use crate::platform::regs::virtio_net as n;
-use crate::platform::regs::{Field, Reg, RegisterMap};
+use crate::platform::regs::{Reg, Reg16, Reg8, RegisterMap};
 
 /// Device status bits (virtio 1.2, 2.1).
 pub mod status {
@@ -41,13 +42,71 @@ pub mod status {
 /// `VIRTIO_MSI_NO_VECTOR`: no interrupt for this queue or for configuration changes.
 pub const NO_VECTOR: u16 = 0xffff;
 
+/// A register of a virtio structure at its natural width: the one place where a field's width
+/// decides its access (virtio 1.2, 4.1.3.1: "the driver MUST access each field using the
+/// natural width").
+pub trait Natural: Copy {
+    /// The field's value.
+    type Value: Copy + Into<u32>;
+    /// Byte offset in its structure.
+    fn offset(self) -> usize;
+    /// Bytes wide.
+    const BYTES: usize;
+    /// Reads it at its width.
+    fn read<M: Mmio + ?Sized>(m: &M, at: usize) -> Self::Value;
+    /// Writes it at its width.
+    fn write<M: Mmio + ?Sized>(m: &M, at: usize, v: Self::Value);
+}
+
+impl Natural for Reg8 {
+    type Value = u8;
+    const BYTES: usize = 1;
+    fn offset(self) -> usize {
+        Reg8::offset(self)
+    }
+    fn read<M: Mmio + ?Sized>(m: &M, at: usize) -> u8 {
+        m.read8(at)
+    }
+    fn write<M: Mmio + ?Sized>(m: &M, at: usize, v: u8) {
+        m.write8(at, v)
+    }
+}
+
+impl Natural for Reg16 {
+    type Value = u16;
+    const BYTES: usize = 2;
+    fn offset(self) -> usize {
+        Reg16::offset(self)
+    }
+    fn read<M: Mmio + ?Sized>(m: &M, at: usize) -> u16 {
+        m.read16(at)
+    }
+    fn write<M: Mmio + ?Sized>(m: &M, at: usize, v: u16) {
+        m.write16(at, v)
+    }
+}
+
+impl Natural for Reg {
+    type Value = u32;
+    const BYTES: usize = 4;
+    fn offset(self) -> usize {
+        Reg::offset(self)
+    }
+    fn read<M: Mmio + ?Sized>(m: &M, at: usize) -> u32 {
+        m.read32(at)
+    }
+    fn write<M: Mmio + ?Sized>(m: &M, at: usize, v: u32) {
+        m.write32(at, v)
+    }
+}
+
 /// One structure's window into a BAR.
 pub struct Window<M: Mmio> {
     mmio: Arc<M>,
     base: usize,
     len: usize,
-    /// The structure's register map, so that whole-word accesses through [`Mmio`] (the
-    /// `regs` tool's) go field by field at their natural widths.
+    /// The structure's register map, so that accesses through [`Mmio`] by offset (the `regs`
+    /// tool's) go at each register's width.
     map: Option<&'static RegisterMap>,
 }
 
@@ -68,24 +127,10 @@ impl<M: Mmio> Window<M> {
         })
     }
 
-    /// The same window, accessed through [`Mmio`] field by field as `map` lays it out.
+    /// The same window, accessed through [`Mmio`] by offset at the widths `map` gives.
     pub fn with_map(mut self, map: &'static RegisterMap) -> Window<M> {
         self.map = Some(map);
         self
-    }
-
-    /// The fields of the register at `offset`, when one of them must be accessed narrower than
-    /// 32 bits (the rule of [`get`](Self::get)); `None` for a plain word.
-    fn narrow_fields(&self, offset: usize) -> Option<impl Iterator<Item = Field>> {
-        let (info, _) = self.map?.by_offset(offset as u32)?;
-        let fields = info.fields.iter().map(|f| Field {
-            lo: f.lo,
-            width: f.hi - f.lo + 1,
-        });
-        fields
-            .clone()
-            .any(|f| Self::narrow(f).is_some())
-            .then_some(fields)
     }
 
     fn at(&self, offset: usize, width: usize) -> usize {
@@ -97,70 +142,42 @@ impl<M: Mmio> Window<M> {
         self.base + offset
     }
 
-    /// How `f` is reached: a byte or a halfword on its own boundary is accessed alone (the
-    /// spec's natural width), anything else through the whole word.
-    fn narrow(f: Field) -> Option<usize> {
-        let bytes = usize::from(f.width) / 8;
-        let at = usize::from(f.lo) / 8;
-        (matches!(f.width, 8 | 16) && f.lo % 8 == 0 && at % bytes == 0).then_some(bytes)
+    /// Reads register `r` at its width.
+    pub fn read<R: Natural>(&self, r: R) -> R::Value {
+        R::read(&*self.mmio, self.at(r.offset(), R::BYTES))
     }
 
-    /// A field of a register, read at the field's width.
-    pub fn get(&self, reg: Reg, f: Field) -> u32 {
-        let off = reg.offset() + usize::from(f.lo / 8);
-        match Self::narrow(f) {
-            Some(1) => u32::from(self.mmio.read8(self.at(off, 1))),
-            Some(_) => u32::from(self.mmio.read16(self.at(off, 2))),
-            None => f.get(self.mmio.read32(self.at(reg.offset(), 4))),
-        }
-    }
-
-    /// A field of a register, written at the field's width; a field narrower than its word
-    /// that is not a byte or a halfword, by a read-modify-write of the word.
-    pub fn set(&self, reg: Reg, f: Field, v: u32) {
-        let off = reg.offset() + usize::from(f.lo / 8);
-        match Self::narrow(f) {
-            Some(1) => self.mmio.write8(self.at(off, 1), v as u8),
-            Some(_) => self.mmio.write16(self.at(off, 2), v as u16),
-            None if f.width >= 32 => self.mmio.write32(self.at(reg.offset(), 4), v),
-            None => {
-                let at = self.at(reg.offset(), 4);
-                let w = self.mmio.read32(at);
-                self.mmio.write32(at, f.with(w, v));
-            }
-        }
-    }
-
-    /// A whole 32-bit register.
-    pub fn word(&self, reg: Reg) -> u32 {
-        self.mmio.read32(self.at(reg.offset(), 4))
-    }
-
-    /// Writes a whole 32-bit register.
-    pub fn set_word(&self, reg: Reg, v: u32) {
-        self.mmio.write32(self.at(reg.offset(), 4), v)
+    /// Writes register `r` at its width.
+    pub fn write<R: Natural>(&self, r: R, v: R::Value) {
+        R::write(&*self.mmio, self.at(r.offset(), R::BYTES), v)
     }
 
     /// Bytes in the window.
     pub fn size(&self) -> usize {
         self.len
     }
+
+    /// The width in bytes of the map's register at `offset`, when it is narrower than 32 bits.
+    fn narrow_at(&self, offset: usize) -> Option<u8> {
+        let (info, _) = self.map?.by_offset(offset as u32)?;
+        (info.width < 32).then_some(info.width / 8)
+    }
 }
 
-/// Register access relative to the window, for tools (`vfio-nic regs`): a word whose fields
-/// are 8 or 16 bits wide is read and written field by field at their natural widths.
+/// Register access relative to the window, for tools (`vfio-nic regs`): a register the map
+/// says is 8 or 16 bits wide is read and written at that width, whatever the call's.
 impl<M: Mmio> Mmio for Window<M> {
     fn read32(&self, offset: usize) -> u32 {
-        let reg = Reg(offset as u32);
-        match self.narrow_fields(offset) {
-            Some(fields) => fields.fold(0, |w, f| w | self.get(reg, f) << f.lo),
+        match self.narrow_at(offset) {
+            Some(1) => self.read8(offset).into(),
+            Some(_) => self.read16(offset).into(),
             None => self.mmio.read32(self.at(offset, 4)),
         }
     }
     fn write32(&self, offset: usize, value: u32) {
-        let reg = Reg(offset as u32);
-        match self.narrow_fields(offset) {
-            Some(fields) => fields.for_each(|f| self.set(reg, f, f.get(value))),
+        match self.narrow_at(offset) {
+            Some(1) => self.write8(offset, value as u8),
+            Some(_) => self.write16(offset, value as u16),
             None => self.mmio.write32(self.at(offset, 4), value),
         }
     }
@@ -232,29 +249,23 @@ impl<M: Mmio> Transport<M> {
 
     /// The device status.
     pub fn status(&self) -> u8 {
-        self.common
-            .get(c::DEVICE_STATUS, c::device_status::DEVICE_STATUS) as u8
+        self.common.read(c::DEVICE_STATUS)
     }
 
     /// Adds `bits` to the device status.
     pub fn add_status(&self, bits: u8) {
         let s = self.status();
-        self.common.set(
-            c::DEVICE_STATUS,
-            c::device_status::DEVICE_STATUS,
-            u32::from(s | bits),
-        );
+        self.common.write(c::DEVICE_STATUS, s | bits);
     }
 
     /// Resets the device (status 0) and waits until it reads 0: from then on it does no DMA
     /// and has forgotten its queues (virtio 1.2, 4.1.4.3.2).
     pub fn reset(&self) -> Result<()> {
-        let f = c::device_status::DEVICE_STATUS;
-        self.common.set(c::DEVICE_STATUS, f, 0);
+        self.common.write(c::DEVICE_STATUS, 0);
         let start = Instant::now();
         let mut pause = Duration::from_micros(1);
         loop {
-            let s = self.common.get(c::DEVICE_STATUS, f);
+            let s = self.status();
             if s == 0 {
                 return Ok(());
             }
@@ -264,7 +275,7 @@ impl<M: Mmio> Transport<M> {
                     register: "virtio device_status (reset)",
                     expect: "== 0".into(),
                     timeout_ms: self.timeout.as_millis() as u64,
-                    last: s,
+                    last: s.into(),
                 });
             }
             std::thread::sleep(pause);
@@ -276,8 +287,8 @@ impl<M: Mmio> Transport<M> {
     pub fn device_features(&self) -> u64 {
         let mut f = 0u64;
         for half in 0..2u32 {
-            self.common.set_word(c::DEVICE_FEATURE_SELECT, half);
-            f |= u64::from(self.common.word(c::DEVICE_FEATURE)) << (32 * half);
+            self.common.write(c::DEVICE_FEATURE_SELECT, half);
+            f |= u64::from(self.common.read(c::DEVICE_FEATURE)) << (32 * half);
         }
         f
     }
@@ -285,26 +296,21 @@ impl<M: Mmio> Transport<M> {
     /// Writes the features the driver accepts.
     pub fn set_driver_features(&self, f: u64) {
         for half in 0..2u32 {
-            self.common.set_word(c::DRIVER_FEATURE_SELECT, half);
+            self.common.write(c::DRIVER_FEATURE_SELECT, half);
             self.common
-                .set_word(c::DRIVER_FEATURE, (f >> (32 * half)) as u32);
+                .write(c::DRIVER_FEATURE, (f >> (32 * half)) as u32);
         }
     }
 
     /// Virtqueues the device has.
     pub fn num_queues(&self) -> u16 {
-        self.common
-            .get(c::CONFIG_MSIX_VECTOR, c::config_msix_vector::NUM_QUEUES) as u16
+        self.common.read(c::NUM_QUEUES)
     }
 
     /// Selects queue `q` and returns its maximum size (0: the queue does not exist).
     pub fn queue_max(&self, q: u16) -> u16 {
-        self.common.set(
-            c::DEVICE_STATUS,
-            c::device_status::QUEUE_SELECT,
-            u32::from(q),
-        );
-        self.common.get(c::QUEUE_SIZE, c::queue_size::QUEUE_SIZE) as u16
+        self.common.write(c::QUEUE_SELECT, q);
+        self.common.read(c::QUEUE_SIZE)
     }
 
     /// Gives queue `q` the ring `ring` (whose size the caller chose within
@@ -312,31 +318,19 @@ impl<M: Mmio> Transport<M> {
     /// enables it. Returns its doorbell.
     pub fn setup_queue(&self, q: u16, ring: &SplitRing, vector: u16) -> Result<Doorbell<M>> {
         let cm = &self.common;
-        cm.set(
-            c::DEVICE_STATUS,
-            c::device_status::QUEUE_SELECT,
-            u32::from(q),
-        );
-        cm.set(
-            c::QUEUE_SIZE,
-            c::queue_size::QUEUE_SIZE,
-            u32::from(ring.size()),
-        );
+        cm.write(c::QUEUE_SELECT, q);
+        cm.write(c::QUEUE_SIZE, ring.size());
         for (lo, hi, a) in [
             (c::QUEUE_DESC_LO, c::QUEUE_DESC_HI, ring.desc_iova()),
             (c::QUEUE_DRIVER_LO, c::QUEUE_DRIVER_HI, ring.avail_iova()),
             (c::QUEUE_DEVICE_LO, c::QUEUE_DEVICE_HI, ring.used_iova()),
         ] {
-            cm.set_word(lo, a as u32);
-            cm.set_word(hi, (a >> 32) as u32);
+            cm.write(lo, a as u32);
+            cm.write(hi, (a >> 32) as u32);
         }
-        cm.set(
-            c::QUEUE_SIZE,
-            c::queue_size::QUEUE_MSIX_VECTOR,
-            u32::from(vector),
-        );
+        cm.write(c::QUEUE_MSIX_VECTOR, vector);
         // A device that cannot route the vector reads back NO_VECTOR (virtio 1.2, 4.1.5.1.2).
-        let got = cm.get(c::QUEUE_SIZE, c::queue_size::QUEUE_MSIX_VECTOR) as u16;
+        let got = cm.read(c::QUEUE_MSIX_VECTOR);
         if got != vector {
             return Err(Error::DeviceState {
                 device: self.name.to_string(),
@@ -345,7 +339,7 @@ impl<M: Mmio> Transport<M> {
                 ),
             });
         }
-        let off = cm.get(c::QUEUE_ENABLE, c::queue_enable::QUEUE_NOTIFY_OFF) as usize;
+        let off = usize::from(cm.read(c::QUEUE_NOTIFY_OFF));
         let at = off * self.notify_mult as usize;
         if at + 2 > self.notify.size() || (self.notify.base + at) % 2 != 0 {
             return Err(Error::DeviceState {
@@ -357,7 +351,7 @@ impl<M: Mmio> Transport<M> {
                 ),
             });
         }
-        cm.set(c::QUEUE_ENABLE, c::queue_enable::QUEUE_ENABLE, 1);
+        cm.write(c::QUEUE_ENABLE, 1);
         Ok(Doorbell {
             mmio: self.notify.mmio.clone(),
             offset: self.notify.base + at,
@@ -372,10 +366,7 @@ impl<M: Mmio> Transport<M> {
         let Some(d) = self.device.as_ref() else {
             return Ok(None);
         };
-        let generation = || {
-            self.common
-                .get(c::DEVICE_STATUS, c::device_status::CONFIG_GENERATION)
-        };
+        let generation = || self.common.read(c::CONFIG_GENERATION);
         for _ in 0..16 {
             let before = generation();
             let m = Self::read_mac(d);
@@ -390,24 +381,12 @@ impl<M: Mmio> Transport<M> {
     }
 
     fn read_mac(d: &Window<M>) -> MacAddr {
-        let f = [
-            (n::MAC_LO, n::mac_lo::MAC0),
-            (n::MAC_LO, n::mac_lo::MAC1),
-            (n::MAC_LO, n::mac_lo::MAC2),
-            (n::MAC_LO, n::mac_lo::MAC3),
-            (n::MAC_HI, n::mac_hi::MAC4),
-            (n::MAC_HI, n::mac_hi::MAC5),
-        ];
-        let mut m = [0u8; 6];
-        for (b, (reg, field)) in m.iter_mut().zip(f) {
-            *b = d.get(reg, field) as u8;
-        }
-        MacAddr(m)
+        MacAddr([n::MAC0, n::MAC1, n::MAC2, n::MAC3, n::MAC4, n::MAC5].map(|r| d.read(r)))
     }
 
     /// The link status word of the device configuration (bit 0: up).
     pub fn net_status(&self) -> Option<u16> {
         let d = self.device.as_ref()?;
-        Some(d.get(n::MAC_HI, n::mac_hi::STATUS) as u16)
+        Some(d.read(n::STATUS))
     }
 }

@@ -58,6 +58,29 @@ impl fmt::Display for Reg {
     }
 }
 
+/// A 16-bit register's byte offset (a map entry with `width = 16`): its own type, so that
+/// code can reach it only at its width (virtio's common configuration, virtio 1.2 4.1.3.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reg16(pub u32);
+
+impl Reg16 {
+    /// Byte offset.
+    pub const fn offset(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// An 8-bit register's byte offset (a map entry with `width = 8`); see [`Reg16`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reg8(pub u32);
+
+impl Reg8 {
+    /// Byte offset.
+    pub const fn offset(self) -> usize {
+        self.0 as usize
+    }
+}
+
 /// An extra address block of a [`RegArray`]: instances `n >= from` (up to the
 /// next range) live at `offset + (n - from) * stride`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -260,6 +283,9 @@ pub struct RegisterInfo {
     pub name: &'static str,
     /// Byte offset of instance 0.
     pub offset: u32,
+    /// Access width in bits: 32, or 8 and 16 for the narrow registers of virtio's common
+    /// configuration, which must be read and written at that width.
+    pub width: u8,
     /// Distance between instances in the first block (0 for a single register).
     pub stride: u32,
     /// Number of instances (1 for a single register).

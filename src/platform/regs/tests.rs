@@ -248,6 +248,54 @@ fn spot_check_ixgbe_offsets() {
     assert_eq!(ixgbe::TXDGPC.offset(), 0x87A0);
 }
 
+/// Every field of the spec's `struct virtio_pci_common_cfg` (virtio 1.2 cs01, 4.1.4.3) up to
+/// the queue addresses, and of `struct virtio_net_config` (5.1.4) up to the MTU, is a register
+/// of its own at the spec's offset and width; the 64-bit addresses are 32-bit halves.
+#[test]
+fn virtio_registers_are_the_spec_fields() {
+    let spec: [(&RegisterMap, &str, u32, u8); 23] = [
+        (&virtio::MAP, "DEVICE_FEATURE_SELECT", 0x00, 32),
+        (&virtio::MAP, "DEVICE_FEATURE", 0x04, 32),
+        (&virtio::MAP, "DRIVER_FEATURE_SELECT", 0x08, 32),
+        (&virtio::MAP, "DRIVER_FEATURE", 0x0c, 32),
+        (&virtio::MAP, "CONFIG_MSIX_VECTOR", 0x10, 16),
+        (&virtio::MAP, "NUM_QUEUES", 0x12, 16),
+        (&virtio::MAP, "DEVICE_STATUS", 0x14, 8),
+        (&virtio::MAP, "CONFIG_GENERATION", 0x15, 8),
+        (&virtio::MAP, "QUEUE_SELECT", 0x16, 16),
+        (&virtio::MAP, "QUEUE_SIZE", 0x18, 16),
+        (&virtio::MAP, "QUEUE_MSIX_VECTOR", 0x1a, 16),
+        (&virtio::MAP, "QUEUE_ENABLE", 0x1c, 16),
+        (&virtio::MAP, "QUEUE_NOTIFY_OFF", 0x1e, 16),
+        (&virtio::MAP, "QUEUE_DESC_LO", 0x20, 32),
+        (&virtio::MAP, "QUEUE_DESC_HI", 0x24, 32),
+        (&virtio::MAP, "QUEUE_DRIVER_LO", 0x28, 32),
+        (&virtio::MAP, "QUEUE_DRIVER_HI", 0x2c, 32),
+        (&virtio::MAP, "QUEUE_DEVICE_LO", 0x30, 32),
+        (&virtio::MAP, "QUEUE_DEVICE_HI", 0x34, 32),
+        (&virtio_net::MAP, "MAC0", 0x00, 8),
+        (&virtio_net::MAP, "STATUS", 0x06, 16),
+        (&virtio_net::MAP, "MAX_VIRTQUEUE_PAIRS", 0x08, 16),
+        (&virtio_net::MAP, "MTU", 0x0a, 16),
+    ];
+    for (map, name, offset, width) in spec {
+        let r = map.find(name).unwrap_or_else(|| panic!("{name} missing"));
+        assert_eq!((r.offset, r.width), (offset, width), "{name}");
+    }
+    assert_eq!(
+        virtio::QUEUE_SELECT,
+        Reg16(0x16),
+        "a 16-bit register has the 16-bit type"
+    );
+    assert_eq!(virtio::DEVICE_STATUS, Reg8(0x14));
+    assert_eq!(
+        virtio::MAP.registers.len(),
+        19,
+        "nothing else in the common configuration"
+    );
+    assert_eq!(virtio_net::MAP.registers.len(), 9);
+}
+
 #[test]
 fn spot_check_fields() {
     assert_eq!(igb::ctrl::RST.bit(), 1 << 26);
