@@ -18,7 +18,10 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+// The burst errors live with the crate's other errors (which wrap them), below this module;
+// they are part of the device contract, so they are named here too.
 use crate::error::{Error, Result};
+pub use crate::error::{QueueError, Violation};
 use crate::platform::dma::{Packet, Pool};
 use crate::platform::irq::Interrupt;
 
@@ -144,32 +147,6 @@ impl PortStats {
     pub fn get(&self, name: &str) -> Option<u64> {
         self.hw.iter().find(|(n, _)| *n == name).map(|&(_, v)| v)
     }
-}
-
-/// Why a burst failed. Small and `Copy`, so the hot path returns it in registers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum QueueError {
-    /// The device stopped answering (all-ones register reads).
-    #[error("device is not answering (register reads return 0xffffffff); reopen the port")]
-    DeviceGone,
-    /// The device broke the queue's protocol (what it did is the payload). Nothing was
-    /// handed out twice; the queue refuses further bursts, and the log says what was seen.
-    #[error("device broke the queue protocol ({0}); nothing was handed out twice; the queue is stopped: reopen the port (the open resets the device)")]
-    ProtocolViolation(Violation),
-}
-
-/// How a device broke a queue's protocol. One byte, so that a burst's `Result` stays two
-/// words, returned in registers (a `&str` here cost the 82599's forwarding path about one
-/// instruction per packet, bench/instructions).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Violation {
-    /// A completion names a descriptor the device does not hold (never given to it, or
-    /// already returned).
-    #[error("a used entry names a descriptor the device does not hold")]
-    NotHeld,
-    /// The device's completion index moved past what was given to it.
-    #[error("the used index jumped past what was posted")]
-    IndexJumped,
 }
 
 /// The queues of a port: receive queues, then transmit queues.

@@ -149,7 +149,7 @@ pub enum Error {
 
     /// A burst failed.
     #[error(transparent)]
-    Queue(#[from] crate::device::QueueError),
+    Queue(#[from] QueueError),
 
     /// A VLAN ID of 4095 where a usable VID is needed (filter entry, transmit tag).
     #[error("VLAN ID 4095 cannot be used {what}: IEEE 802.1Q reserves it; use a VID from 1 to 4094 (or 0 for a priority tag only)")]
@@ -211,4 +211,30 @@ impl Error {
             source,
         }
     }
+}
+
+/// Why a burst failed. Small and `Copy`, so the hot path returns it in registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QueueError {
+    /// The device stopped answering (all-ones register reads).
+    #[error("device is not answering (register reads return 0xffffffff); reopen the port")]
+    DeviceGone,
+    /// The device broke the queue's protocol (what it did is the payload). Nothing was
+    /// handed out twice; the queue refuses further bursts, and the log says what was seen.
+    #[error("device broke the queue protocol ({0}); nothing was handed out twice; the queue is stopped: reopen the port (the open resets the device)")]
+    ProtocolViolation(Violation),
+}
+
+/// How a device broke a queue's protocol. One byte, so that a burst's `Result` stays two
+/// words, returned in registers (a `&str` here cost the 82599's forwarding path about one
+/// instruction per packet, bench/instructions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    /// A completion names a descriptor the device does not hold (never given to it, or
+    /// already returned).
+    #[error("a used entry names a descriptor the device does not hold")]
+    NotHeld,
+    /// The device's completion index moved past what was given to it.
+    #[error("the used index jumped past what was posted")]
+    IndexJumped,
 }

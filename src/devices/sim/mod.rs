@@ -128,6 +128,7 @@ mod engine;
 mod frame;
 mod irq;
 mod layout;
+mod msix;
 mod port;
 mod regs;
 mod rx;

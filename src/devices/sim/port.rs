@@ -341,14 +341,14 @@ impl Bus for SimPort {
     /// The model's MSI-X: vectors 0 to n - 1 (at most 16, the EICR queue bits it models)
     /// signal eventfds, until the set is dropped.
     fn enable_interrupts(&self, vectors: u16) -> Result<InterruptSet> {
-        if vectors == 0 || usize::from(vectors) > super::irq::VECTORS {
+        if vectors == 0 || usize::from(vectors) > super::msix::VECTORS {
             return Err(Error::NotSupported {
                 device: self.dev.name().to_string(),
                 what: format!("interrupt mode with {vectors} vectors"),
                 why: format!(
                     "the software 82599 models vectors 0 to {} (the EICR queue bits); use at most {} receive queues",
-                    super::irq::VECTORS - 1,
-                    super::irq::VECTORS
+                    super::msix::VECTORS - 1,
+                    super::msix::VECTORS
                 ),
             });
         }

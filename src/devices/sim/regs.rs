@@ -93,8 +93,8 @@ pub struct SimRegs {
     pub(super) gaps: Mutex<Vec<&'static str>>,
     /// Set while the device thread (threaded mode) runs.
     pub(super) worker_alive: Arc<AtomicBool>,
-    /// Interrupt delivery (`irq.rs`).
-    pub(super) irq: super::irq::SimIrq,
+    /// Interrupt delivery: its state (`msix.rs`), what the registers make of it (`irq.rs`).
+    pub(super) irq: super::msix::SimIrq,
 }
 
 impl std::fmt::Debug for SimRegs {

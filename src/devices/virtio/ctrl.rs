@@ -55,7 +55,7 @@ impl<M: Mmio> Ctrl<M> {
         mapper: Arc<dyn DmaMapper>,
         timeout: Duration,
     ) -> Result<Ctrl<M>> {
-        let max = super::port::check_queue_max(t, q, "control")?;
+        let max = super::transport::check_queue_max(t, q, "control")?;
         let ring = SplitRing::new(max.min(64), AREA, mapper)?;
         if ring.size() < 4 {
             return Err(Error::DeviceState {

@@ -24,6 +24,7 @@ pub mod ctrl;
 pub mod port;
 pub mod queue;
 pub mod ring;
+mod shared;
 pub mod transport;
 
 #[cfg(test)]

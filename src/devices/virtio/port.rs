@@ -16,8 +16,9 @@ use std::sync::{Arc, Mutex};
 
 use super::caps::Caps;
 use super::ctrl::{self, Ctrl};
-use super::queue::{Counters, VirtioRx, VirtioTx};
-use super::transport::{status, Transport, Window};
+use super::queue::{VirtioRx, VirtioTx};
+use super::shared::{Counters, Shared};
+use super::transport::{check_queue_max, status, Transport, Window};
 use super::{feature, VirtioConfig};
 use crate::device::{LinkStatus, MacAddr, Port, PortInfo, PortStats, QueueSet};
 use crate::error::{Error, Result};
@@ -32,48 +33,6 @@ const RX_QUEUE: u16 = 0;
 const TX_QUEUE: u16 = 1;
 const CTRL_QUEUE: u16 = 2;
 
-/// What the port and its queues share: the transport, the control queue and the counters.
-pub struct Shared<M: Mmio> {
-    pub(crate) transport: Transport<M>,
-    pub(crate) counters: Counters,
-    ctrl: Mutex<Option<Ctrl<M>>>,
-    /// What dropped queues lent the device (rings, buffers), freed after the reset.
-    kept: Mutex<Vec<Box<dyn Send>>>,
-    /// Interrupt mode's MSI-X routing (dropped after the reset: its teardown needs the
-    /// device, declared below it).
-    irqs: Option<InterruptSet>,
-    /// The VFIO device (bus mastering off after the reset); `None` in host tests.
-    pci: Option<VfioDevice>,
-}
-
-impl<M: Mmio> Shared<M> {
-    /// Keeps what a dropped queue lent the device until the device is reset.
-    pub(crate) fn keep_until_reset(&self, parts: Box<dyn Send>) {
-        self.kept
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(parts);
-    }
-}
-
-impl<M: Mmio> Drop for Shared<M> {
-    /// Resets the device (no DMA after the reset reads back 0) and turns bus mastering off;
-    /// the fields go after this: the control queue, what dropped queues left, the MSI-X
-    /// routing, the VFIO device. Runs once, when the last of the port and its queues goes, on
-    /// panic too.
-    fn drop(&mut self) {
-        tracing::debug!(port = %self.transport.name, "virtio: resetting the device");
-        if let Err(e) = self.transport.reset() {
-            tracing::error!(port = %self.transport.name, error = %e, "virtio: the device did not finish its reset; its memory is freed anyway");
-        }
-        if let Some(d) = &self.pci {
-            if let Err(e) = d.disable_bus_master() {
-                tracing::warn!(port = %self.transport.name, error = %e, "virtio: could not turn bus mastering off");
-            }
-        }
-    }
-}
-
 /// A virtio-net port.
 pub struct VirtioPort<M: Mmio + 'static> {
     info: PortInfo,
@@ -84,26 +43,6 @@ pub struct VirtioPort<M: Mmio + 'static> {
     vids: VlanFilter,
     filter_on: bool,
     shared: Arc<Shared<M>>,
-}
-
-/// Checks queue `q`'s maximum size: present and a power of two.
-pub(crate) fn check_queue_max<M: Mmio>(t: &Transport<M>, q: u16, what: &str) -> Result<u16> {
-    let max = t.queue_max(q);
-    if max == 0 {
-        return Err(Error::DeviceState {
-            device: t.name.to_string(),
-            what: format!("its {what} queue ({q}) has size 0: the device does not offer it"),
-        });
-    }
-    if !max.is_power_of_two() {
-        return Err(Error::DeviceState {
-            device: t.name.to_string(),
-            what: format!(
-                "its {what} queue ({q}) offers {max} descriptors, not a power of two; split virtqueues here need one"
-            ),
-        });
-    }
-    Ok(max)
 }
 
 /// The transport of a virtio PCI device opened through VFIO: its capabilities walked and the

@@ -20,11 +20,11 @@
 //! queue goes on working meanwhile.
 
 use crate::devices::offload::{soft, TxCaps};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::port::Shared;
 use super::ring::{SplitRing, DESC_F_NEXT, DESC_F_WRITE};
+use super::shared::Shared;
 use super::transport::{Doorbell, NO_VECTOR};
 use crate::device::{QueueError, QueueStats, RxQueue, TxQueue};
 use crate::error::{Error, Result};
@@ -42,19 +42,6 @@ pub const MIN_RX_BUFFER: u32 = 1526;
 /// What a shorter frame is padded to: the minimum Ethernet frame without FCS. A virtio device
 /// sends the bytes it is given, so the driver pads, as Intel MACs do in hardware.
 pub const PAD_TX_LEN: usize = 60;
-
-/// Counters the queues add to once per burst, for the port's `stats`.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub(crate) rx_packets: AtomicU64,
-    pub(crate) rx_bytes: AtomicU64,
-    pub(crate) rx_dropped: AtomicU64,
-    pub(crate) rx_no_buffer: AtomicU64,
-    pub(crate) tx_packets: AtomicU64,
-    pub(crate) tx_bytes: AtomicU64,
-    pub(crate) tx_dropped: AtomicU64,
-    pub(crate) tx_copied: AtomicU64,
-}
 
 /// A receive queue of a virtio-net port.
 pub struct VirtioRx<M: Mmio> {

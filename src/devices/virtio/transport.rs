@@ -390,3 +390,23 @@ impl<M: Mmio> Transport<M> {
         Some(d.read(n::STATUS))
     }
 }
+
+/// Checks queue `q`'s maximum size: present and a power of two.
+pub(crate) fn check_queue_max<M: Mmio>(t: &Transport<M>, q: u16, what: &str) -> Result<u16> {
+    let max = t.queue_max(q);
+    if max == 0 {
+        return Err(Error::DeviceState {
+            device: t.name.to_string(),
+            what: format!("its {what} queue ({q}) has size 0: the device does not offer it"),
+        });
+    }
+    if !max.is_power_of_two() {
+        return Err(Error::DeviceState {
+            device: t.name.to_string(),
+            what: format!(
+                "its {what} queue ({q}) offers {max} descriptors, not a power of two; split virtqueues here need one"
+            ),
+        });
+    }
+    Ok(max)
+}
