@@ -44,7 +44,7 @@ pub fn interrupt_wakes_a_sleeping_queue(ctx: &Ctx) -> Outcome {
         Err(e) => return Outcome::Fail(format!("{}: open with interrupts: {e}", ctx.ports[0])),
     };
     if !matches!(a, AnyPort::Igb(_) | AnyPort::Ixgbe(_) | AnyPort::Virtio(_)) {
-        return Outcome::Skip(vfio_nic::devices::any::NO_INTERRUPT_MODE.into());
+        return Outcome::Skip(vfio_nic::devices::kinds::no_interrupt_mode());
     }
     match steps(ctx, a, two) {
         Ok(d) => Outcome::Pass(d),

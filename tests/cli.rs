@@ -955,3 +955,89 @@ fn traffic_commands_sleep_in_interrupt_mode() {
         "--idle-polls must be 1 or more",
     );
 }
+
+/// `--help` of `verb` (the top level when empty), as text.
+fn help(verb: &[&str]) -> String {
+    let mut args = verb.to_vec();
+    args.push("--help");
+    let out = vfio_nic(&args);
+    assert!(out.status.success(), "{args:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The help texts name every kind of port the parser takes, and every capability sentence
+/// names exactly the kinds the table (which the drivers are tested against) gives it: a kind
+/// added to `devices::kinds` and missing from a help text fails here.
+#[test]
+fn every_help_text_names_the_kinds_of_the_port_table() {
+    use vfio_nic::devices::kinds::{names_with, KINDS};
+    let top = help(&[]);
+    for k in KINDS {
+        assert!(
+            top.contains(k.syntax) || top.contains(k.name),
+            "the top-level help lacks {}: {top}",
+            k.name
+        );
+    }
+    for verb in ["info", "gen", "selftest"] {
+        let h = help(&[verb]);
+        for k in KINDS.iter().filter(|k| k.prefix.is_some()) {
+            let short = k.syntax.split('[').next().unwrap();
+            assert!(h.contains(short), "`{verb} --help` lacks {short}: {h}");
+        }
+    }
+    for verb in ["regs", "reg"] {
+        let h = help(&[verb]);
+        for k in KINDS.iter().filter(|k| k.prefix.is_some()) {
+            assert_eq!(
+                h.contains(k.syntax),
+                k.registers,
+                "`{verb} --help` and the table disagree on {}: {h}",
+                k.name
+            );
+        }
+    }
+    let with_irq = names_with(|k| k.interrupts);
+    for verb in ["fwd", "respond", "capture"] {
+        let h = help(&[verb]).replace('\n', " ");
+        assert!(
+            h.contains(&format!("({with_irq} ports; others refuse it)")),
+            "`{verb} --help` does not name the kinds with interrupts ({with_irq}): {h}"
+        );
+    }
+    let h = help(&["selftest"]).replace('\n', " ");
+    assert!(h.contains(&names_with(|k| k.registers)), "{h}");
+}
+
+/// The table's interrupt column is what the in-memory drivers do: asked for interrupts, a kind
+/// that has them opens its receive queue with one, and the others are refused by
+/// `--interrupts` with the table's sentence.
+#[test]
+fn the_port_tables_interrupt_column_is_what_the_drivers_do() {
+    use vfio_nic::devices::kinds::KINDS;
+    for k in KINDS
+        .iter()
+        .filter(|k| matches!(k.prefix, Some("sim" | "qm" | "null")))
+    {
+        let port = format!("{}:0", k.prefix.unwrap());
+        let out = vfio_nic(&[
+            "fwd",
+            &port,
+            "--interrupts",
+            "--duration",
+            "0.2",
+            "--stats-period",
+            "0",
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.success(),
+            k.interrupts,
+            "{port} --interrupts: table says {}, the tool said: {err}",
+            k.interrupts
+        );
+        if !k.interrupts {
+            assert!(err.contains("have an interrupt mode"), "{port}: {err}");
+        }
+    }
+}

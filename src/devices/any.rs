@@ -16,6 +16,7 @@ use crate::devices::afpacket::{self, AfPacketConfig, AfPacketPort, AfpRx, AfpTx}
 use crate::devices::ids::{self, Family};
 use crate::devices::igb::{IgbConfig, IgbPort, IgbRx, IgbTx};
 use crate::devices::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx, IxgbeTx};
+use crate::devices::kinds;
 use crate::devices::null::{NullConfig, NullPort, NullRx, NullTx};
 use crate::devices::qm::model::QmDevice;
 use crate::devices::qm::{QmConfig, QmPort, QmRx, QmTx};
@@ -65,7 +66,10 @@ impl FromStr for PortName {
                     "qm" => Ok(PortName::Qm(index)),
                     _ => Err(Error::BadPortName {
                         input: s.into(),
-                        reason: format!("unknown port kind '{kind}' (known: null, sim, qm, afp)"),
+                        reason: format!(
+                            "unknown port kind '{kind}' (known: {})",
+                            kinds::prefixes().collect::<Vec<_>>().join(", ")
+                        ),
                     }),
                 };
             }
@@ -358,7 +362,7 @@ impl RxQueue for AnyRx {
             _ => Err(Error::NotSupported {
                 device: self.kind().into(),
                 what: "interrupt mode".into(),
-                why: NO_INTERRUPT_MODE.into(),
+                why: kinds::no_interrupt_mode(),
             }),
         }
     }
@@ -372,10 +376,6 @@ impl RxQueue for AnyRx {
         }
     }
 }
-
-/// Why a port of another kind has no interrupt mode.
-pub const NO_INTERRUPT_MODE: &str =
-    "only the Intel drivers (82576, 82599 and the software 82599) and virtio-net have an interrupt mode; poll this port";
 
 /// Why a virtio-net queue cannot have its interrupt raised by hand (the self-test's check).
 pub const NO_MANUAL_INTERRUPT: &str =
@@ -397,7 +397,7 @@ impl AnyRx {
             _ => Err(Error::NotSupported {
                 device: self.kind().into(),
                 what: "interrupt mode".into(),
-                why: NO_INTERRUPT_MODE.into(),
+                why: kinds::no_interrupt_mode(),
             }),
         }
     }

@@ -18,6 +18,7 @@ pub mod ids;
 pub mod igb;
 pub mod intel;
 pub mod ixgbe;
+pub mod kinds;
 pub mod null;
 pub mod offload;
 pub mod qm;

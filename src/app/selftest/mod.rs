@@ -353,7 +353,12 @@ pub fn interrupt_test(name: &str, cfg: &SelftestConfig) -> Result<TestReport> {
                 devices::any::NO_MANUAL_INTERRUPT,
             ))
         }
-        _ => return Ok(not_applicable("interrupt", devices::any::NO_INTERRUPT_MODE)),
+        _ => {
+            return Ok(not_applicable(
+                "interrupt",
+                &devices::kinds::no_interrupt_mode(),
+            ))
+        }
     };
     let (mut rx, _tx) = port.take_queues()?;
     let q = &mut rx[0];

@@ -13,12 +13,20 @@ use vfio_nic::devices::intel::IrqConfig;
 use vfio_nic::vlan::{RxMode, Tci, TxMode, Vid, VlanConfig, VlanControl, VlanFilter};
 use vfio_nic::{Error, Result};
 
+/// `--interrupts`'s help.
+fn interrupts_help() -> String {
+    format!(
+        "Sleep on the receive queues' interrupts after --idle-polls empty polls in a row, instead of polling for ever ({} ports; others refuse it)",
+        vfio_nic::devices::kinds::names_with(|k| k.interrupts)
+    )
+}
+
 /// Interrupt mode of the traffic commands: poll while frames come, sleep when idle.
 #[derive(clap::Args, Debug, Clone)]
 pub struct IrqOpts {
-    /// Sleep on the receive queues' MSI-X interrupts after --idle-polls empty polls in a row,
-    /// instead of polling for ever (82576, 82599 and software 82599 ports; others refuse it).
-    #[arg(long)]
+    // The help names the kinds with an interrupt mode from the table the drivers are checked
+    // against (devices::kinds).
+    #[arg(long, help = interrupts_help())]
     pub interrupts: bool,
     /// Empty polls in a row before sleeping (with --interrupts).
     #[arg(long, default_value_t = 256, value_name = "N")]
@@ -73,7 +81,7 @@ impl IrqOpts {
                 what: "--interrupts".into(),
                 why: format!(
                     "{}; leave --interrupts out",
-                    vfio_nic::devices::any::NO_INTERRUPT_MODE
+                    vfio_nic::devices::kinds::no_interrupt_mode()
                 ),
             });
         }

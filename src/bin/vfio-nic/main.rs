@@ -32,17 +32,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use vfio_nic::devices::kinds;
 
 #[derive(Parser)]
 #[command(
     name = "vfio-nic",
     version,
     about = "User-space NIC drivers over VFIO: bring-up tool",
-    after_help = "Ports: a PCI address (0000:01:00.0, or 01:00.0 for domain 0) bound to vfio-pci, \
-an in-memory port: null:N (DPDK net_null semantics) or sim:N (the software 82599; sim:2k and \
-sim:2k+1 are wired to each other inside one process), or a Linux interface through packet sockets: \
-afp:IFNAME[,queues=N][,frames=N] (queues: sockets in one fanout group, default 1; frames: per \
-receive and transmit ring, default 512; needs CAP_NET_RAW)."
+    after_help = kinds::ports_help()
 )]
 struct Cli {
     /// Print JSON instead of text.
@@ -61,7 +58,7 @@ enum Command {
     List,
     /// Model, PCI id, MAC, link, BARs, queues and rings, VLAN capabilities and configuration.
     Info {
-        /// The port (PCI address, sim:N, null:N or afp:IFNAME).
+        #[arg(help = kinds::port_arg_help())]
         port: String,
     },
     /// Device counters (by datasheet name) and software counters.
@@ -70,7 +67,7 @@ enum Command {
     Selftest(port_cmds::SelftestArgs),
     /// Register dump from the register map, optionally with every field decoded (like `ethtool -d`).
     Regs {
-        /// The port: a PCI address, or sim:N for the software 82599's registers.
+        #[arg(help = kinds::register_port_help())]
         port: String,
         /// Registers to show (e.g. CTRL RDT[0]); all of them when none is given.
         names: Vec<String>,
@@ -80,7 +77,7 @@ enum Command {
     },
     /// Read one register, or write it and read it back.
     Reg {
-        /// The port: a PCI address, or sim:N.
+        #[arg(help = kinds::register_port_help())]
         port: String,
         /// Register name (CTRL, RDT[0]) or byte offset (0x5400).
         register: String,
@@ -89,7 +86,7 @@ enum Command {
     },
     /// Forward between two ports (or back out of one), like testpmd's io mode.
     Fwd(fwd::FwdArgs),
-    /// What each VLAN placement costs: ns per packet on in-memory ports (null, software 82599).
+    /// What each VLAN placement costs, in ns per packet with intervals that know the noise: on the null device, the software 82599, the software queue manager and af_packet, and the interrupt row.
     Bench(bench::BenchArgs),
     /// Send numbered IPv4/UDP frames (valid checksums), optionally VLAN-tagged and rate-limited.
     Gen(traffic::GenArgs),

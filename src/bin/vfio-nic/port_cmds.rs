@@ -307,14 +307,9 @@ pub fn stats(args: &StatsArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<
 
 /// Options of `selftest`.
 #[derive(clap::Args, Debug)]
-#[command(
-    after_help = "Like `ethtool -t PORT offline`: a register test (write/read patterns \
-from the Linux drivers' tables; PCI and sim ports), a MAC loopback test (frames sent with \
-loopback on must come back byte-identical) and a link test. Each test opens the port afresh, \
-which resets it."
-)]
+#[command(after_help = selftest_help())]
 pub struct SelftestArgs {
-    /// The port.
+    #[arg(help = vfio_nic::devices::kinds::port_arg_help())]
     pub port: String,
     /// Frames sent in the loopback test.
     #[arg(long, default_value_t = 64)]
@@ -322,6 +317,21 @@ pub struct SelftestArgs {
     /// Their size in bytes (60..=1514).
     #[arg(long, default_value_t = 128)]
     pub size: usize,
+}
+
+/// What `selftest` runs, with the kinds each test applies to from the port table.
+fn selftest_help() -> String {
+    use vfio_nic::devices::kinds::names_with;
+    format!(
+        "Like `ethtool -t PORT offline`: a register test (write/read patterns from the Linux \
+drivers' tables and the queue manager's portal registers: {} ports), a MAC loopback test \
+(frames sent with loopback on must come back byte-identical), an interrupt test (the \
+receive queue's cause raised by hand must wake its eventfd: {} ports; virtio-net has no \
+register that raises it, so its line says N/A) and a link test. Each test opens the port \
+afresh, which resets it.",
+        names_with(|k| k.registers),
+        names_with(|k| k.interrupts),
+    )
 }
 
 /// `vfio-nic selftest PORT`.

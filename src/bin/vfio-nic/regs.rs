@@ -121,12 +121,13 @@ fn open(port: &str) -> Result<(Target, &'static RegisterMap)> {
             let map = regs::family("qbman").expect("the qbman map is built in");
             return Ok((Target::Qm(cinh), map));
         }
-        other => return Err(Error::NotSupported {
-            device: other.to_string(),
-            what: "register access".into(),
-            why: "null and af_packet ports have no registers of ours; give a PCI address, sim:N or qm:N"
-                .into(),
-        }),
+        other => {
+            return Err(Error::NotSupported {
+                device: other.to_string(),
+                what: "register access".into(),
+                why: vfio_nic::devices::kinds::no_registers(),
+            })
+        }
     };
     let (family, _) = ids::lookup(v, d).ok_or_else(|| Error::UnsupportedDevice {
         addr: port.to_string(),

@@ -86,7 +86,7 @@ impl GenOpts {
 /// Options of `gen`.
 #[derive(clap::Args, Debug)]
 pub struct GenArgs {
-    /// The port to send from (PCI address, sim:N, null:N or afp:IFNAME).
+    #[arg(help = vfio_nic::devices::kinds::port_arg_help())]
     pub port: String,
     /// Frames to send (default: until --duration or Ctrl-C).
     #[arg(long, value_name = "N")]
