@@ -99,8 +99,32 @@ fn publish(ch: &Channel, st: &FwdStats) {
     ch.store(st.rx, 0, st.tx_dropped, 0);
 }
 
-/// Runs the forwarder.
+/// Runs the forwarder: checks the options, opens the ports, pairs their queues into
+/// directions, forwards on one thread per queue pair until the end, and prints the summary.
 pub fn run(args: &FwdArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> {
+    check(args)?;
+    let mut opened = open_ports(args)?;
+    let (pairs, names) = directions(args, &mut opened);
+    let directions = names.len();
+    // Channel (queue q, direction d) is number q * directions + d; channels of one direction
+    // share its name and are added up for display.
+    let channel_names: Vec<String> = (0..pairs.len())
+        .flat_map(|_| names.iter().cloned())
+        .collect();
+    let mut live = Live::new(channel_names, &args.run, json_out, stop).without_bytes();
+    let threads: Vec<_> = pairs
+        .into_iter()
+        .enumerate()
+        .map(|(q, dirs)| spawn_forwarder(args, &live, q, directions, dirs))
+        .collect();
+    let (idle, failure) = wait_for(&mut live, threads);
+    let printed = summary(args, &mut opened, &mut live, &idle);
+    // The run's own failure before any error of the printing (a reader gone, `| head`).
+    drop(opened);
+    failure.map_or(printed, Err)
+}
+
+fn check(args: &FwdArgs) -> Result<()> {
     args.run.check()?;
     args.irq.check()?;
     if args.burst == 0 || args.burst > 512 {
@@ -109,6 +133,18 @@ pub fn run(args: &FwdArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> 
             args.burst
         )));
     }
+    Ok(())
+}
+
+/// The ports, their VLAN controls (with any VLAN option) and their queues.
+struct Opened {
+    /// Ports outlive their queues: they are dropped (device reset) after the threads end.
+    ports: Vec<devices::AnyPort>,
+    ctls: Vec<VlanControl>,
+    queues: Vec<(Vec<AnyRx>, Vec<AnyTx>)>,
+}
+
+fn open_ports(args: &FwdArgs) -> Result<Opened> {
     let use_vlan = args.vlan_rx.is_some() || args.vlan_tx.is_some() || args.vlan_filter.is_some();
     let vcfg = common::vlan_config(
         Some(&VlanRxOpts {
@@ -123,94 +159,107 @@ pub fn run(args: &FwdArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> 
     config.null.frame_size = args.null_size;
     config.null.copy = args.null_copy;
     args.irq.apply(&mut config);
-    let mut ports = Vec::new();
-    let mut ctls: Vec<VlanControl> = Vec::new();
-    let mut queues = Vec::new();
+    let mut o = Opened {
+        ports: Vec::new(),
+        ctls: Vec::new(),
+        queues: Vec::new(),
+    };
     for name in &args.ports {
         let mut p = devices::open(name, &config)?;
         if use_vlan {
-            ctls.push(common::vlan_control(&mut p, &vcfg)?);
+            o.ctls.push(common::vlan_control(&mut p, &vcfg)?);
         }
         let q = p.take_queues()?;
         args.irq.require(name, &q.0)?;
-        queues.push(q);
-        // Ports outlive their queues: they are dropped (device reset) after the threads end.
-        ports.push(p);
+        o.queues.push(q);
+        o.ports.push(p);
     }
-    let wrap = |i: usize, rx: AnyRx, tx: AnyTx| match ctls.get(i) {
-        // Receive side's control for rx, transmit side's for tx.
-        Some(_) => Dir::Vlan(ctls[i].wrap_rx(rx), ctls[i].wrap_tx(tx)),
-        None => Dir::Plain(rx, tx),
+    Ok(o)
+}
+
+/// The directions each forwarding thread serves (one list per queue pair) and their names:
+/// with two ports A.rx -> B.tx and B.rx -> A.tx, with one A.rx -> A.tx. The receive side's
+/// VLAN control wraps the receive queue, the transmit side's the transmit queue.
+fn directions(args: &FwdArgs, o: &mut Opened) -> (Vec<Vec<Dir>>, Vec<String>) {
+    let ctls = &o.ctls;
+    let dir = |rx_port: usize, rx: AnyRx, tx_port: usize, tx: AnyTx| match (
+        ctls.get(rx_port),
+        ctls.get(tx_port),
+    ) {
+        (Some(cr), Some(ct)) => Dir::Vlan(cr.wrap_rx(rx), ct.wrap_tx(tx)),
+        _ => Dir::Plain(rx, tx),
     };
-    // With one port, frames go back out of the same port: A.rx -> A.tx.
-    let mut pairs: Vec<Vec<Dir>> = Vec::new();
-    let names: Vec<String>;
-    let mut it = queues.into_iter();
+    let mut it = std::mem::take(&mut o.queues).into_iter();
     let (a_rx, a_tx) = it.next().expect("one port at least");
-    if let Some((b_rx, b_tx)) = it.next() {
-        let (a, b) = (&args.ports[0], &args.ports[1]);
-        names = vec![format!("{a} -> {b}"), format!("{b} -> {a}")];
-        for ((arx, btx), (brx, atx)) in a_rx.into_iter().zip(b_tx).zip(b_rx.into_iter().zip(a_tx)) {
-            let d1 = match (ctls.first(), ctls.get(1)) {
-                (Some(ca), Some(cb)) => Dir::Vlan(ca.wrap_rx(arx), cb.wrap_tx(btx)),
-                _ => Dir::Plain(arx, btx),
-            };
-            let d2 = match (ctls.get(1), ctls.first()) {
-                (Some(cb), Some(ca)) => Dir::Vlan(cb.wrap_rx(brx), ca.wrap_tx(atx)),
-                _ => Dir::Plain(brx, atx),
-            };
-            pairs.push(vec![d1, d2]);
+    match it.next() {
+        Some((b_rx, b_tx)) => {
+            let (a, b) = (&args.ports[0], &args.ports[1]);
+            let pairs = a_rx
+                .into_iter()
+                .zip(b_tx)
+                .zip(b_rx.into_iter().zip(a_tx))
+                .map(|((arx, btx), (brx, atx))| vec![dir(0, arx, 1, btx), dir(1, brx, 0, atx)])
+                .collect();
+            (pairs, vec![format!("{a} -> {b}"), format!("{b} -> {a}")])
         }
-    } else {
-        let a = &args.ports[0];
-        names = vec![format!("{a} -> {a}")];
-        for (rx, tx) in a_rx.into_iter().zip(a_tx) {
-            pairs.push(vec![wrap(0, rx, tx)]);
+        None => {
+            let a = &args.ports[0];
+            let pairs = a_rx
+                .into_iter()
+                .zip(a_tx)
+                .map(|(rx, tx)| vec![dir(0, rx, 0, tx)])
+                .collect();
+            (pairs, vec![format!("{a} -> {a}")])
         }
     }
-    let directions = names.len();
-    // Channel (queue q, direction d) is number q * directions + d; channels of one direction
-    // share its name and are added up for display.
-    let channel_names: Vec<String> = (0..pairs.len())
-        .flat_map(|_| names.iter().cloned())
-        .collect();
-    let mut live = Live::new(channel_names, &args.run, json_out, stop).without_bytes();
+}
+
+/// The forwarding thread of queue pair `q`: a burst per direction in turn, its counters
+/// published after each, and in interrupt mode a sleep after enough empty rounds.
+fn spawn_forwarder(
+    args: &FwdArgs,
+    live: &Live,
+    q: usize,
+    directions: usize,
+    mut dirs: Vec<Dir>,
+) -> std::thread::JoinHandle<Result<IdleStats>> {
+    let channels = live.channels();
+    let stop = live.stop_flag();
+    let mut idle = args.irq.idle();
     let burst = args.burst;
-    let mut threads = Vec::new();
-    for (q, mut dirs) in pairs.into_iter().enumerate() {
-        let channels = live.channels();
-        let stop = live.stop_flag();
-        let mut idle = args.irq.idle();
-        threads.push(std::thread::spawn(move || -> Result<IdleStats> {
-            let mut batch = Vec::with_capacity(burst);
-            let mut stats = vec![FwdStats::default(); dirs.len()];
-            while !stop.load(Relaxed) {
-                let mut got = 0;
-                for (d, dir) in dirs.iter_mut().enumerate() {
-                    got += match dir {
-                        Dir::Plain(rx, tx) => {
-                            forward_burst(rx, tx, &mut batch, burst, &mut stats[d])?
-                        }
-                        Dir::Vlan(rx, tx) => vlan_burst(rx, tx, &mut batch, burst, &mut stats[d])?,
-                    };
-                    publish(&channels[q * directions + d], &stats[d]);
-                }
-                // Interrupt mode: after enough empty rounds, sleep until a frame arrives.
-                if let Some(idle) = idle.as_mut() {
-                    if idle.after_round(got) {
-                        let mut rxs: Vec<&mut dyn RxQueue> = dirs.iter_mut().map(Dir::rx).collect();
-                        idle.sleep(&mut rxs)?;
-                    }
+    std::thread::spawn(move || -> Result<IdleStats> {
+        let mut batch = Vec::with_capacity(burst);
+        let mut stats = vec![FwdStats::default(); dirs.len()];
+        while !stop.load(Relaxed) {
+            let mut got = 0;
+            for (d, dir) in dirs.iter_mut().enumerate() {
+                got += match dir {
+                    Dir::Plain(rx, tx) => forward_burst(rx, tx, &mut batch, burst, &mut stats[d])?,
+                    Dir::Vlan(rx, tx) => vlan_burst(rx, tx, &mut batch, burst, &mut stats[d])?,
+                };
+                publish(&channels[q * directions + d], &stats[d]);
+            }
+            // Interrupt mode: after enough empty rounds, sleep until a frame arrives.
+            if let Some(idle) = idle.as_mut() {
+                if idle.after_round(got) {
+                    let mut rxs: Vec<&mut dyn RxQueue> = dirs.iter_mut().map(Dir::rx).collect();
+                    idle.sleep(&mut rxs)?;
                 }
             }
-            Ok(idle.map(|i| i.stats()).unwrap_or_default())
-        }));
-    }
+        }
+        Ok(idle.map(|i| i.stats()).unwrap_or_default())
+    })
+}
 
+/// Prints status lines until the run ends (its duration, Ctrl-C, or a thread that stopped),
+/// then stops and joins the threads: their idle figures added up, and the first error.
+fn wait_for(
+    live: &mut Live,
+    threads: Vec<std::thread::JoinHandle<Result<IdleStats>>>,
+) -> (IdleStats, Option<Error>) {
     loop {
         std::thread::sleep(Duration::from_millis(20));
-        let finished = live.done() || threads.iter().any(|t| t.is_finished());
-        if finished {
+        if live.done() || threads.iter().any(|t| t.is_finished()) {
             break;
         }
         live.tick();
@@ -229,18 +278,23 @@ pub fn run(args: &FwdArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> 
             }
         }
     }
+    (idle, failure)
+}
+
+/// The summary: totals, per direction, the VLAN configuration, the ports' counters and in
+/// interrupt mode how often the threads slept. A run that moved nothing says so instead of a
+/// time per packet.
+fn summary(args: &FwdArgs, o: &mut Opened, live: &mut Live, idle: &IdleStats) -> Result<()> {
     let secs = live.elapsed();
     let totals = live.totals();
     let total: u64 = totals.iter().map(|t| t.packets).sum();
+    let ns_per_packet = (total > 0).then(|| secs * 1e9 / total as f64);
     let mut extra = Map::new();
-    extra.insert("burst".into(), json!(burst));
+    extra.insert("burst".into(), json!(args.burst));
     extra.insert("queues".into(), json!(args.queues));
     extra.insert("packets".into(), json!(total));
     extra.insert("mpps".into(), json!(total as f64 / secs / 1e6));
-    extra.insert(
-        "ns_per_packet".into(),
-        json!(secs * 1e9 / total.max(1) as f64),
-    );
+    extra.insert("ns_per_packet".into(), json!(ns_per_packet));
     extra.insert(
         "directions".into(),
         totals
@@ -248,29 +302,28 @@ pub fn run(args: &FwdArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()> 
             .map(|t| json!({ "direction": t.name, "rx": t.packets, "tx": t.packets - t.dropped, "dropped": t.dropped, "mpps": t.packets as f64 / secs / 1e6 }))
             .collect(),
     );
-    if let Some(c) = ctls.first() {
+    if let Some(c) = o.ctls.first() {
         extra.insert("vlan".into(), common::vlan_json(c));
     }
     let mut hw = Map::new();
-    for p in &mut ports {
+    for p in &mut o.ports {
         let s = common::read_hw(p);
         hw.insert(p.info().name, common::hw_json(&s));
     }
     extra.insert("hw".into(), serde_json::Value::Object(hw));
-    let mut text = vec![format!(
-        "total {total} packets in {secs:.2} s: {:.2} Mpps, {:.1} ns per packet",
-        total as f64 / secs / 1e6,
-        secs * 1e9 / total.max(1) as f64
-    )];
-    if let Some(c) = ctls.first() {
+    let mut text = vec![match ns_per_packet {
+        Some(ns) => format!(
+            "total {total} packets in {secs:.2} s: {:.2} Mpps, {ns:.1} ns per packet",
+            total as f64 / secs / 1e6
+        ),
+        None => format!("total 0 packets in {secs:.2} s: nothing was forwarded"),
+    }];
+    if let Some(c) = o.ctls.first() {
         text.push(format!("VLAN: {}", common::vlan_line(c)));
     }
     if args.irq.interrupts {
         extra.insert("idle".into(), json!(idle));
-        text.push(common::idle_line(&idle));
+        text.push(common::idle_line(idle));
     }
-    // The run's own failure before any error of the printing (a reader gone, `| head`).
-    let printed = live.finish(extra, &text);
-    drop(ports);
-    failure.map_or(printed, Err)
+    live.finish(extra, &text)
 }
