@@ -173,3 +173,20 @@ fn the_comparison_can_fail() {
     assert!(compare(&readme, &lines(&["pool 0: 4095 buffers", "end (1.0 ms)"])).is_some());
     assert!(compare(&lines(&["x"]), &lines(&["x", "more"])).is_some());
 }
+
+/// The README's list of supported devices is `devices::ids`'s: every id the drivers open is
+/// named there (as `vvvv:dddd`, or as a device id after its vendor's first one).
+#[test]
+fn the_readme_names_every_supported_device_id() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    for (vendor, device, family, model) in vfio_nic::devices::ids::KNOWN {
+        let full = format!("`{vendor:04x}:{device:04x}`");
+        let short = format!("`{device:04x}`");
+        assert!(
+            readme.contains(&full) || readme.contains(&short),
+            "README.md does not name {vendor:04x}:{device:04x} ({}, {model})",
+            family.name()
+        );
+    }
+}

@@ -21,6 +21,7 @@ pub mod ixgbe;
 pub mod kinds;
 pub mod null;
 pub mod offload;
+pub mod pool_rule;
 pub mod qm;
 pub mod sim;
 pub mod virtio;

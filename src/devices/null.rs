@@ -65,6 +65,14 @@ impl NullPort {
                 "a null port needs at least one queue".into(),
             ));
         }
+        // Nothing holds a null port's buffers: a pool needs a burst's worth.
+        crate::devices::pool_rule::check_rx_pool(
+            &format!("null:{index}"),
+            "none held by a device",
+            0,
+            config.pool.buffers,
+            crate::platform::dma::slots::RX_RESERVE,
+        )?;
         let max = config.pool.buf_size - config.pool.headroom;
         if config.frame_size == 0 || config.frame_size > max {
             return Err(Error::InvalidConfig(format!(

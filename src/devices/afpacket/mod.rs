@@ -146,6 +146,15 @@ impl AfPacketPort {
                 "an af_packet port needs at least one queue".into(),
             ));
         }
+        // The kernel holds no pool buffer (frames are copied out of its ring as bursts ask):
+        // a pool needs a burst's worth.
+        crate::devices::pool_rule::check_rx_pool(
+            &format!("afp:{ifname}"),
+            "none held by the kernel",
+            0,
+            config.pool.buffers,
+            crate::platform::dma::slots::RX_RESERVE,
+        )?;
         let iface = packet::interface(ifname)?;
         if !iface.up {
             return Err(Error::InterfaceDown {

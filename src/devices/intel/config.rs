@@ -179,8 +179,9 @@ pub(crate) fn check_queues(l: &Limits, what: &str, n: u16, max: u16) -> Result<(
     Ok(())
 }
 
-/// Buffers a receive pool needs beyond its ring: one burst of the default size (32).
-pub const MIN_RX_SPARE: usize = 32;
+/// Buffers a receive pool needs beyond its ring (the rule of every family:
+/// [`crate::devices::pool_rule`]).
+pub use crate::devices::pool_rule::MIN_RX_SPARE;
 
 /// Ring sizes, pool size, MTU, and a buffer size the device can be given.
 pub(crate) fn check_rings_and_mtu(
@@ -199,18 +200,13 @@ pub(crate) fn check_rings_and_mtu(
             )));
         }
     }
-    // Every buffer of a pool that only fits the ring sits in the ring: a frame received can
-    // never be handed over (its slot has no buffer to be re-armed with), nothing is ever freed,
-    // and receive stalls for ever. One burst more keeps it moving.
-    let need = rx_ring + MIN_RX_SPARE;
-    if pool.buffers < need {
-        return Err(Error::InvalidConfig(format!(
-            "{}: each receive pool needs at least rx_ring + {MIN_RX_SPARE} = {need} buffers (the ring's, plus one burst that can be in the application's hands while the ring is re-armed), not {}; raise pool.buffers (rx_ring + {} avoids allocation failures on a busy queue)",
-            l.family,
-            pool.buffers,
-            crate::platform::dma::slots::RX_RESERVE
-        )));
-    }
+    crate::devices::pool_rule::check_rx_pool(
+        l.family,
+        "rx_ring",
+        rx_ring,
+        pool.buffers,
+        crate::platform::dma::slots::RX_RESERVE,
+    )?;
     if !(68..=l.max_mtu).contains(&mtu) {
         return Err(Error::InvalidConfig(format!(
             "{}: MTU {mtu} must be between 68 and {}",

@@ -104,16 +104,22 @@ impl<B: QmBus> QmPort<B> {
         }
         if !(1..=super::layout::pull::MAX_FRAMES).contains(&config.pull)
             || config.hw_buffers < 8
-            || config.hw_buffers > config.pool.buffers
             || config.max_frame < 64
             || config.pool.headroom > 0xfff
         {
             return Err(Error::InvalidConfig(format!(
-                "{name}: pull must be 1..32 frames, hw_buffers 8..pool buffers ({}), max_frame >= 64, \
-                 and the pool's headroom at most 4095 (a frame descriptor's offset has 12 bits)",
-                config.pool.buffers
+                "{name}: pull must be 1..32 frames, hw_buffers at least 8, max_frame >= 64, \
+                 and the pool's headroom at most 4095 (a frame descriptor's offset has 12 bits)"
             )));
         }
+        // The device holds the buffers kept in its hardware pool.
+        crate::devices::pool_rule::check_rx_pool(
+            &name,
+            "hw_buffers",
+            config.hw_buffers,
+            config.pool.buffers,
+            crate::platform::dma::slots::RX_RESERVE,
+        )?;
         let pool = Pool::new(config.pool, bus.dma_mapper())?;
         let mc = McPortal::new(bus.regs().clone(), name.clone());
         let o = open_objects(&mc, bus.dpni_id(), bus.dpbp_id())?;

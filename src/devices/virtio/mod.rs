@@ -162,6 +162,14 @@ impl VirtioConfig {
     pub fn check(&self) -> Result<()> {
         ring::check_size(self.rx_ring, "rx_ring")?;
         ring::check_size(self.tx_ring, "tx_ring")?;
+        // Each receive descriptor holds one pool buffer (no MRG_RXBUF).
+        crate::devices::pool_rule::check_rx_pool(
+            "virtio-net",
+            "rx_ring",
+            usize::from(self.rx_ring),
+            self.pool.buffers,
+            crate::platform::dma::slots::RX_RESERVE,
+        )?;
         if self.tx_ring < 2 {
             return Err(Error::InvalidConfig(
                 "tx_ring: a virtio transmit queue needs at least 2 descriptors (two per frame)"
