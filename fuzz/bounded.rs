@@ -136,6 +136,14 @@ fn main() {
         Arc::new(IdentityMapper),
     )
     .expect("fuzz pool");
+    // The seed first, so that a run stopped or killed midway can be repeated; and a first
+    // write, so that a reader already gone (`| head -0`) ends the run here, not after the
+    // exhaustive checks (about 10 s of CPU in a debug build).
+    if let Err(e) = out::line(format_args!(
+        "vlan-fuzz: seed {seed}, the exhaustive checks then {seconds} s of random inputs"
+    )) {
+        out::exit("vlan-fuzz", Err(e));
+    }
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs_f64(seconds);
     let mut passed = 0u64;
