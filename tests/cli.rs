@@ -1045,3 +1045,35 @@ fn the_port_tables_interrupt_column_is_what_the_drivers_do() {
         }
     }
 }
+
+/// `--buf-size` reaches every family's pool: a size a device takes opens (and its pool says
+/// so), one it cannot use is refused with the range it takes, and a malformed one before any
+/// port opens.
+#[test]
+fn buf_size_sets_every_pool_and_is_refused_with_the_range() {
+    for port in ["sim:0", "null:0", "qm:0"] {
+        let v = json(&["--buf-size", "4096", "stats", port]);
+        assert_eq!(v["pools"][0]["buf_size"], 4096 + 128, "{port}: {v}");
+    }
+    fails_in_one_line(
+        &["--buf-size", "32768", "info", "sim:0"],
+        "must be 1024 to 16384 bytes",
+    );
+    fails_in_one_line(
+        &["--buf-size", "100", "info", "null:0"],
+        "give a multiple of 128 from 128 to",
+    );
+    fails_in_one_line(
+        &[
+            "fwd",
+            "null:0",
+            "--buf-size",
+            "1024",
+            "--null-size",
+            "1500",
+            "--duration",
+            "0.1",
+        ],
+        "must be between 1 and 1024",
+    );
+}

@@ -109,6 +109,35 @@ pub struct PortConfig {
     pub virtio: VirtioConfig,
 }
 
+impl PortConfig {
+    /// Gives every family's receive pool buffers of `room` bytes behind their headroom (the
+    /// tool's `--buf-size`): a multiple of 128 (descriptor alignment), at least 64. Longer
+    /// frames become chains where the family has them; a device that cannot use buffers of
+    /// that size refuses when it opens, with the range it takes (the Intel chips receive 1 to
+    /// 16 KB into one descriptor; virtio-net needs a whole frame and its header in one).
+    pub fn set_buf_size(&mut self, room: usize) -> Result<()> {
+        for pool in [
+            &mut self.null.pool,
+            &mut self.igb.pool,
+            &mut self.ixgbe.pool,
+            &mut self.afpacket.pool,
+            &mut self.qm.pool,
+            &mut self.virtio.pool,
+        ] {
+            let size = pool.headroom.saturating_add(room);
+            if room < 64 || room % 128 != 0 || size > crate::platform::dma::MAX_BUF_SIZE {
+                return Err(Error::InvalidConfig(format!(
+                    "a buffer size of {room} bytes: give a multiple of 128 from 128 to {} (the room behind the {}-byte headroom)",
+                    crate::platform::dma::MAX_BUF_SIZE - pool.headroom,
+                    pool.headroom
+                )));
+            }
+            pool.buf_size = size;
+        }
+        Ok(())
+    }
+}
+
 /// A port of any kind.
 pub enum AnyPort {
     /// A null port.

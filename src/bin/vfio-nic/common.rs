@@ -229,8 +229,26 @@ pub fn vlan_config(rx: Option<&VlanRxOpts>, tx: Option<&VlanTxOpts>) -> Result<V
 }
 
 /// Port settings for the traffic commands: `queues` queue pairs on every kind of port.
+/// `--buf-size`, for every port this process opens (checked once, in `set_buf_size`).
+static BUF_SIZE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+
+/// Takes `--buf-size` (checked here, so that a bad one fails before any port opens).
+pub fn set_buf_size(room: Option<usize>) -> Result<()> {
+    if let Some(r) = room {
+        PortConfig::default().set_buf_size(r)?;
+    }
+    BUF_SIZE
+        .set(room)
+        .map_err(|_| Error::InvalidConfig("--buf-size given twice".into()))
+}
+
+/// How every command opens its ports: `queues` queue pairs, and `--buf-size` when given.
 pub fn port_config(queues: u16) -> PortConfig {
     let mut c = PortConfig::default();
+    if let Some(room) = BUF_SIZE.get().copied().flatten() {
+        c.set_buf_size(room)
+            .expect("--buf-size was checked when it was taken");
+    }
     c.null.queues = queues;
     c.ixgbe.rx_queues = queues;
     c.ixgbe.tx_queues = queues;

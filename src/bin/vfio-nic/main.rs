@@ -48,6 +48,11 @@ struct Cli {
     /// More log output (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// Bytes of frame room per receive buffer, behind its 128-byte headroom, on every port (a
+    /// multiple of 128; default 2048): longer frames become chains where the device has them,
+    /// and a device that cannot use the size refuses with the range it takes.
+    #[arg(long, global = true, value_name = "BYTES")]
+    buf_size: Option<usize>,
     #[command(subcommand)]
     command: Command,
 }
@@ -164,6 +169,10 @@ fn main() -> ExitCode {
         if let Err(e) = ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed)) {
             tracing::warn!("cannot install the Ctrl-C handler: {e}");
         }
+    }
+    if let Err(e) = common::set_buf_size(cli.buf_size) {
+        eprintln!("vfio-nic: {e}");
+        return ExitCode::FAILURE;
     }
     let json = cli.json;
     let result: CliResult = match &cli.command {

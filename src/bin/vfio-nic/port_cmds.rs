@@ -256,7 +256,7 @@ pub fn stats(args: &StatsArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<
         .iter()
         .map(|q| {
             let s = q.pool().stats();
-            json!({"capacity": s.capacity, "free": s.free, "in_use": s.in_use, "alloc_failures": s.alloc_failures, "slow_returns": s.slow_returns})
+            json!({"capacity": s.capacity, "buf_size": q.pool().buf_size(), "free": s.free, "in_use": s.in_use, "alloc_failures": s.alloc_failures, "slow_returns": s.slow_returns})
         })
         .collect();
     if json_out {

@@ -158,14 +158,16 @@ pub struct Limits {
 /// (the device must never write past a buffer), at most 16 KB.
 pub(crate) fn rx_buffer_kb(l: &Limits, pool: &PoolConfig) -> Result<u32> {
     let room = pool.buf_size.saturating_sub(pool.headroom);
-    let kb = (room / 1024).min(16) as u32;
-    if kb == 0 {
+    // SRRCTL.BSIZEPKT: the buffer size in 1 KB units (up to 127 KB on both chips,
+    // docs/intel-nics.md); the drivers here give at most 16 KB, as Linux's ixgbe does
+    // (IXGBE_MAX_RXBUFFER, "largest size for a single descriptor").
+    if !(1024..=16 * 1024).contains(&room) {
         return Err(Error::InvalidConfig(format!(
-            "the {} receives into whole KB: the pool's buffer room ({} - {} = {room} bytes) must be at least 1024; raise pool.buf_size",
+            "the {} receives 1 to 16 KB into one descriptor: the pool's buffer room ({} - {} = {room} bytes) must be 1024 to 16384 bytes (longer frames become chains); set pool.buf_size (--buf-size) in that range",
             l.chip, pool.buf_size, pool.headroom
         )));
     }
-    Ok(kb)
+    Ok((room / 1024) as u32)
 }
 
 /// Queue counts against `1..=max`.
