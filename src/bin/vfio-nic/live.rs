@@ -167,12 +167,13 @@ impl Live {
                 )
             })
             .collect();
-        let line = format_args!(
+        // Passed straight to the call: `format_args!` borrows its arguments' temporaries,
+        // which Rust before 1.89 drops at the end of a `let` (E0716 on the MSRV, 1.85).
+        if let Err(e) = crate::write_line(format_args!(
             "{:7.1} s  {}",
             now.duration_since(self.start).as_secs_f64(),
             parts.join("  |  ")
-        );
-        if let Err(e) = crate::write_line(line) {
+        )) {
             self.out_failed = Some(e);
         }
         self.last = (now, totals.iter().map(|t| t.packets).collect());
