@@ -23,11 +23,13 @@
 //! - `rig`: two ports of one device and their VLAN switches, one repetition on them;
 //! - `afp`: the af_packet rig's generator thread and its ring-draining repetition;
 //! - `measure`: the interleaved pairs, the floors, the A/A run anew;
-//! - [`judge`]: the results, judged as one family, and their JSON form.
+//! - [`judge`]: the results, judged as one family, and their JSON form;
+//! - [`irq`]: the interrupt row, polling against the adaptive loop ([`run_irq`]).
 //!
 //! The library never prints: the caller shows [`Progress`] and the results as it likes.
 
 mod afp;
+pub mod irq;
 pub mod judge;
 mod measure;
 pub mod plan;
@@ -39,6 +41,7 @@ use std::sync::atomic::AtomicBool;
 use crate::devices::sim::pin_current_thread;
 use crate::{Error, Result};
 
+pub use irq::{run_irq, IrqRow, IRQ_MEASURES};
 pub use judge::{family_size, Comparison, Judged, Moved};
 pub use plan::{Device, Placement, Traffic, Work};
 pub use work::FRAME;
@@ -66,11 +69,14 @@ pub struct BenchConfig {
     /// [`Device::Afp`]'s veth pair: the interface the generator sends into and the one the
     /// forwarder receives from (both ends in this network namespace, up).
     pub afp_pair: Vec<String>,
+    /// The interrupt row ([`run_irq`]): empty polls in a row before the adaptive loop sleeps.
+    pub idle_polls: u32,
 }
 
 impl Default for BenchConfig {
     /// `vfio-nic bench`'s defaults: 10 pairs of 0.2 s, bursts of 32, rings of 512, the null
-    /// device and both software 82599 modes, both traffics and works, nothing pinned.
+    /// device and both software 82599 modes, both traffics and works, nothing pinned; 256 empty
+    /// polls before the interrupt row's adaptive loop sleeps.
     fn default() -> BenchConfig {
         BenchConfig {
             pairs: 10,
@@ -82,6 +88,7 @@ impl Default for BenchConfig {
             works: vec![Work::Fwd, Work::L2],
             pin: Vec::new(),
             afp_pair: Vec::new(),
+            idle_polls: 256,
         }
     }
 }

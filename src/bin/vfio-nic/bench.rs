@@ -183,6 +183,7 @@ fn config(args: &BenchArgs) -> Result<BenchConfig> {
         works,
         pin: args.pin.clone(),
         afp_pair: args.afp_pair.clone(),
+        idle_polls: args.idle_polls,
     })
 }
 
