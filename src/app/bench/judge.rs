@@ -81,7 +81,7 @@ impl Comparison {
     }
 }
 
-/// A comparison judged with the rest of its matrix ([`judge`]).
+/// A comparison judged with the rest of its matrix (Holm over the matrix's p-values).
 #[derive(Clone, Debug, Serialize)]
 pub struct Judged {
     /// The comparison.

@@ -64,7 +64,8 @@ impl Traffic {
     }
 }
 
-/// What the forwarder does with each packet (see [`super::work`]).
+/// What the forwarder does with each packet: `fwd` forwards without reading the frame, `l2`
+/// reads the destination MAC and the tag and sends with the same tag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Work {
