@@ -182,7 +182,32 @@ struct Measured {
 impl Runner<'_, '_> {
     /// Runs one comparison on the rig: `pairs` interleaved pairs, then (threaded model) one
     /// more repetition of A and of B for the forwarder's busy time.
-    fn measure(&mut self, g: Group, (kind, pa, pb): Cell) -> Result<Measured> {
+    fn measure(&mut self, g: Group, cell: Cell) -> Result<Measured> {
+        let (kind, pa, pb) = cell;
+        let model_before = self.rig.model_time();
+        let mut m = self.pairs(g, cell)?;
+        m.model_ns_per_frame = match (model_before, self.rig.model_time()) {
+            (Some((busy0, sent0)), Some((busy1, sent1))) if sent1 > sent0 => {
+                Some((busy1 - busy0) as f64 / (sent1 - sent0) as f64)
+            }
+            _ => None,
+        };
+        // Which side sets the pace: the forwarder's own busy time in A and B, from one more
+        // repetition of each (not samples of the comparison).
+        if m.model_ns_per_frame.is_some() && !is_piped(kind) {
+            let dur = Duration::from_secs_f64(self.config.seconds);
+            m.driver_busy_ns = Some([
+                self.rig.rep_busy(pa, g.work, self.config, dur)?,
+                self.rig.rep_busy(pb, g.work, self.config, dur)?,
+            ]);
+            self.tally.done += 2;
+        }
+        Ok(m)
+    }
+
+    /// The comparison's interleaved pairs (A B, B A, ...): each side's ns per packet, and its
+    /// buffers home by the pool's slow path.
+    fn pairs(&mut self, g: Group, (kind, pa, pb): Cell) -> Result<Measured> {
         let (rig, args) = (&mut *self.rig, self.config);
         let piped = is_piped(kind);
         let what = format!(
@@ -195,7 +220,6 @@ impl Runner<'_, '_> {
         );
         let dur = Duration::from_secs_f64(args.seconds);
         let (mut a_ns, mut b_ns) = (Vec::new(), Vec::new());
-        let model_before = rig.model_time();
         let mut slow = [(0u64, 0u64); 2];
         for (i, a_first) in abba(args.pairs).enumerate() {
             if self.stop.load(Relaxed) {
@@ -224,31 +248,12 @@ impl Runner<'_, '_> {
             b_ns.push(b);
             self.tally.pair(&what, i + 1, args.pairs);
         }
-        let model_ns_per_frame = match (model_before, rig.model_time()) {
-            (Some((busy0, sent0)), Some((busy1, sent1))) if sent1 > sent0 => {
-                Some((busy1 - busy0) as f64 / (sent1 - sent0) as f64)
-            }
-            _ => None,
-        };
-        // Which side sets the pace: the forwarder's own busy time in A and B, from one more
-        // repetition of each (not samples of the comparison).
-        let driver_busy_ns = match model_ns_per_frame {
-            Some(_) if !piped => {
-                let busy = [
-                    rig.rep_busy(pa, g.work, args, dur)?,
-                    rig.rep_busy(pb, g.work, args, dur)?,
-                ];
-                self.tally.done += 2;
-                Some(busy)
-            }
-            _ => None,
-        };
         Ok(Measured {
             a_ns,
             b_ns,
             slow,
-            model_ns_per_frame,
-            driver_busy_ns,
+            model_ns_per_frame: None,
+            driver_busy_ns: None,
         })
     }
 }
