@@ -1,187 +1,18 @@
-//! `vfio-nic bench --device irq`: what interrupt mode costs, and how fast a sleeping queue
-//! wakes, on the threaded software 82599 (the device model on its own thread, interrupts as
-//! eventfds it signals: `devices/sim/irq.rs`).
-//!
-//! Two placements of the same port, opened in interrupt mode both times so that only the loop
-//! differs: A polls for ever (the vector stays masked), B is the adaptive loop of
-//! `app::idle` (poll while frames come, sleep on the interrupt after `--idle-polls` empty polls).
-//! Three comparisons, in interleaved pairs (A B, B A, ...) of `--seconds` each:
-//! - `load`: ns per packet forwarding the model's traffic source at full rate into an unwired
-//!   port. The adaptive loop must cost nothing while there is work: it never sleeps then.
-//! - `wake median` and `wake p99`: the latency from a frame's send (the peer's transmit burst;
-//!   the device thread carries it over) to the receive burst that returns it, for single frames
-//!   2 ms apart, the receiver idle in between: polling (A), or asleep on the eventfd (B). Each
-//!   repetition gives a median and a 99th percentile of its frames' latencies, in ns.
-//!
-//! The four ports (two for each measurement) share one device thread that never backs off when
-//! idle (`DeviceThread::spinning`, on the second `--pin` CPU): a frame is carried as soon as it
-//! is written, so the latency is the receiving loop's, not the model's idle pause.
-//!
-//! Each comparison's B - A has its 95 % paired-t interval, and the three p-values are corrected
-//! together (Holm), as in the rest of the bench; no A/A floor is measured for this row, so a
-//! verdict rests on the interval and the corrected p alone (the table says so).
+//! `vfio-nic bench --device irq`: the interrupt row of [`vfio_nic::app::bench::irq`] (polling
+//! against the adaptive loop on the threaded software 82599, under load and for the wake-up
+//! latency), run from the command line and printed: the progress line, the table or `--json`.
+//! The table says that no A/A floor is measured for this row: a verdict rests on the interval
+//! and the corrected p alone.
 
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
 
 use serde_json::json;
-use vfio_nic::app::compare::{self, abba, mean_95, paired_p, paired_t_95};
-use vfio_nic::app::forward::{forward_burst, FwdStats};
-use vfio_nic::app::idle::{Idle, IdlePolicy};
-use vfio_nic::device::{MacAddr, Port, RxQueue, TxQueue};
-use vfio_nic::devices::intel::IrqConfig;
-use vfio_nic::devices::ixgbe::{IxgbeConfig, IxgbePort, IxgbeRx, IxgbeTx};
-use vfio_nic::devices::sim::{pin_current_thread, DeviceThread, Mode, SimConfig, SimPort, Source};
-use vfio_nic::platform::dma::{Packet, Pool, PoolConfig};
+use vfio_nic::app::bench::irq::GAP;
+use vfio_nic::app::bench::{run_irq, BenchConfig};
+use vfio_nic::app::compare;
 use vfio_nic::{Error, Result};
 
 use crate::bench::BenchArgs;
-
-/// Time between two frames of the wake-up measurement.
-const GAP: Duration = Duration::from_millis(2);
-
-/// Poll or adaptive.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Loop {
-    Poll,
-    Adaptive,
-}
-
-fn ixgbe_cfg(ring: usize) -> IxgbeConfig {
-    IxgbeConfig {
-        rx_ring: ring,
-        tx_ring: ring,
-        pool: PoolConfig {
-            buffers: 4 * ring,
-            ..PoolConfig::default()
-        },
-        interrupts: Some(IrqConfig::default()),
-        link_timeout: Duration::from_secs(2),
-        ..IxgbeConfig::default()
-    }
-}
-
-fn open(
-    sim: &SimPort,
-    cfg: IxgbeConfig,
-) -> Result<(IxgbePort<SimPort>, IxgbeRx<SimPort>, IxgbeTx<SimPort>)> {
-    let mut port = IxgbePort::open(sim.clone(), cfg)?;
-    let (mut rx, mut tx) = port.take_queues()?;
-    Ok((port, rx.remove(0), tx.remove(0)))
-}
-
-fn policy(args: &BenchArgs) -> IdlePolicy {
-    IdlePolicy {
-        idle_polls: args.idle_polls,
-        max_sleep: Duration::from_millis(100),
-    }
-}
-
-/// One repetition of `load`: ns per packet over `seconds` of forwarding the source.
-fn load_rep(
-    rx: &mut IxgbeRx<SimPort>,
-    tx: &mut IxgbeTx<SimPort>,
-    how: Loop,
-    args: &BenchArgs,
-) -> Result<f64> {
-    let mut idle = (how == Loop::Adaptive).then(|| Idle::new(policy(args)));
-    let mut batch = Vec::with_capacity(args.burst);
-    let mut st = FwdStats::default();
-    let t = Instant::now();
-    let end = t + Duration::from_secs_f64(args.seconds);
-    while Instant::now() < end {
-        let got = forward_burst(rx, tx, &mut batch, args.burst, &mut st)?;
-        if let Some(i) = idle.as_mut() {
-            if i.after_round(got) {
-                i.sleep(&mut [&mut *rx as &mut dyn RxQueue])?;
-            }
-        }
-    }
-    Ok(t.elapsed().as_nanos() as f64 / st.tx.max(1) as f64)
-}
-
-/// One repetition of `wake`: frames sent `GAP` apart by another thread; their latencies from
-/// send to the burst that returned them, ns (median, p99).
-fn wake_rep(
-    rx: &mut IxgbeRx<SimPort>,
-    tx: &mut IxgbeTx<SimPort>,
-    pool: &Pool,
-    dst: MacAddr,
-    how: Loop,
-    args: &BenchArgs,
-) -> Result<(f64, f64)> {
-    let frames = ((args.seconds / GAP.as_secs_f64()) as usize).clamp(10, 500);
-    let epoch = Instant::now();
-    // Each frame's send time (ns since `epoch`), by the sequence number it carries.
-    let sent_at: Vec<AtomicU64> = (0..frames).map(|_| AtomicU64::new(0)).collect();
-    let done = AtomicBool::new(false);
-    let mut batch: Vec<Packet> = Vec::new();
-    let mut lat = Vec::with_capacity(frames);
-    let mut idle = (how == Loop::Adaptive).then(|| Idle::new(policy(args)));
-    std::thread::scope(|s| -> Result<()> {
-        let (sent_at, done) = (&sent_at, &done);
-        let sender = s.spawn(move || -> Result<()> {
-            for (i, sent) in sent_at.iter().enumerate() {
-                std::thread::sleep(GAP);
-                let mut p = pool
-                    .alloc()
-                    .ok_or_else(|| Error::InvalidConfig("the bench's pool ran dry".into()))?;
-                let mut f = dst.0.to_vec();
-                f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x99, 0x88, 0xb5]);
-                f.extend_from_slice(&(i as u32).to_be_bytes());
-                f.resize(64, 0);
-                if !p.set_data(&f) {
-                    return Err(Error::InvalidConfig(
-                        "a 64-byte frame does not fit the bench's buffers".into(),
-                    ));
-                }
-                let mut one = vec![p];
-                sent.store(epoch.elapsed().as_nanos() as u64, Release);
-                while !one.is_empty() {
-                    tx.tx_burst(&mut one)?;
-                }
-            }
-            done.store(true, Release);
-            Ok(())
-        });
-        let deadline = Instant::now() + GAP * (frames as u32) * 4 + Duration::from_secs(5);
-        while lat.len() < frames && Instant::now() < deadline {
-            let got = rx.rx_burst(&mut batch, args.burst)?;
-            if got > 0 {
-                let now = epoch.elapsed().as_nanos() as u64;
-                for p in batch.drain(..) {
-                    let seq = p
-                        .data()
-                        .get(14..18)
-                        .map(|b| u32::from_be_bytes(b.try_into().expect("four bytes")) as usize);
-                    if let Some(at) = seq.and_then(|s| sent_at.get(s)) {
-                        lat.push(now.saturating_sub(at.load(Acquire)) as f64);
-                    }
-                }
-            }
-            if let Some(i) = idle.as_mut() {
-                if i.after_round(got) {
-                    i.sleep(&mut [&mut *rx as &mut dyn RxQueue])?;
-                }
-            }
-            if done.load(Relaxed) && got == 0 && lat.len() >= frames {
-                break;
-            }
-        }
-        sender.join().expect("the bench's sender panicked")?;
-        Ok(())
-    })?;
-    if lat.len() < frames {
-        return Err(Error::InvalidConfig(format!(
-            "the wake-up measurement received {} of {frames} frames",
-            lat.len()
-        )));
-    }
-    lat.sort_by(f64::total_cmp);
-    let at = |q: f64| lat[((lat.len() - 1) as f64 * q).round() as usize];
-    Ok((at(0.5), at(0.99)))
-}
 
 /// The interrupt row: `load`, `wake median`, `wake p99`, poll (A) against adaptive (B).
 pub fn run(args: &BenchArgs, json_out: bool, stop: &AtomicBool) -> Result<()> {
@@ -190,80 +21,28 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: &AtomicBool) -> Result<()> {
             "--idle-polls >= 1, --pairs >= 2, --seconds > 0 and --burst >= 1".into(),
         ));
     }
-    // One device thread for all four ports, spinning: an idle device thread backs off for up
-    // to 1 ms, which would be measured as wake-up latency in both placements.
-    if let Some(&cpu) = args.pin.first() {
-        pin_current_thread(cpu)?;
-    }
-    let threaded = SimConfig {
-        mode: Mode::Threaded,
-        thread: Some(DeviceThread::spinning(args.pin.get(1).copied())),
-        ..SimConfig::default()
+    let config = BenchConfig {
+        pairs: args.pairs,
+        seconds: args.seconds,
+        burst: args.burst,
+        ring: args.ring,
+        pin: args.pin.clone(),
+        idle_polls: args.idle_polls,
+        ..BenchConfig::default()
     };
-    // load: port A's source at full rate, forwarded into an unwired port B.
-    let la = SimPort::with_source(
-        threaded.clone(),
-        Source::udp(MacAddr([2, 0, 0, 0, 0, 2]), 64),
-    );
-    let lb = SimPort::with_source(
-        threaded.clone(),
-        Source::udp(MacAddr([2, 0, 0, 0, 0, 3]), 64).with_count(0),
-    );
-    let (_lpa, mut lrx, _ltx) = open(&la, ixgbe_cfg(args.ring))?;
-    let (_lpb, _lrxb, mut ltx) = open(&lb, ixgbe_cfg(args.ring))?;
-    // wake: a wired pair; Y sends single frames to X.
-    let (x, y) = SimPort::pair(threaded);
-    let (_px, mut xrx, _xtx) = open(&x, ixgbe_cfg(args.ring))?;
-    let (_py, _yrx, mut ytx) = open(&y, ixgbe_cfg(args.ring))?;
-    let pool = Pool::new(
-        PoolConfig {
-            buffers: 1024,
-            ..PoolConfig::default()
-        },
-        vfio_nic::platform::bus::Bus::dma_mapper(&y),
-    )?;
-    let mut a = [Vec::new(), Vec::new(), Vec::new()];
-    let mut b = [Vec::new(), Vec::new(), Vec::new()];
-    for (pair, a_first) in abba(args.pairs).enumerate() {
-        if stop.load(Relaxed) {
-            return Err(Error::InvalidConfig("interrupted".into()));
-        }
-        let order = if a_first {
-            [Loop::Poll, Loop::Adaptive]
-        } else {
-            [Loop::Adaptive, Loop::Poll]
-        };
-        for how in order {
-            let ns = load_rep(&mut lrx, &mut ltx, how, args)?;
-            let (median, p99) = wake_rep(&mut xrx, &mut ytx, &pool, x.mac(), how, args)?;
-            let side = if how == Loop::Poll { &mut a } else { &mut b };
-            side[0].push(ns);
-            side[1].push(median);
-            side[2].push(p99);
-        }
+    let rows = run_irq(&config, stop, |p| {
         if !json_out {
-            eprint!("\rinterrupt row: pair {}/{}", pair + 1, args.pairs);
+            eprint!("\rinterrupt row: pair {}/{}", p.pair, p.pairs);
         }
-    }
+    })?;
     if !json_out {
         eprint!("\r\x1b[2K");
     }
-    let names = ["load ns/pkt", "wake median ns", "wake p99 ns"];
-    let p: Vec<f64> = (0..3).map(|i| paired_p(&a[i], &b[i])).collect();
-    let p_holm = compare::holm(&p);
-    let rows: Vec<_> = (0..3)
-        .map(|i| {
-            let diff = paired_t_95(&a[i], &b[i]);
-            let (am, bm) = (mean_95(&a[i]), mean_95(&b[i]));
-            let verdict = compare::verdict(&diff, am.mean, 0.0, p_holm[i]);
-            (names[i], am, bm, diff, p[i], p_holm[i], verdict)
-        })
-        .collect();
     if json_out {
         let v: Vec<_> = rows
             .iter()
-            .map(|(n, am, bm, diff, p, ph, verdict)| {
-                json!({"measure": n, "a_poll": am, "b_adaptive": bm, "diff": diff, "p": p, "p_holm": ph, "verdict": verdict})
+            .map(|r| {
+                json!({"measure": r.measure, "a_poll": r.a_poll, "b_adaptive": r.b_adaptive, "diff": r.diff, "p": r.p, "p_holm": r.p_holm, "verdict": r.verdict})
             })
             .collect();
         outln!(
@@ -283,15 +62,16 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: &AtomicBool) -> Result<()> {
         GAP.as_millis()
     );
     outln!("B - A with its 95 % interval (paired t); p(Holm) over these 3 comparisons; no A/A floor measured for this row");
-    for (n, am, bm, _diff, _p, ph, verdict) in &rows {
+    for r in &rows {
+        let (am, bm, ph, verdict) = (&r.a_poll, &r.b_adaptive, r.p_holm, &r.verdict);
         outln!(
             "{:<15} A {:>10.1} +-{:<8.1} B {:>10.1} +-{:<8.1} {verdict}, p(Holm) {}",
-            n,
+            r.measure,
             am.mean,
             am.half_width(),
             bm.mean,
             bm.half_width(),
-            if *ph < 0.001 {
+            if ph < 0.001 {
                 "<0.001".to_string()
             } else {
                 format!("{ph:.3}")
