@@ -169,6 +169,8 @@ pub mod eq {
     pub const TGTID_WORD: usize = 2;
     /// Word where the FD starts (byte 32).
     pub const FD_WORD: usize = 8;
+    /// Words of an entry: the command and the FD (64 bytes).
+    pub const WORDS: usize = 16;
 }
 
 /// The pull (volatile dequeue) command (`struct qbman_pull_desc`).
