@@ -20,7 +20,7 @@ use super::shared::Shared;
 use super::QmBus;
 use crate::device::{QueueError, QueueStats, RxQueue};
 use crate::error::Result;
-use crate::platform::dma::{DmaMemory, LentBuffers, Meta, Packet, Pool};
+use crate::platform::dma::{DmaMemory, LentBuffers, Meta, Packet, Pool, TakeBacks};
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::qbman as r;
 
@@ -125,66 +125,51 @@ impl<B: QmBus> QmRx<B> {
 
     /// Reads the active pull's results into `batch` until it holds `limit` packets, a result
     /// is not written yet, or the pull is over.
+    ///
+    /// One pass per result: its first word with an acquire load (a nonzero token means the
+    /// device wrote it, and the rest is read after it), the FD's four words with one bounds
+    /// check, the take-back counted once per burst ([`LentBuffers::take_backs`]) and the
+    /// queue's counters added once per burst.
     fn harvest(&mut self, batch: &mut Vec<Packet>, limit: usize) {
         let Some(mut a) = self.active else { return };
-        while batch.len() < limit {
+        // `None` only once `Drop` gave the storage up, and then nothing is active.
+        let Some(storage) = self.storage.as_ref() else {
+            return;
+        };
+        let mut back = self.lent.take_backs();
+        let mut c = Counts::default();
+        batch.reserve(limit.saturating_sub(batch.len()).min(self.pull - a.next));
+        let over = loop {
+            if batch.len() >= limit {
+                break false;
+            }
             let at = a.base + a.next * dq::SIZE;
-            let w0 = self.storage().load_u64(at, Acquire);
+            let w0 = storage.load_u64(at, Acquire);
             let tok = dq::tok(w0);
             if tok == 0 {
-                break;
+                break false;
             }
-            self.storage().store_u64(at, 0, Relaxed);
+            storage.store_u64(at, 0, Relaxed);
             let stat = dq::stat(w0);
             if tok != a.tok || dq::verb(w0) & dq::VERB_MASK != dq::VERB_DQ {
-                self.qm.stale_results += 1;
+                c.stale += 1;
             } else if stat & dq::STAT_VALIDFRAME != 0 {
-                self.take(batch, at);
+                let fd = Fd::from_u64s(storage.load_u64s(at + dq::FD, Relaxed));
+                take(&mut back, fd, batch, &mut c, &self.shared.name);
             }
             a.next += 1;
             if stat & dq::STAT_EXPIRED != 0 || a.next == self.pull {
-                self.active = None;
-                return;
+                break true;
             }
-        }
-        self.active = Some(a);
-    }
-
-    /// Turns the frame descriptor of the result at `at` into a packet.
-    #[inline]
-    fn take(&mut self, batch: &mut Vec<Packet>, at: usize) {
-        let f = |k: usize| self.storage().load_u64(at + dq::FD + 8 * k, Relaxed);
-        let (a, b, c, d) = (f(0), f(1), f(2), f(3));
-        let fd = Fd([
-            a as u32,
-            (a >> 32) as u32,
-            b as u32,
-            (b >> 32) as u32,
-            c as u32,
-            (c >> 32) as u32,
-            d as u32,
-            (d >> 32) as u32,
-        ]);
-        match self
-            .lent
-            .take_back(fd.addr(), fd.offset(), fd.len(), Meta::default())
-        {
-            Ok(p) if fd.ctrl() & Fd::CTRL_ERR_MASK == 0 && fd.format() == 0 => {
-                self.stats.packets += 1;
-                self.stats.bytes += p.len() as u64;
-                batch.push(p);
-            }
-            Ok(p) => {
-                drop(p);
-                self.qm.error_frames += 1;
-                self.stats.dropped += 1;
-            }
-            Err(e) => {
-                tracing::debug!(port = %self.shared.name, error = %e, "frame descriptor refused");
-                self.qm.refused_fds += 1;
-                self.stats.dropped += 1;
-            }
-        }
+        };
+        drop(back);
+        self.active = if over { None } else { Some(a) };
+        self.stats.packets += c.packets;
+        self.stats.bytes += c.bytes;
+        self.stats.dropped += c.errors + c.refused;
+        self.qm.stale_results += c.stale;
+        self.qm.error_frames += c.errors;
+        self.qm.refused_fds += c.refused;
     }
 
     /// Releases buffers of the pool to the device until it holds the target, when it holds
@@ -216,6 +201,38 @@ impl<B: QmBus> QmRx<B> {
                 }
                 return;
             }
+        }
+    }
+}
+
+/// What one [`QmRx::harvest`] counted, added to the queue's counters when it ends.
+#[derive(Default)]
+struct Counts {
+    packets: u64,
+    bytes: u64,
+    stale: u64,
+    errors: u64,
+    refused: u64,
+}
+
+/// Turns a received frame descriptor into a packet in `batch`, or counts why not: a buffer
+/// the device was never given is refused by the take-back's checks, a frame with error bits
+/// or in another format than single-buffer is dropped (its buffer goes back to the pool).
+#[inline(always)]
+fn take(back: &mut TakeBacks<'_>, fd: Fd, batch: &mut Vec<Packet>, c: &mut Counts, port: &str) {
+    match back.take(fd.addr(), fd.offset(), fd.len(), Meta::default()) {
+        Ok(p) if fd.ctrl() & Fd::CTRL_ERR_MASK == 0 && fd.format() == 0 => {
+            c.packets += 1;
+            c.bytes += u64::from(fd.len());
+            batch.push(p);
+        }
+        Ok(p) => {
+            drop(p);
+            c.errors += 1;
+        }
+        Err(e) => {
+            tracing::debug!(port = %port, error = %e, "frame descriptor refused");
+            c.refused += 1;
         }
     }
 }

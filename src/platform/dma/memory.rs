@@ -227,6 +227,25 @@ impl DmaMemory {
         unsafe { AtomicU64::from_ptr(p) }.load(order)
     }
 
+    /// Atomically loads `N` consecutive aligned 64-bit words from `offset` on, each with
+    /// `order`, after one bounds check for them all (a descriptor's words, read once).
+    #[inline(always)]
+    pub fn load_u64s<const N: usize>(&self, offset: usize, order: Ordering) -> [u64; N] {
+        assert!(
+            offset % 8 == 0
+                && (8 * N)
+                    .checked_add(offset)
+                    .is_some_and(|end| end <= self.len),
+            "DMA access to {N} words at {offset:#x} outside {} bytes",
+            self.len
+        );
+        // SAFETY: the `N` words from `offset` are aligned and inside the allocation (checked).
+        let p = unsafe { self.ptr.as_ptr().add(offset).cast::<u64>() };
+        // SAFETY: word `i < N` of the checked block; memory shared with a device is only ever
+        // accessed through atomics or volatile ops (as in `load_u64`).
+        std::array::from_fn(|i| unsafe { AtomicU64::from_ptr(p.add(i)) }.load(order))
+    }
+
     /// Atomically stores the aligned 64-bit word at `offset`.
     #[inline(always)]
     pub fn store_u64(&self, offset: usize, value: u64, order: Ordering) {
