@@ -20,7 +20,7 @@ use super::shared::Shared;
 use super::QmBus;
 use crate::device::{QueueError, QueueStats, RxQueue};
 use crate::error::Result;
-use crate::platform::dma::{DmaMemory, LentBuffers, Meta, Packet, Pool, TakeBacks};
+use crate::platform::dma::{DmaMemory, LentBuffers, Meta, NotLent, Packet, Pool, TakeBacks};
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::qbman as r;
 
@@ -138,6 +138,7 @@ impl<B: QmBus> QmRx<B> {
         };
         let mut back = self.lent.take_backs();
         let mut c = Counts::default();
+        let start = batch.len();
         batch.reserve(limit.saturating_sub(batch.len()).min(self.pull - a.next));
         let over = loop {
             if batch.len() >= limit {
@@ -155,7 +156,9 @@ impl<B: QmBus> QmRx<B> {
                 c.stale += 1;
             } else if stat & dq::STAT_VALIDFRAME != 0 {
                 let fd = Fd::from_u64s(storage.load_u64s(at + dq::FD, Relaxed));
-                take(&mut back, fd, batch, &mut c, &self.shared.name);
+                if let Err(e) = take(&mut back, fd, batch, &mut c) {
+                    refused(&self.shared.name, e, &mut c);
+                }
             }
             a.next += 1;
             if stat & dq::STAT_EXPIRED != 0 || a.next == self.pull {
@@ -164,7 +167,8 @@ impl<B: QmBus> QmRx<B> {
         };
         drop(back);
         self.active = if over { None } else { Some(a) };
-        self.stats.packets += c.packets;
+        // Every packet the burst added is one taken (`take` adds nothing else).
+        self.stats.packets += (batch.len() - start) as u64;
         self.stats.bytes += c.bytes;
         self.stats.dropped += c.errors + c.refused;
         self.qm.stale_results += c.stale;
@@ -208,33 +212,39 @@ impl<B: QmBus> QmRx<B> {
 /// What one [`QmRx::harvest`] counted, added to the queue's counters when it ends.
 #[derive(Default)]
 struct Counts {
-    packets: u64,
     bytes: u64,
     stale: u64,
     errors: u64,
     refused: u64,
 }
 
-/// Turns a received frame descriptor into a packet in `batch`, or counts why not: a buffer
-/// the device was never given is refused by the take-back's checks, a frame with error bits
-/// or in another format than single-buffer is dropped (its buffer goes back to the pool).
+/// Turns a received frame descriptor into a packet in `batch`, or counts why not: a frame
+/// with error bits or in another format than single-buffer is dropped (its buffer goes back
+/// to the pool); a buffer the device was never given is refused by the take-back's checks
+/// (the error, which the caller counts).
 #[inline(always)]
-fn take(back: &mut TakeBacks<'_>, fd: Fd, batch: &mut Vec<Packet>, c: &mut Counts, port: &str) {
-    match back.take(fd.addr(), fd.offset(), fd.len(), Meta::default()) {
-        Ok(p) if fd.ctrl() & Fd::CTRL_ERR_MASK == 0 && fd.format() == 0 => {
-            c.packets += 1;
-            c.bytes += u64::from(fd.len());
-            batch.push(p);
-        }
-        Ok(p) => {
-            drop(p);
-            c.errors += 1;
-        }
-        Err(e) => {
-            tracing::debug!(port = %port, error = %e, "frame descriptor refused");
-            c.refused += 1;
-        }
+fn take(
+    back: &mut TakeBacks<'_>,
+    fd: Fd,
+    batch: &mut Vec<Packet>,
+    c: &mut Counts,
+) -> Result<(), NotLent> {
+    if fd.ctrl() & Fd::CTRL_ERR_MASK == 0 && fd.format() == 0 {
+        back.take_to(batch, fd.addr(), fd.offset(), fd.len())?;
+        c.bytes += u64::from(fd.len());
+    } else {
+        drop(back.take(fd.addr(), fd.offset(), fd.len(), Meta::default())?);
+        c.errors += 1;
     }
+    Ok(())
+}
+
+/// A frame descriptor the take-back refused (kept out of the receive loop).
+#[cold]
+#[inline(never)]
+fn refused(port: &str, e: NotLent, c: &mut Counts) {
+    tracing::debug!(port = %port, error = %e, "frame descriptor refused");
+    c.refused += 1;
 }
 
 impl<B: QmBus> RxQueue for QmRx<B> {

@@ -278,6 +278,41 @@ impl TakeBacks<'_> {
     }
 }
 
+impl TakeBacks<'_> {
+    /// [`take`](Self::take), the packet appended to `batch`: built in place, after the
+    /// capacity test (a receive burst reserves its batch first, so that test never grows it).
+    #[inline(always)]
+    pub fn take_to(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        buf_iova: u64,
+        offset: u16,
+        len: u32,
+    ) -> Result<(), NotLent> {
+        if batch.len() == batch.capacity() {
+            grow(batch);
+        }
+        let p = self.table.claim(buf_iova, offset, len, Meta::default())?;
+        self.taken += 1;
+        let n = batch.len();
+        // SAFETY: `n < capacity` (tested above; `claim` does not touch the batch), so slot `n`
+        // is allocated and uninitialized; writing the packet there and counting it moves it
+        // into the batch, as `push` would.
+        unsafe {
+            batch.as_mut_ptr().add(n).write(p);
+            batch.set_len(n + 1);
+        }
+        Ok(())
+    }
+}
+
+/// Room for another burst in a full batch (kept out of the take-back's path).
+#[cold]
+#[inline(never)]
+fn grow(batch: &mut Vec<Packet>) {
+    batch.reserve(32);
+}
+
 impl Drop for TakeBacks<'_> {
     fn drop(&mut self) {
         if self.taken > 0 {
