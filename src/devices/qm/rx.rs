@@ -127,8 +127,8 @@ impl<B: QmBus> QmRx<B> {
     /// is not written yet, or the pull is over.
     ///
     /// One pass per result: its first word with an acquire load (a nonzero token means the
-    /// device wrote it, and the rest is read after it), the FD's four words with one bounds
-    /// check, the take-back counted once per burst ([`LentBuffers::take_backs`]) and the
+    /// device wrote it, and the rest is read after it), the FD's four words with one index
+    /// test (the storage half's bounds are checked once per burst), the take-back counted once per burst ([`LentBuffers::take_backs`]) and the
     /// queue's counters added once per burst.
     fn harvest(&mut self, batch: &mut Vec<Packet>, limit: usize) {
         let Some(mut a) = self.active else { return };
@@ -136,6 +136,8 @@ impl<B: QmBus> QmRx<B> {
         let Some(storage) = self.storage.as_ref() else {
             return;
         };
+        // The pull's results, checked once: each result is then words `8 * next..`.
+        let results = storage.words64(a.base, self.pull * dq::SIZE / 8);
         let mut back = self.lent.take_backs();
         let mut c = Counts::default();
         let start = batch.len();
@@ -144,18 +146,18 @@ impl<B: QmBus> QmRx<B> {
             if batch.len() >= limit {
                 break false;
             }
-            let at = a.base + a.next * dq::SIZE;
-            let w0 = storage.load_u64(at, Acquire);
+            let at = a.next * dq::SIZE / 8;
+            let w0 = results.load(at, Acquire);
             let tok = dq::tok(w0);
             if tok == 0 {
                 break false;
             }
-            storage.store_u64(at, 0, Relaxed);
+            results.store(at, 0, Relaxed);
             let stat = dq::stat(w0);
             if tok != a.tok || dq::verb(w0) & dq::VERB_MASK != dq::VERB_DQ {
                 c.stale += 1;
             } else if stat & dq::STAT_VALIDFRAME != 0 {
-                let fd = Fd::from_u64s(storage.load_u64s(at + dq::FD, Relaxed));
+                let fd = Fd::from_u64s(results.load_n(at + dq::FD / 8, Relaxed));
                 if let Err(e) = take(&mut back, fd, batch, &mut c) {
                     refused(&self.shared.name, e, &mut c);
                 }

@@ -240,7 +240,9 @@ impl LentBuffers {
         }
         let i = i as usize;
         let bit = 1u64 << (i % 64);
-        if self.bits[i / 64].fetch_and(!bit, Ordering::AcqRel) & bit == 0 {
+        // SAFETY: `i < buffers` (checked above) and `bits` has `buffers.div_ceil(64)` words.
+        let word = unsafe { self.bits.get_unchecked(i / 64) };
+        if word.fetch_and(!bit, Ordering::AcqRel) & bit == 0 {
             return Err(NotLent::NotLent(buf_iova));
         }
         let (off, data) = (rel as u32, self.iova + u64::from(offset));
