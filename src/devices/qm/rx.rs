@@ -128,8 +128,9 @@ impl<B: QmBus> QmRx<B> {
     ///
     /// One pass per result: its first word with an acquire load (a nonzero token means the
     /// device wrote it, and the rest is read after it), the FD's four words with one index
-    /// test (the storage half's bounds are checked once per burst), the take-back counted once per burst ([`LentBuffers::take_backs`]) and the
-    /// queue's counters added once per burst.
+    /// test (the storage half's bounds are checked once per burst), the packet built in the
+    /// batch; the take-backs ([`LentBuffers::take_backs`]) and the queue's counters are
+    /// counted once per burst.
     fn harvest(&mut self, batch: &mut Vec<Packet>, limit: usize) {
         let Some(mut a) = self.active else { return };
         // `None` only once `Drop` gave the storage up, and then nothing is active.

@@ -12,8 +12,11 @@
 //! buffer. [`lend`](LentBuffers::lend) consumes a packet and sets its bit;
 //! [`take_back`](LentBuffers::take_back) clears the bit of a buffer named by its address and
 //! builds the packet, or refuses an address that is not the start of a lent buffer of this
-//! pool. Bits are atomic, so a transmit queue on one core lends while a receive queue on
-//! another takes back (a buffer sent by port B returns to port A's pool). A buffer whose bit is
+//! pool. A burst uses [`lend_run`](LentBuffers::lend_run) and
+//! [`take_backs`](LentBuffers::take_backs), which move the count of lent buffers once per burst
+//! (up before the bits are set, down after they are cleared: never below the bits) instead of
+//! once per buffer. Bits are atomic, so a transmit queue on one core lends while a receive
+//! queue on another takes back (a buffer sent by port B returns to port A's pool). A buffer whose bit is
 //! set counts as away from its pool's home, so the pool's memory stays mapped while the device
 //! may still write it; buffers still lent when the table goes are left there (never freed to
 //! the pool while a device might hold them). Drivers take every buffer back before that, by
@@ -140,7 +143,8 @@ impl LentBuffers {
         self.lent.fetch_add(most, Ordering::Relaxed);
         // From here the batch owns nothing (a panic in `send` leaks its packets, which is
         // safe); its packets are read in place and the unlent tail is put back below.
-        // SAFETY: 0 <= the length; the elements stay initialized in the buffer.
+        // SAFETY: a length of 0 is always valid (nothing to initialize); the packets stay in
+        // the buffer, read below through `base`.
         unsafe { batch.set_len(0) };
         let base = batch.as_mut_ptr();
         let mut k = 0;
@@ -192,7 +196,7 @@ impl LentBuffers {
     /// Montgomery 1994): with `buf_size = odd << shift`, `x -> (x * odd^-1) rotr shift` is a
     /// bijection of the 64-bit numbers that maps `q * buf_size` to `q` for every `q` below
     /// 2^(64 - shift), so exactly the buffer starts map below `buffers`. Two instructions
-    /// instead of a 64-bit division (the buffer size is a multiple of 128, not a power of 2).
+    /// instead of a 64-bit division (the buffer size is a multiple of 128, seldom a power of 2).
     #[inline(always)]
     fn index(&self, rel: u64) -> u64 {
         rel.wrapping_mul(self.odd_inverse).rotate_right(self.shift)
