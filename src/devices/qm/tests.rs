@@ -188,6 +188,27 @@ fn a_burst_of_several_pools_goes_out_in_order_as_runs() {
 }
 
 #[test]
+fn a_chained_frame_in_a_burst_is_linearized_in_its_place() {
+    let mut p = pair(small());
+    let pool = p.rx.pool().clone();
+    let mut batch = packets(&pool, 4, 100);
+    // Frame 2 as a chain of two buffers: the run stops there, the fallback linearizes it.
+    let whole = frame(2, 100);
+    let (mut head, mut tail) = (pool.alloc().unwrap(), pool.alloc().unwrap());
+    assert!(head.set_data(&whole[..40]) && tail.set_data(&whole[40..]));
+    head.push_segment(tail);
+    assert!(head.is_chained());
+    batch[2] = head;
+    assert_eq!(p.tx.tx_burst(&mut batch).unwrap(), 4);
+    assert!(batch.is_empty());
+    let got = receive(&mut p.rx, 4);
+    assert_eq!(got.len(), 4);
+    for (i, pk) in got.iter().enumerate() {
+        assert_eq!(pk.data(), &frame(i as u32, 100)[..], "frame {i}");
+    }
+}
+
+#[test]
 fn short_frames_leave_padded_to_sixty_bytes() {
     let mut p = pair(small());
     let pool = p.rx.pool().clone();

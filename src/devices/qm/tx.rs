@@ -142,22 +142,21 @@ const MAX_FD_OFFSET: usize = 0xfff;
 
 impl<B: QmBus> TxQueue for QmTx<B> {
     fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
-        // A frame descriptor here names one buffer (no scatter-gather table) and the device
-        // computes no checksum: chains are linearized and offloads done in software.
-        soft::resolve_for_queue(
-            batch,
-            TxCaps::NONE,
-            &mut self.stats.dropped,
-            &mut self.offload_logged,
-        );
-        let room = self.portal.eq_room(batch.len() as u32)? as usize;
+        let mut room = self.portal.eq_room(batch.len() as u32)? as usize;
         // One pass: the packets at the front that the cached lender's pool lends go out as a
         // run (an enqueue entry each, written as its buffer is lent; the lender's `alive` read
         // once per run); the first that does not (another pool, a port gone, an offset too
         // large for an FD) makes the lender its own, or is copied into the port's pool, and
         // starts the next run. A burst of one pool is one run.
+        //
+        // A frame descriptor here names one buffer (no scatter-gather table) and the device
+        // computes no checksum: the first frame that is chained or asks for an offload ends
+        // the run too, and when a run ends early for any reason the rest of the batch goes
+        // through the software fallback once (chains linearized, offloads done, order kept)
+        // before the next run. The usual burst asks for neither and pays one bit test per
+        // packet for it, in the run, instead of a pass of its own.
         let (mut sent, mut bytes) = (0, 0u64);
-        let mut vouched = false;
+        let (mut vouched, mut resolved) = (false, false);
         loop {
             let left = room - sent;
             if left == 0 || batch.is_empty() {
@@ -166,7 +165,8 @@ impl<B: QmBus> TxQueue for QmTx<B> {
             let k = if self.last.alive.load(Ordering::Relaxed) {
                 let (portal, fqid, bpid) = (&mut self.portal, self.fqid, self.last.bpid);
                 self.last.table.lend_run(batch, left, |buf, p| {
-                    if p.headroom() > MAX_FD_OFFSET {
+                    let software = !p.is_plain() && soft::needs_software(p, TxCaps::NONE);
+                    if p.headroom() > MAX_FD_OFFSET || (software && !resolved) {
                         return false;
                     }
                     let fd = Fd::simple(buf, p.len() as u32, bpid, p.headroom() as u16);
@@ -178,9 +178,26 @@ impl<B: QmBus> TxQueue for QmTx<B> {
                 0
             };
             sent += k;
+            if k == left || batch.is_empty() {
+                break;
+            }
+            // Off the usual path: before anything else (a copy reads a frame's data, which
+            // must be one buffer's), the rest of the batch through the fallback, once.
+            if !resolved {
+                soft::resolve_for_queue(
+                    batch,
+                    TxCaps::NONE,
+                    &mut self.stats.dropped,
+                    &mut self.offload_logged,
+                );
+                resolved = true;
+                // Segments of a TSO frame may have made the batch longer than the room seen.
+                room = sent + self.portal.eq_room(batch.len() as u32)? as usize;
+                continue;
+            }
             // `make_sendable` vouched for the packet at the front and the run still took none:
             // cannot happen (the run checks what it checked), but never spin on it.
-            if k == left || batch.is_empty() || (k == 0 && vouched) {
+            if k == 0 && vouched {
                 break;
             }
             if !self.make_sendable(batch, 0) {
