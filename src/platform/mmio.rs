@@ -32,6 +32,19 @@ pub trait Mmio: Send + Sync {
         self.len() == 0
     }
 
+    /// Writes `words` to consecutive 32-bit registers (or memory-backed portal words) from byte
+    /// `offset` on, in order. For command entries that a doorbell hands over (a queue manager's
+    /// enqueue ring in memory-backed mode, where the portal looks at no entry beyond the
+    /// producer index it was told): one call per entry instead of one per word, as DPDK's
+    /// `qbman_swp_enqueue_multiple_mem_back` copies an entry with `memcpy`. No ordering among
+    /// the words is promised beyond program order; the doorbell's fence orders them all before
+    /// the doorbell. The default writes them one by one with [`Mmio::write32`].
+    fn write_block(&self, offset: usize, words: &[u32]) {
+        for (i, w) in words.iter().enumerate() {
+            self.write32(offset + 4 * i, *w);
+        }
+    }
+
     /// Writes a doorbell (tail) register after a release fence, so that every descriptor and
     /// buffer write made before it is visible to the device first.
     #[inline(always)]
@@ -100,6 +113,10 @@ impl<M: Mmio + ?Sized> Mmio for Arc<M> {
     #[inline(always)]
     fn write32(&self, offset: usize, value: u32) {
         (**self).write32(offset, value)
+    }
+    #[inline(always)]
+    fn write_block(&self, offset: usize, words: &[u32]) {
+        (**self).write_block(offset, words)
     }
     fn len(&self) -> usize {
         (**self).len()
@@ -250,6 +267,31 @@ impl Mmio for MmioRegion {
         self.check(offset);
         // SAFETY: as in `read32`.
         unsafe { self.base.as_ptr().add(offset / 4).write_volatile(value) }
+    }
+
+    /// One bounds check for the block, then one volatile store per word, in order.
+    #[inline(always)]
+    fn write_block(&self, offset: usize, words: &[u32]) {
+        assert!(
+            // checked: the end must not wrap around to pass the bound in release builds
+            offset % 4 == 0
+                && (words.len().checked_mul(4))
+                    .and_then(|bytes| offset.checked_add(bytes))
+                    .is_some_and(|end| end <= self.len),
+            "{}: a block of {} words at {offset:#x} outside the {:#x}-byte BAR (or unaligned)",
+            self.name,
+            words.len(),
+            self.len
+        );
+        // SAFETY: the assertion keeps `offset` aligned and the whole block inside the mapping;
+        // the mapping is alive while `self._owner` is (contract of `from_raw`); volatile
+        // because it is device memory. `offset <= len`, so the pointer stays in (or one past)
+        // the mapping even for an empty block.
+        let base = unsafe { self.base.as_ptr().add(offset / 4) };
+        for (i, w) in words.iter().enumerate() {
+            // SAFETY: word `i` of the checked block (above).
+            unsafe { base.add(i).write_volatile(*w) }
+        }
     }
 
     fn len(&self) -> usize {
@@ -478,6 +520,18 @@ mod tests {
         let r = unsafe { MmioRegion::from_raw(ptr, 64, "test", mem.clone()) };
         r.write32(8, 42);
         assert_eq!(r.read32(8), 42);
+        r.write_block(48, &[1, 2, 3, 4]);
+        assert_eq!(
+            [r.read32(48), r.read32(52), r.read32(56), r.read32(60)],
+            [1, 2, 3, 4]
+        );
+        for (at, n) in [(52, 4), (50, 1), (usize::MAX - 3, 2)] {
+            let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                r.write_block(at, &vec![9; n])
+            }));
+            assert!(res.is_err(), "a block of {n} at {at:#x}");
+        }
+        assert_eq!(r.read32(60), 4, "a refused block writes nothing");
         let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.read32(64)));
         assert!(res.is_err());
         // An offset whose end wraps around is refused by the bound, not let through (release)

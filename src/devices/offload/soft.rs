@@ -156,9 +156,11 @@ pub enum SoftError {
     NoGather(#[from] NoGather),
 }
 
-/// Whether `p` asks for work a device of `caps` does not do: any offload, or gathering.
+/// Whether `p` asks for work a device of `caps` does not do: any offload, or gathering (what
+/// [`resolve`] does for it). A queue that tests this in a pass of its own calls [`resolve`]
+/// only when a frame needs it.
 #[inline(always)]
-fn needs_software(p: &Packet, caps: TxCaps) -> bool {
+pub fn needs_software(p: &Packet, caps: TxCaps) -> bool {
     if p.is_plain() {
         return false;
     }

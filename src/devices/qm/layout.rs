@@ -72,6 +72,15 @@ impl Fd {
         Fd(w)
     }
 
+    /// The descriptor as a device writes it, four little-endian 64-bit words (a dequeue
+    /// result's FD, read with one load per word).
+    #[inline(always)]
+    pub fn from_u64s(w: [u64; 4]) -> Fd {
+        let lo = |k: usize| w[k] as u32;
+        let hi = |k: usize| (w[k] >> 32) as u32;
+        Fd([lo(0), hi(0), lo(1), hi(1), lo(2), hi(2), lo(3), hi(3)])
+    }
+
     /// Buffer bus address.
     pub fn addr(&self) -> u64 {
         u64::from(self.0[0]) | u64::from(self.0[1]) << 32
@@ -169,6 +178,8 @@ pub mod eq {
     pub const TGTID_WORD: usize = 2;
     /// Word where the FD starts (byte 32).
     pub const FD_WORD: usize = 8;
+    /// Words of an entry: the command and the FD (64 bytes).
+    pub const WORDS: usize = 16;
 }
 
 /// The pull (volatile dequeue) command (`struct qbman_pull_desc`).

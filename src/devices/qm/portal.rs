@@ -6,9 +6,10 @@
 //! entries last seen (EQCR_CI is read again only when they run out, as in DPDK's
 //! `qbman_swp_enqueue_multiple_mem_back`), and the management response's valid bit.
 //!
-//! Ordering: entries and commands are written as plain 32-bit stores to the CENA area, the
-//! verb word last; the doorbell or read trigger goes through [`Mmio::doorbell`], whose release
-//! fence orders every earlier store before it (DPDK's `dma_wmb()` before the CINH write).
+//! Ordering: entries and commands are written as plain 32-bit stores to the CENA area (an
+//! enqueue entry as one block, the other commands' verb word last); the doorbell or read
+//! trigger goes through [`Mmio::doorbell`], whose release fence orders every earlier store
+//! before it (DPDK's `dma_wmb()` before the CINH write).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -133,15 +134,22 @@ impl<M: Mmio> SwPortal<M> {
     /// Writes one enqueue entry (frame `fd` to frame queue `fqid`);
     /// [`eq_doorbell`](Self::eq_doorbell) hands the entries written to the portal. The caller
     /// checked the room.
+    ///
+    /// The whole 64-byte entry goes in one [`Mmio::write_block`]: the verb with its valid bit,
+    /// the command words (the target FQID at byte 8, the rest zero) and the FD from byte 32.
+    /// In memory-backed mode the portal reads no entry beyond the producer index it was told,
+    /// so the order of the words within the entry does not matter; the EQCR_PI doorbell's
+    /// release fence orders them all before it (DPDK's `qbman_swp_enqueue_multiple_mem_back`
+    /// copies words 1-15 and then the verb, with no barrier between them, before its
+    /// `dma_wmb()` and the EQCR_PI write).
     #[inline]
     pub fn eq_write(&mut self, fqid: u32, fd: &Fd) {
         let at = cena::eqcr(self.pi & (EQCR_SIZE - 1));
-        let c = &*self.cena;
-        c.write32(at + 4 * eq::TGTID_WORD, fqid);
-        for (i, w) in fd.0.iter().enumerate() {
-            c.write32(at + 4 * (eq::FD_WORD + i), *w);
-        }
-        c.write32(at, eq::VERB_REJECTS_TO_FQ | self.vb);
+        let mut entry = [0u32; eq::WORDS];
+        entry[0] = eq::VERB_REJECTS_TO_FQ | self.vb;
+        entry[eq::TGTID_WORD] = fqid;
+        entry[eq::FD_WORD..].copy_from_slice(&fd.0);
+        self.cena.write_block(at, &entry);
         self.pi = (self.pi + 1) & PI_MASK;
         if self.pi & (EQCR_SIZE - 1) == 0 {
             self.vb ^= VALID_BIT;

@@ -20,7 +20,7 @@ use super::shared::Shared;
 use super::QmBus;
 use crate::device::{QueueError, QueueStats, RxQueue};
 use crate::error::Result;
-use crate::platform::dma::{DmaMemory, LentBuffers, Meta, Packet, Pool};
+use crate::platform::dma::{DmaMemory, LentBuffers, Meta, NotLent, Packet, Pool, TakeBacks};
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::qbman as r;
 
@@ -125,66 +125,58 @@ impl<B: QmBus> QmRx<B> {
 
     /// Reads the active pull's results into `batch` until it holds `limit` packets, a result
     /// is not written yet, or the pull is over.
+    ///
+    /// One pass per result: its first word with an acquire load (a nonzero token means the
+    /// device wrote it, and the rest is read after it), the FD's four words with one index
+    /// test (the storage half's bounds are checked once per burst), the packet built in the
+    /// batch; the take-backs ([`LentBuffers::take_backs`]) and the queue's counters are
+    /// counted once per burst.
     fn harvest(&mut self, batch: &mut Vec<Packet>, limit: usize) {
         let Some(mut a) = self.active else { return };
-        while batch.len() < limit {
-            let at = a.base + a.next * dq::SIZE;
-            let w0 = self.storage().load_u64(at, Acquire);
+        // `None` only once `Drop` gave the storage up, and then nothing is active.
+        let Some(storage) = self.storage.as_ref() else {
+            return;
+        };
+        // The pull's results, checked once: each result is then words `8 * next..`.
+        let results = storage.words64(a.base, self.pull * dq::SIZE / 8);
+        let mut back = self.lent.take_backs();
+        let mut c = Counts::default();
+        let start = batch.len();
+        batch.reserve(limit.saturating_sub(batch.len()).min(self.pull - a.next));
+        let over = loop {
+            if batch.len() >= limit {
+                break false;
+            }
+            let at = a.next * dq::SIZE / 8;
+            let w0 = results.load(at, Acquire);
             let tok = dq::tok(w0);
             if tok == 0 {
-                break;
+                break false;
             }
-            self.storage().store_u64(at, 0, Relaxed);
+            results.store(at, 0, Relaxed);
             let stat = dq::stat(w0);
             if tok != a.tok || dq::verb(w0) & dq::VERB_MASK != dq::VERB_DQ {
-                self.qm.stale_results += 1;
+                c.stale += 1;
             } else if stat & dq::STAT_VALIDFRAME != 0 {
-                self.take(batch, at);
+                let fd = Fd::from_u64s(results.load_n(at + dq::FD / 8, Relaxed));
+                if let Err(e) = take(&mut back, fd, batch, &mut c) {
+                    refused(&self.shared.name, e, &mut c);
+                }
             }
             a.next += 1;
             if stat & dq::STAT_EXPIRED != 0 || a.next == self.pull {
-                self.active = None;
-                return;
+                break true;
             }
-        }
-        self.active = Some(a);
-    }
-
-    /// Turns the frame descriptor of the result at `at` into a packet.
-    #[inline]
-    fn take(&mut self, batch: &mut Vec<Packet>, at: usize) {
-        let f = |k: usize| self.storage().load_u64(at + dq::FD + 8 * k, Relaxed);
-        let (a, b, c, d) = (f(0), f(1), f(2), f(3));
-        let fd = Fd([
-            a as u32,
-            (a >> 32) as u32,
-            b as u32,
-            (b >> 32) as u32,
-            c as u32,
-            (c >> 32) as u32,
-            d as u32,
-            (d >> 32) as u32,
-        ]);
-        match self
-            .lent
-            .take_back(fd.addr(), fd.offset(), fd.len(), Meta::default())
-        {
-            Ok(p) if fd.ctrl() & Fd::CTRL_ERR_MASK == 0 && fd.format() == 0 => {
-                self.stats.packets += 1;
-                self.stats.bytes += p.len() as u64;
-                batch.push(p);
-            }
-            Ok(p) => {
-                drop(p);
-                self.qm.error_frames += 1;
-                self.stats.dropped += 1;
-            }
-            Err(e) => {
-                tracing::debug!(port = %self.shared.name, error = %e, "frame descriptor refused");
-                self.qm.refused_fds += 1;
-                self.stats.dropped += 1;
-            }
-        }
+        };
+        drop(back);
+        self.active = if over { None } else { Some(a) };
+        // Every packet the burst added is one taken (`take` adds nothing else).
+        self.stats.packets += (batch.len() - start) as u64;
+        self.stats.bytes += c.bytes;
+        self.stats.dropped += c.errors + c.refused;
+        self.qm.stale_results += c.stale;
+        self.qm.error_frames += c.errors;
+        self.qm.refused_fds += c.refused;
     }
 
     /// Releases buffers of the pool to the device until it holds the target, when it holds
@@ -218,6 +210,44 @@ impl<B: QmBus> QmRx<B> {
             }
         }
     }
+}
+
+/// What one [`QmRx::harvest`] counted, added to the queue's counters when it ends.
+#[derive(Default)]
+struct Counts {
+    bytes: u64,
+    stale: u64,
+    errors: u64,
+    refused: u64,
+}
+
+/// Turns a received frame descriptor into a packet in `batch`, or counts why not: a frame
+/// with error bits or in another format than single-buffer is dropped (its buffer goes back
+/// to the pool); a buffer the device was never given is refused by the take-back's checks
+/// (the error, which the caller counts).
+#[inline(always)]
+fn take(
+    back: &mut TakeBacks<'_>,
+    fd: Fd,
+    batch: &mut Vec<Packet>,
+    c: &mut Counts,
+) -> Result<(), NotLent> {
+    if fd.ctrl() & Fd::CTRL_ERR_MASK == 0 && fd.format() == 0 {
+        back.take_to(batch, fd.addr(), fd.offset(), fd.len())?;
+        c.bytes += u64::from(fd.len());
+    } else {
+        drop(back.take(fd.addr(), fd.offset(), fd.len(), Meta::default())?);
+        c.errors += 1;
+    }
+    Ok(())
+}
+
+/// A frame descriptor the take-back refused (kept out of the receive loop).
+#[cold]
+#[inline(never)]
+fn refused(port: &str, e: NotLent, c: &mut Counts) {
+    tracing::debug!(port = %port, error = %e, "frame descriptor refused");
+    c.refused += 1;
 }
 
 impl<B: QmBus> RxQueue for QmRx<B> {

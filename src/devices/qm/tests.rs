@@ -153,6 +153,62 @@ fn a_packet_of_a_pool_no_port_lends_is_copied() {
 }
 
 #[test]
+fn a_burst_of_several_pools_goes_out_in_order_as_runs() {
+    let (da, db) = QmDevice::pair();
+    let mut a = QmPort::open(da, small()).unwrap();
+    let mut b = QmPort::open(db, small()).unwrap();
+    let (a_rx, mut tx) = a.take_queues().unwrap();
+    let (mut rx, _) = b.take_queues().unwrap();
+    let (mut tx, mut rx) = (tx.remove(0), rx.remove(0));
+    let (a_pool, b_pool) = (a_rx[0].pool().clone(), rx.pool().clone());
+    let other = Pool::new(PoolConfig::default(), Arc::new(IdentityMapper)).unwrap();
+    // Runs of B's pool, A's pool and a pool no port lends (copied), in one burst.
+    let pools = [
+        &b_pool, &b_pool, &a_pool, &other, &b_pool, &a_pool, &a_pool, &other,
+    ];
+    let mut batch: Vec<Packet> = pools
+        .iter()
+        .enumerate()
+        .map(|(i, pool)| {
+            let mut pk = pool.alloc().unwrap();
+            assert!(pk.set_data(&frame(i as u32, 80)));
+            pk
+        })
+        .collect();
+    assert_eq!(tx.tx_burst(&mut batch).unwrap(), 8);
+    assert!(batch.is_empty());
+    assert_eq!((tx.stats().packets, tx.stats().copied), (8, 2));
+    let got = receive(&mut rx, 8);
+    let seqs: Vec<u8> = got.iter().map(|pk| pk.data()[17]).collect();
+    assert_eq!(
+        seqs,
+        (0..8).collect::<Vec<u8>>(),
+        "sent in the batch's order"
+    );
+}
+
+#[test]
+fn a_chained_frame_in_a_burst_is_linearized_in_its_place() {
+    let mut p = pair(small());
+    let pool = p.rx.pool().clone();
+    let mut batch = packets(&pool, 4, 100);
+    // Frame 2 as a chain of two buffers: the run stops there, the fallback linearizes it.
+    let whole = frame(2, 100);
+    let (mut head, mut tail) = (pool.alloc().unwrap(), pool.alloc().unwrap());
+    assert!(head.set_data(&whole[..40]) && tail.set_data(&whole[40..]));
+    head.push_segment(tail);
+    assert!(head.is_chained());
+    batch[2] = head;
+    assert_eq!(p.tx.tx_burst(&mut batch).unwrap(), 4);
+    assert!(batch.is_empty());
+    let got = receive(&mut p.rx, 4);
+    assert_eq!(got.len(), 4);
+    for (i, pk) in got.iter().enumerate() {
+        assert_eq!(pk.data(), &frame(i as u32, 100)[..], "frame {i}");
+    }
+}
+
+#[test]
 fn short_frames_leave_padded_to_sixty_bytes() {
     let mut p = pair(small());
     let pool = p.rx.pool().clone();

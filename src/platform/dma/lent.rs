@@ -12,8 +12,11 @@
 //! buffer. [`lend`](LentBuffers::lend) consumes a packet and sets its bit;
 //! [`take_back`](LentBuffers::take_back) clears the bit of a buffer named by its address and
 //! builds the packet, or refuses an address that is not the start of a lent buffer of this
-//! pool. Bits are atomic, so a transmit queue on one core lends while a receive queue on
-//! another takes back (a buffer sent by port B returns to port A's pool). A buffer whose bit is
+//! pool. A burst uses [`lend_run`](LentBuffers::lend_run) and
+//! [`take_backs`](LentBuffers::take_backs), which move the count of lent buffers once per burst
+//! (up before the bits are set, down after they are cleared: never below the bits) instead of
+//! once per buffer. Bits are atomic, so a transmit queue on one core lends while a receive
+//! queue on another takes back (a buffer sent by port B returns to port A's pool). A buffer whose bit is
 //! set counts as away from its pool's home, so the pool's memory stays mapped while the device
 //! may still write it; buffers still lent when the table goes are left there (never freed to
 //! the pool while a device might hold them). Drivers take every buffer back before that, by
@@ -51,6 +54,10 @@ pub struct LentBuffers {
     shared: NonNull<Shared>,
     iova: u64,
     buf_size: usize,
+    /// `buf_size` is `odd << shift`: the buffer index of an offset is the offset times
+    /// `odd_inverse` (its inverse modulo 2^64), rotated right by `shift` (see `index`).
+    shift: u32,
+    odd_inverse: u64,
     /// Buffers in the pool.
     buffers: u64,
     /// Bit `i % 64` of word `i / 64`: buffer `i` is lent.
@@ -69,11 +76,16 @@ impl LentBuffers {
     /// An empty table for `pool`'s buffers.
     pub fn new(pool: &Pool) -> LentBuffers {
         let buffers = pool.stats().capacity;
+        let buf_size = pool.buf_size();
+        assert!(buf_size > 0, "a pool's buffers are never empty");
+        let shift = buf_size.trailing_zeros();
         LentBuffers {
             pool: pool.clone(),
             shared: pool.shared_ptr(),
             iova: pool.iova(),
-            buf_size: pool.buf_size(),
+            buf_size,
+            shift,
+            odd_inverse: inverse_mod_2_64((buf_size >> shift) as u64),
             buffers: buffers as u64,
             bits: (0..buffers.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
@@ -99,15 +111,95 @@ impl LentBuffers {
         if !p.is_from(&self.pool) || p.is_chained() {
             return Err(p);
         }
-        let p = std::mem::ManuallyDrop::new(p);
-        let i = p.off() as usize / self.buf_size;
         // Counted before the bit is set, so that a take-back racing with this never sees the
         // count below the bits.
         self.lent.fetch_add(1, Ordering::Relaxed);
+        Ok(self.set_bit(std::mem::ManuallyDrop::new(p)))
+    }
+
+    /// Lends the packets at the front of `batch`, at most `max`, and removes them from it;
+    /// returns how many. The run ends at the first packet of another pool or chained (as
+    /// [`lend`](Self::lend) refuses them), or for which `send` says no; that packet and the
+    /// rest stay in the batch. `send` is called with each packet's buffer address before its
+    /// buffer is lent (a transmit queue writes its descriptor there): the caller hands the
+    /// buffers to the device only after this returns (its doorbell), never inside `send`.
+    ///
+    /// The count moves twice per run instead of once per packet: the run's most before the
+    /// first bit is set, what it did not lend after the last (the count never below the bits).
+    /// If `send` panics, the packets lent so far stay lent and the rest of the batch is
+    /// leaked (as `Vec::drain` leaks on a panic): none is dropped while its bit is set.
+    #[inline]
+    pub fn lend_run(
+        &self,
+        batch: &mut Vec<Packet>,
+        max: usize,
+        mut send: impl FnMut(u64, &Packet) -> bool,
+    ) -> usize {
+        let len = batch.len();
+        let most = max.min(len);
+        if most == 0 {
+            return 0;
+        }
+        self.lent.fetch_add(most, Ordering::Relaxed);
+        // From here the batch owns nothing (a panic in `send` leaks its packets, which is
+        // safe); its packets are read in place and the unlent tail is put back below.
+        // SAFETY: a length of 0 is always valid (nothing to initialize); the packets stay in
+        // the buffer, read below through `base`.
+        unsafe { batch.set_len(0) };
+        let base = batch.as_mut_ptr();
+        let mut k = 0;
+        while k < most {
+            // SAFETY: `k < len`: an initialized packet of the batch's buffer, not moved out
+            // (packets before `k` are lent and no longer touched).
+            let p = unsafe { &*base.add(k) };
+            if !p.is_from(&self.pool) || p.is_chained() {
+                break;
+            }
+            let buf = self.iova + u64::from(p.off());
+            if !send(buf, p) {
+                break;
+            }
+            // SAFETY: as above; the packet is consumed here, its ownership going to its bit,
+            // and the batch never drops it (its slot is overwritten or cut off below).
+            self.set_bit(std::mem::ManuallyDrop::new(unsafe { base.add(k).read() }));
+            k += 1;
+        }
+        // SAFETY: packets `k..len` are initialized and owned by nobody else; they move to the
+        // front (the slots of the lent ones, whose packets are not dropped) and the batch owns
+        // them again.
+        unsafe {
+            std::ptr::copy(base.add(k), base, len - k);
+            batch.set_len(len - k);
+        }
+        if k < most {
+            self.lent.fetch_sub(most - k, Ordering::Relaxed);
+        }
+        k
+    }
+
+    /// Sets the bit of `p`'s buffer (the packet is consumed: its bit owns the buffer now);
+    /// returns the buffer's bus address. The caller checked the pool and counted it.
+    #[inline(always)]
+    fn set_bit(&self, p: std::mem::ManuallyDrop<Packet>) -> u64 {
+        let i = self.index(u64::from(p.off())) as usize;
         let was = self.bits[i / 64].fetch_or(1 << (i % 64), Ordering::AcqRel);
         // A packet owns its buffer exclusively, so the buffer cannot be lent already.
         debug_assert_eq!(was & 1 << (i % 64), 0, "buffer {i} lent twice");
-        Ok(self.iova + u64::from(p.off()))
+        self.iova + u64::from(p.off())
+    }
+
+    /// The buffer index of byte offset `rel` in the pool, when `rel` is a multiple of the
+    /// buffer size; any other offset gives a number of `buffers` or more (for a pool that
+    /// fits 2^64 bytes), so one compare both checks and divides.
+    ///
+    /// Exact division by the modular inverse (Hacker's Delight, 2nd ed., 10-16; Granlund and
+    /// Montgomery 1994): with `buf_size = odd << shift`, `x -> (x * odd^-1) rotr shift` is a
+    /// bijection of the 64-bit numbers that maps `q * buf_size` to `q` for every `q` below
+    /// 2^(64 - shift), so exactly the buffer starts map below `buffers`. Two instructions
+    /// instead of a 64-bit division (the buffer size is a multiple of 128, seldom a power of 2).
+    #[inline(always)]
+    fn index(&self, rel: u64) -> u64 {
+        rel.wrapping_mul(self.odd_inverse).rotate_right(self.shift)
     }
 
     /// Takes a lent buffer back from the device: the packet owning the buffer at bus address
@@ -119,9 +211,28 @@ impl LentBuffers {
         len: u32,
         meta: Meta,
     ) -> Result<Packet, NotLent> {
+        let p = self.claim(buf_iova, offset, len, meta)?;
+        self.lent.fetch_sub(1, Ordering::Relaxed);
+        Ok(p)
+    }
+
+    /// A run of take-backs (a receive burst) that moves the count once, when it ends: each
+    /// [`TakeBacks::take`] checks and clears as [`take_back`](Self::take_back) does.
+    pub fn take_backs(&self) -> TakeBacks<'_> {
+        TakeBacks {
+            table: self,
+            taken: 0,
+        }
+    }
+
+    /// Clears the bit of the lent buffer at `buf_iova` and builds its packet; the caller
+    /// counts it (after this: the count never below the bits).
+    #[inline(always)]
+    fn claim(&self, buf_iova: u64, offset: u16, len: u32, meta: Meta) -> Result<Packet, NotLent> {
         let rel = buf_iova.wrapping_sub(self.iova);
-        let bufs = self.buffers;
-        if rel % self.buf_size as u64 != 0 || rel / self.buf_size as u64 >= bufs {
+        // Inside the pool and on a buffer boundary, in one compare (see `index`).
+        let i = self.index(rel);
+        if i >= self.buffers {
             return Err(NotLent::NotABuffer(buf_iova));
         }
         if usize::from(offset) + len as usize > self.buf_size {
@@ -131,12 +242,13 @@ impl LentBuffers {
                 buf_size: self.buf_size,
             });
         }
-        let i = (rel / self.buf_size as u64) as usize;
+        let i = i as usize;
         let bit = 1u64 << (i % 64);
-        if self.bits[i / 64].fetch_and(!bit, Ordering::AcqRel) & bit == 0 {
+        // SAFETY: `i < buffers` (checked above) and `bits` has `buffers.div_ceil(64)` words.
+        let word = unsafe { self.bits.get_unchecked(i / 64) };
+        if word.fetch_and(!bit, Ordering::AcqRel) & bit == 0 {
             return Err(NotLent::NotLent(buf_iova));
         }
-        self.lent.fetch_sub(1, Ordering::Relaxed);
         let (off, data) = (rel as u32, self.iova + u64::from(offset));
         // Its bit was set, so `lend` lent it and consumed its packet; the `fetch_and` above,
         // which cleared the bit, gave it to this call alone.
@@ -146,6 +258,85 @@ impl LentBuffers {
         let p = unsafe { Packet::from_parts(self.shared, data, off, offset, len as u16, meta) };
         Ok(p)
     }
+}
+
+/// Take-backs from one [`LentBuffers`] whose count moves once, when this goes (see
+/// [`LentBuffers::take_backs`]): the count is then above the bits for the run's length,
+/// never below them.
+pub struct TakeBacks<'a> {
+    table: &'a LentBuffers,
+    taken: usize,
+}
+
+impl TakeBacks<'_> {
+    /// [`LentBuffers::take_back`], counted when the run ends.
+    #[inline(always)]
+    pub fn take(
+        &mut self,
+        buf_iova: u64,
+        offset: u16,
+        len: u32,
+        meta: Meta,
+    ) -> Result<Packet, NotLent> {
+        let p = self.table.claim(buf_iova, offset, len, meta)?;
+        self.taken += 1;
+        Ok(p)
+    }
+}
+
+impl TakeBacks<'_> {
+    /// [`take`](Self::take), the packet appended to `batch`: built in place, after the
+    /// capacity test (a receive burst reserves its batch first, so that test never grows it).
+    #[inline(always)]
+    pub fn take_to(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        buf_iova: u64,
+        offset: u16,
+        len: u32,
+    ) -> Result<(), NotLent> {
+        if batch.len() == batch.capacity() {
+            grow(batch);
+        }
+        let p = self.table.claim(buf_iova, offset, len, Meta::default())?;
+        self.taken += 1;
+        let n = batch.len();
+        // SAFETY: `n < capacity` (tested above; `claim` does not touch the batch), so slot `n`
+        // is allocated and uninitialized; writing the packet there and counting it moves it
+        // into the batch, as `push` would.
+        unsafe {
+            batch.as_mut_ptr().add(n).write(p);
+            batch.set_len(n + 1);
+        }
+        Ok(())
+    }
+}
+
+/// Room for another burst in a full batch (kept out of the take-back's path).
+#[cold]
+#[inline(never)]
+fn grow(batch: &mut Vec<Packet>) {
+    batch.reserve(32);
+}
+
+impl Drop for TakeBacks<'_> {
+    fn drop(&mut self) {
+        if self.taken > 0 {
+            self.table.lent.fetch_sub(self.taken, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The inverse of odd `d` modulo 2^64, by Newton's iteration (Hacker's Delight 10-16): `d` is
+/// its own inverse modulo 8, and each step doubles the bits that are right (3, 6, ..., 96).
+const fn inverse_mod_2_64(d: u64) -> u64 {
+    let mut x = d;
+    let mut k = 0;
+    while k < 5 {
+        x = x.wrapping_mul(2u64.wrapping_sub(d.wrapping_mul(x)));
+        k += 1;
+    }
+    x
 }
 
 impl Drop for LentBuffers {
@@ -215,6 +406,75 @@ mod tests {
             t.take_back(p.iova().wrapping_sub(4096), 128, 0, Meta::default()),
             Err(NotLent::NotABuffer(_))
         ));
+    }
+
+    #[test]
+    fn the_index_divides_exactly_and_refuses_every_other_offset() {
+        for buf_size in [256, 384, 1152, 2048, 2176, 9216 + 128, 32_640] {
+            let p = Pool::new(
+                PoolConfig {
+                    buffers: 37,
+                    buf_size,
+                    headroom: 128,
+                },
+                Arc::new(IdentityMapper),
+            )
+            .unwrap();
+            let t = LentBuffers::new(&p);
+            assert_eq!(t.odd_inverse.wrapping_mul((buf_size >> t.shift) as u64), 1);
+            for rel in (0..40 * buf_size as u64).step_by(8) {
+                let want = (rel % buf_size as u64 == 0 && rel / (buf_size as u64) < 37)
+                    .then_some(rel / buf_size as u64);
+                let got = Some(t.index(rel)).filter(|&i| i < t.buffers);
+                assert_eq!(got, want, "buf_size {buf_size}, offset {rel:#x}");
+            }
+            for rel in [u64::MAX, u64::MAX - 127, 1 << 63, (1 << 63) + 128, 1] {
+                assert!(
+                    t.index(rel) >= t.buffers,
+                    "buf_size {buf_size}, offset {rel:#x}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_run_lends_its_pools_packets_and_stops_at_another_or_at_no() {
+        let (a, b) = (pool(8), pool(8));
+        let t = LentBuffers::new(&a);
+        let mut batch = Vec::new();
+        a.alloc_bulk(3, &mut batch);
+        batch.push(b.alloc().unwrap());
+        a.alloc_bulk(2, &mut batch);
+        let want: Vec<u64> = batch[..3].iter().map(|p| p.buf_iova()).collect();
+        let mut seen = Vec::new();
+        assert_eq!(
+            t.lend_run(&mut batch, 8, |a, _| {
+                seen.push(a);
+                true
+            }),
+            3
+        );
+        assert_eq!((seen, t.lent(), batch.len()), (want.clone(), 3, 3));
+        assert!(
+            batch[0].is_from(&b),
+            "the packet of another pool stays, first"
+        );
+        drop(batch.remove(0));
+        // At most `max`, and `send` ends the run: the packet it refused stays.
+        assert_eq!(t.lend_run(&mut batch, 1, |_, _| true), 1);
+        assert_eq!(t.lend_run(&mut batch, 8, |_, _| false), 0);
+        assert_eq!((t.lent(), batch.len()), (4, 1));
+        let mut back = t.take_backs();
+        for a in &want {
+            drop(back.take(*a, 128, 0, Meta::default()).unwrap());
+        }
+        assert_eq!(
+            back.take(want[0], 128, 0, Meta::default()).unwrap_err(),
+            NotLent::NotLent(want[0])
+        );
+        assert_eq!(t.lent(), 4, "a run of take-backs is counted when it ends");
+        drop(back);
+        assert_eq!(t.lent(), 1);
     }
 
     #[test]

@@ -123,6 +123,30 @@ impl QmRegion {
         }
     }
 
+    /// What a 32-bit write does (`write32`, and `write_block` outside the CENA area).
+    #[inline(always)]
+    fn store(&self, offset: usize, value: u32) {
+        if self.soc.gone[self.d].load(Relaxed) {
+            return;
+        }
+        match self.kind {
+            Kind::Mc => {
+                if let Some(w) = self.soc.mcp[self.d].get(offset / 4) {
+                    w.store(value, Release);
+                }
+                if offset == 0 && header::status(u64::from(value)) == McStatus::Ready as u8 {
+                    self.mc_command();
+                }
+            }
+            Kind::Cena(p) => {
+                if let Some(w) = self.soc.cena[p].get(offset / 4) {
+                    w.store(value, Release);
+                }
+            }
+            Kind::Cinh(p) => self.cinh_write(p, offset, value),
+        }
+    }
+
     /// A command written to the MC portal: answered in place, status last.
     fn mc_command(&self) {
         let m = &self.soc.mcp[self.d];
@@ -156,7 +180,7 @@ impl QmRegion {
 
 impl Mmio for QmRegion {
     // Not inlined: `bench/instructions --device qm` switches callgrind's collection off inside
-    // these two, so that the model's work is not counted as the driver's.
+    // these three (with `write_block`), so that the model's work is not counted as the driver's.
     #[inline(never)]
     fn read32(&self, offset: usize) -> u32 {
         if self.soc.gone[self.d].load(Relaxed) {
@@ -175,24 +199,34 @@ impl Mmio for QmRegion {
 
     #[inline(never)]
     fn write32(&self, offset: usize, value: u32) {
-        if self.soc.gone[self.d].load(Relaxed) {
-            return;
-        }
+        self.store(offset, value)
+    }
+
+    /// A block write (an enqueue entry): plain memory in the CENA area, stored word by word as
+    /// `write32` stores them (the model acts on entries only at the EQCR_PI doorbell, which
+    /// reads them up to the producer index). Not inlined, and on `bench/instructions`' list
+    /// with `read32` and `write32`, for the same reason. Other regions take the words one by
+    /// one as `write32` does, so that an MC command's status word still triggers its answer.
+    #[inline(never)]
+    fn write_block(&self, offset: usize, words: &[u32]) {
         match self.kind {
-            Kind::Mc => {
-                if let Some(w) = self.soc.mcp[self.d].get(offset / 4) {
-                    w.store(value, Release);
-                }
-                if offset == 0 && header::status(u64::from(value)) == McStatus::Ready as u8 {
-                    self.mc_command();
-                }
-            }
             Kind::Cena(p) => {
-                if let Some(w) = self.soc.cena[p].get(offset / 4) {
-                    w.store(value, Release);
+                if self.soc.gone[self.d].load(Relaxed) {
+                    return;
+                }
+                let mem = &self.soc.cena[p];
+                for (i, v) in words.iter().enumerate() {
+                    if let Some(w) = mem.get(offset / 4 + i) {
+                        w.store(*v, Release);
+                    }
                 }
             }
-            Kind::Cinh(p) => self.cinh_write(p, offset, value),
+            // Not through `write32`: a call to it would switch callgrind's collection back on.
+            Kind::Mc | Kind::Cinh(_) => {
+                for (i, v) in words.iter().enumerate() {
+                    self.store(offset + 4 * i, *v);
+                }
+            }
         }
     }
 
