@@ -1,5 +1,10 @@
 //! The queues of an af_packet port: copies between the socket's rings and pool buffers, with
 //! the tag put back or taken as metadata on receive, and inserted while copying on transmit.
+//!
+//! A ring frame holds the interface's longest frame, a pool buffer maybe less (2 KiB against
+//! 9,014 bytes on an MTU-9000 link): a longer frame is received into a chain of buffers, each
+//! filled to its room, and a chain is gathered into one ring frame to send. System calls: none
+//! on receive, one kick per transmit burst (counted: [`AfpRx::syscalls`], [`AfpTx::syscalls`]).
 
 use std::sync::atomic::Ordering;
 
@@ -72,16 +77,81 @@ fn tag_plan(f: &RxFrame<'_>, word: u32) -> (Option<[u8; 4]>, Meta) {
     }
 }
 
-/// Frame `f` (with `tag` put back after the MAC addresses) as a chain of `pool`'s buffers;
-/// `None` when the pool has too few free buffers.
-#[cold]
-fn chain_of(pool: &Pool, f: &RxFrame<'_>, tag: Option<[u8; 4]>) -> Option<Packet> {
-    let mut bytes = vec![0u8; f.len()];
-    f.read(0, &mut bytes);
-    if let Some(t) = tag {
-        bytes.splice(12..12, t);
+/// Copies bytes `from..from + dst.len()` of frame `f` as delivered (with `tag`, if any, put
+/// back after the 12 address bytes) into `dst`.
+fn read_tagged(f: &RxFrame<'_>, tag: Option<[u8; 4]>, from: usize, dst: &mut [u8]) {
+    let Some(t) = tag else {
+        return f.read(from, dst);
+    };
+    let (mut at, mut out) = (from, 0);
+    while out < dst.len() {
+        let n = match at {
+            0..12 => {
+                let n = (12 - at).min(dst.len() - out);
+                f.read(at, &mut dst[out..out + n]);
+                n
+            }
+            12..16 => {
+                let n = (16 - at).min(dst.len() - out);
+                dst[out..out + n].copy_from_slice(&t[at - 12..at - 12 + n]);
+                n
+            }
+            _ => {
+                let n = dst.len() - out;
+                f.read(at - 4, &mut dst[out..]);
+                n
+            }
+        };
+        at += n;
+        out += n;
     }
-    pool.packet_from(&bytes)
+}
+
+/// Frame `f` (`len` bytes with `tag` put back) as a chain of `pool`'s buffers, each filled to
+/// its room `room`, copied straight out of the ring; `None` when the pool has too few free
+/// buffers (none is kept then).
+#[cold]
+fn chain_of(
+    pool: &Pool,
+    room: usize,
+    f: &RxFrame<'_>,
+    tag: Option<[u8; 4]>,
+    len: usize,
+) -> Option<Packet> {
+    let n = len.div_ceil(room);
+    let mut bufs = Vec::with_capacity(n);
+    if pool.alloc_bulk(n, &mut bufs) < n {
+        Pool::free_bulk(bufs);
+        return None;
+    }
+    let mut bufs = bufs.into_iter();
+    let mut head = bufs.next().expect("at least one buffer");
+    let mut at = room.min(len);
+    head.set_len(at);
+    read_tagged(f, tag, 0, head.data_mut());
+    for mut seg in bufs {
+        let take = room.min(len - at);
+        seg.set_len(take);
+        read_tagged(f, tag, at, seg.data_mut());
+        at += take;
+        head.push_segment(seg);
+    }
+    Some(head)
+}
+
+impl AfpRx {
+    /// System calls this queue has made: none, as receiving reads the mapped ring (no poll,
+    /// also when it is empty).
+    pub fn syscalls(&self) -> u64 {
+        self.ring.syscalls()
+    }
+
+    /// Whether the kernel has put `n` frames in the ring that the next burst would take. A
+    /// burst needs no such test; it is for a caller that must not poll before a burst is there
+    /// (the instruction-count harness, so that every measured burst does the same work).
+    pub fn ready(&self, n: usize) -> bool {
+        self.ring.filled(u32::try_from(n).unwrap_or(u32::MAX))
+    }
 }
 
 impl RxQueue for AfpRx {
@@ -108,7 +178,7 @@ impl RxQueue for AfpRx {
             }
             if len > self.room {
                 // Longer than a buffer (a jumbo frame): a chain.
-                match chain_of(&self.pool, &f, tag) {
+                match chain_of(&self.pool, self.room, &f, tag, len) {
                     Some(mut p) => {
                         drop(f);
                         p.meta = meta;
@@ -289,6 +359,21 @@ impl AfpTx {
         // Removed from the batch: queued, or refused (dropped and counted), as the VLAN
         // layer's transmit wrapper counts its own drops; the rest stay.
         Ok((sent + refused) as usize)
+    }
+}
+
+impl AfpTx {
+    /// System calls this queue has made: one kick (`send()`) per burst that queued a frame
+    /// (or found the ring full), none per packet.
+    pub fn syscalls(&self) -> u64 {
+        self.ring.syscalls()
+    }
+
+    /// Whether the next `n` ring frames are free (the kernel has sent what was in them). A
+    /// burst needs no such test; it is for the instruction-count harness, as
+    /// [`AfpRx::ready`].
+    pub fn has_room(&self, n: usize) -> bool {
+        self.ring.free(u32::try_from(n).unwrap_or(u32::MAX))
     }
 }
 
