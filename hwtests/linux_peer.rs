@@ -255,7 +255,7 @@ pub fn socket_send(tx: &mut PacketTx, frame: &[u8]) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(1));
     };
-    if !slot.send(&[frame]) {
+    if !slot.send([frame], 0) {
         return Err(format!(
             "a {}-byte frame does not fit the packet socket's ring frame",
             frame.len()

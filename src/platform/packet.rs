@@ -763,11 +763,21 @@ pub struct TxFrame<'a> {
 }
 
 impl TxFrame<'_> {
-    /// Writes the frame made of `parts` (one after the other) and hands it to the kernel for
-    /// the next [`kick`](PacketTx::kick). Returns false, writing nothing, when the parts
-    /// are longer than [`tx_room`](PacketTx::tx_room).
-    pub fn send(self, parts: &[&[u8]]) -> bool {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
+    /// Writes the frame made of `parts` (one after the other), with zeros behind it up to
+    /// `min_len` bytes when it is shorter (Ethernet padding), and hands it to the kernel for
+    /// the next [`kick`](PacketTx::kick). Returns false, writing nothing, when that is longer
+    /// than [`tx_room`](PacketTx::tx_room). A fixed number of parts (an array), so that the
+    /// usual frame of one or three is copied without a loop.
+    #[inline(always)]
+    pub fn send<const N: usize>(self, parts: [&[u8]; N], min_len: usize) -> bool {
+        self.send_parts(&parts, min_len)
+    }
+
+    /// [`send`](Self::send) for any number of parts (a chain's segments).
+    #[inline(always)]
+    pub fn send_parts(self, parts: &[&[u8]], min_len: usize) -> bool {
+        let data: usize = parts.iter().map(|p| p.len()).sum();
+        let len = data.max(min_len);
         if len > self.tx.tx_room() {
             return false;
         }
@@ -777,6 +787,10 @@ impl TxFrame<'_> {
             // ring frame (checked above); `p` is ordinary memory that does not overlap the ring.
             unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), self.frame.add(at), p.len()) };
             at += p.len();
+        }
+        if data < len {
+            // SAFETY: as above: `at..TX_DATA + len` is inside the frame, which is ours.
+            unsafe { std::ptr::write_bytes(self.frame.add(at), 0, len - data) };
         }
         let h = self.frame.cast::<libc::tpacket2_hdr>();
         // SAFETY: as above; the header's length field is written through the raw pointer.

@@ -241,7 +241,6 @@ pub struct AfpTx {
 
 /// Frames shorter than this leave padded with zeros (the TxQueue contract).
 const MIN_FRAME: usize = 60;
-const ZEROS: [u8; MIN_FRAME] = [0; MIN_FRAME];
 
 impl AfpTx {
     /// Whether the kernel takes a frame of `len` bytes with ethertype `ethertype`: MTU + 14,
@@ -270,13 +269,17 @@ impl AfpTx {
         batch: &mut Vec<Packet>,
         mut vlan: Option<(Tpid, &mut SwVlanCounts)>,
     ) -> Result<usize, QueueError> {
-        // Checksums and TSO in software (the copy below gathers chains).
-        let mut refused = soft::resolve_for_queue(
-            batch,
-            TxCaps::CHAINS,
-            &mut self.stats.dropped,
-            &mut self.offload_logged,
-        ) as u64;
+        // Checksums and TSO in software (the copy below gathers chains), for a burst that asks
+        // for them or has chains: one bit test per packet for the usual burst.
+        let mut refused = 0;
+        if !batch.iter().all(Packet::is_plain) {
+            refused = soft::resolve_for_queue(
+                batch,
+                TxCaps::CHAINS,
+                &mut self.stats.dropped,
+                &mut self.offload_logged,
+            ) as u64;
+        }
         let mut done = 0;
         let mut sent = 0;
         let mut sent_or_full = false;
@@ -309,7 +312,6 @@ impl AfpTx {
                 done += 1;
                 continue;
             }
-            let pad = &ZEROS[..MIN_FRAME.saturating_sub(len)];
             let Some(frame) = self.ring.tx_next() else {
                 // Full: frames marked earlier wait for a kick that failed (link down, device
                 // queue stopped). Kick again, or nothing would ever send them.
@@ -319,19 +321,18 @@ impl AfpTx {
             };
             let ok = if p.is_plain() {
                 match &tag {
-                    Some(t) => frame.send(&[&d[..12], t, &d[12..], pad]),
-                    None => frame.send(&[d, pad]),
+                    Some(t) => frame.send([&d[..12], t, &d[12..]], MIN_FRAME),
+                    None => frame.send([d], MIN_FRAME),
                 }
             } else {
                 // A chain: its segments gathered by the copy.
-                let mut parts: Vec<&[u8]> = Vec::with_capacity(p.segment_count() + 3);
+                let mut parts: Vec<&[u8]> = Vec::with_capacity(p.segment_count() + 2);
                 match &tag {
                     Some(t) => parts.extend([&d[..12], &t[..], &d[12..]]),
                     None => parts.push(d),
                 }
                 parts.extend(p.tail_segments().iter().map(Packet::data));
-                parts.push(pad);
-                frame.send(&parts)
+                frame.send_parts(&parts, MIN_FRAME)
             };
             if !ok {
                 // Longer than a ring frame (cannot happen for what `fits` lets through, as the
@@ -345,7 +346,7 @@ impl AfpTx {
                     }
                 }
                 sent += 1;
-                bytes += (len + pad.len()) as u64;
+                bytes += len.max(MIN_FRAME) as u64;
             }
             done += 1;
         }
@@ -353,7 +354,12 @@ impl AfpTx {
             self.kick_logged = true;
             tracing::warn!("af_packet transmit: the kernel refused the ring kick (interface down?); the frames stay in the ring and go with a later kick (logged once per queue)");
         }
-        Pool::free_bulk(batch.drain(..done));
+        if done == batch.len() {
+            // The usual burst: all of it gone, freed in one pass.
+            Pool::free_vec(batch);
+        } else {
+            Pool::free_bulk(batch.drain(..done));
+        }
         self.stats.packets += sent;
         self.stats.bytes += bytes;
         // Removed from the batch: queued, or refused (dropped and counted), as the VLAN
