@@ -29,7 +29,7 @@
 //! or `lo` (MTU 65,536) opens with the default 2 KiB buffers. A received frame longer than a
 //! buffer is copied into a chain of buffers (`Packet::push_segment`), as a NIC's scatter would
 //! deliver it; a chain to send is gathered into one ring frame while copying. Ring memory grows
-//! with the MTU: 512 frames of `lo` are about 35 MiB per ring (`afp:lo,frames=N` for less).
+//! with the MTU: 512 frames of `lo` are 37 MiB per ring (`afp:lo,frames=N` for less).
 //!
 //! Checksums: frames that the peer's own network stack sends over a veth pair (TCP, UDP with
 //! checksum offload) arrive with the checksum unfinished (`TP_STATUS_CSUMNOTREADY`); they are
@@ -134,6 +134,8 @@ pub struct AfPacketPort {
     ifname: String,
     iface: Interface,
     config: AfPacketConfig,
+    /// The rings' geometry (frames rounded up to whole blocks).
+    ring: RingGeometry,
     sockets: Vec<PacketSocket>,
     counters: Vec<SocketCounters>,
     /// Socket counters so far (the kernel clears them at every read): received, dropped.
@@ -198,6 +200,7 @@ impl AfPacketPort {
             ifname: ifname.into(),
             iface,
             config,
+            ring,
             sockets,
             counters,
             totals: Mutex::new((0, 0)),
@@ -231,8 +234,8 @@ impl Port for AfPacketPort {
             mac: MacAddr(self.iface.mac),
             rx_queues: self.config.queues,
             tx_queues: self.config.queues,
-            rx_ring: self.config.frames.min(u32::from(u16::MAX)) as u16,
-            tx_ring: self.config.frames.min(u32::from(u16::MAX)) as u16,
+            rx_ring: self.ring.frames().min(u32::from(u16::MAX)) as u16,
+            tx_ring: self.ring.frames().min(u32::from(u16::MAX)) as u16,
             mtu: Some(self.iface.mtu),
         }
     }
