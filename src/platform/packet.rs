@@ -586,17 +586,19 @@ impl PacketRx {
             // SAFETY: the frame is ours (TP_STATUS_USER, acquired), so the kernel wrote its
             // header before and does not write it now; fields are read through the raw
             // pointer, with no reference to ring memory.
-            let (len, snaplen, mac, tci, tpid, pkttype) = unsafe {
+            let (len, snaplen, mac) = unsafe {
                 (
                     std::ptr::addr_of!((*h).tp_len).read_volatile(),
                     std::ptr::addr_of!((*h).tp_snaplen).read_volatile(),
                     std::ptr::addr_of!((*h).tp_mac).read_volatile(),
-                    std::ptr::addr_of!((*h).tp_vlan_tci).read_volatile(),
-                    std::ptr::addr_of!((*h).tp_vlan_tpid).read_volatile(),
-                    frame.add(RX_SLL + 10).read_volatile(),
                 )
             };
-            if !self.m.ignores_outgoing && pkttype == OUTGOING {
+            // Our own transmissions, when the kernel does not filter them (`sll_pkttype`).
+            let own = |frame: *mut u8| {
+                // SAFETY: as above; `RX_SLL + 10` is `sll_pkttype`, inside the frame's header.
+                unsafe { frame.add(RX_SLL + 10).read_volatile() == OUTGOING }
+            };
+            if !self.m.ignores_outgoing && own(frame) {
                 self.m
                     .status_of(frame)
                     .store(libc::TP_STATUS_KERNEL, Ordering::Release);
@@ -610,8 +612,6 @@ impl PacketRx {
                 in_ring: (snaplen as usize).min(room.saturating_sub(mac as usize)),
                 on_wire: len as usize,
                 status,
-                tci,
-                tpid,
                 rx: self,
                 frame,
             });
@@ -694,8 +694,6 @@ pub struct RxFrame<'a> {
     in_ring: usize,
     on_wire: usize,
     status: u32,
-    tci: u16,
-    tpid: u16,
 }
 
 impl RxFrame<'_> {
@@ -721,12 +719,21 @@ impl RxFrame<'_> {
         if self.status & libc::TP_STATUS_VLAN_VALID == 0 {
             return None;
         }
+        let h = self.frame.cast::<libc::tpacket2_hdr>();
+        // SAFETY: the frame is ours until `self` drops (its status was TP_STATUS_USER); the
+        // header's fields are read through the raw pointer. Read only for a tagged frame.
+        let (tci, tpid) = unsafe {
+            (
+                std::ptr::addr_of!((*h).tp_vlan_tci).read_volatile(),
+                std::ptr::addr_of!((*h).tp_vlan_tpid).read_volatile(),
+            )
+        };
         let tpid = if self.status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
-            self.tpid
+            tpid
         } else {
             0x8100
         };
-        Some((tpid, self.tci))
+        Some((tpid, tci))
     }
 
     /// Copies `dst.len()` bytes of the frame from byte `from` on into `dst`.

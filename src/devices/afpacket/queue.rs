@@ -164,7 +164,7 @@ impl RxQueue for AfpRx {
                 self.stats.no_room += 1;
             }
         }
-        let mut n = 0;
+        let (mut n, mut bytes) = (0, 0u64);
         while n < max && !self.spare.is_empty() {
             let Some(f) = self.ring.rx_next() else {
                 break;
@@ -182,7 +182,7 @@ impl RxQueue for AfpRx {
                     Some(mut p) => {
                         drop(f);
                         p.meta = meta;
-                        self.stats.bytes += len as u64;
+                        bytes += len as u64;
                         batch.push(p);
                         n += 1;
                     }
@@ -209,11 +209,12 @@ impl RxQueue for AfpRx {
             }
             drop(f);
             p.meta = meta;
-            self.stats.bytes += len as u64;
+            bytes += len as u64;
             batch.push(p);
             n += 1;
         }
         self.stats.packets += n as u64;
+        self.stats.bytes += bytes;
         Ok(n)
     }
 
