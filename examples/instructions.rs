@@ -299,17 +299,24 @@ fn ip(args: &[&str]) -> vfio_nic::Result<()> {
 }
 
 /// Waits until `ready()`, or fails naming `what` after [`AFP_PATIENCE`].
-fn wait_for(what: &str, mut ready: impl FnMut() -> bool) -> vfio_nic::Result<()> {
+fn wait_for(what: &'static str, mut ready: impl FnMut() -> bool) -> vfio_nic::Result<()> {
     let deadline = std::time::Instant::now() + AFP_PATIENCE;
     while !ready() {
         if std::time::Instant::now() > deadline {
-            return Err(vfio_nic::Error::InvalidConfig(format!(
-                "waited {AFP_PATIENCE:?} for {what}; is the machine too loaded?"
-            )));
+            return Err(stalled(what));
         }
         std::thread::sleep(Duration::from_micros(50));
     }
     Ok(())
+}
+
+/// The error of a wait for the kernel that ran out of patience.
+fn stalled(what: &'static str) -> vfio_nic::Error {
+    vfio_nic::Error::Stalled {
+        stage: "the af_packet instruction harness",
+        what,
+        waited_ms: AFP_PATIENCE.as_millis() as u64,
+    }
 }
 
 /// Writes one burst of `frame` into the source port, then waits until A's ring holds a
@@ -334,9 +341,7 @@ fn feed(
     while !batch.is_empty() {
         src.tx_burst(&mut batch).expect("source");
         if std::time::Instant::now() > deadline {
-            return Err(vfio_nic::Error::InvalidConfig(format!(
-                "waited {AFP_PATIENCE:?} for the source's transmit ring"
-            )));
+            return Err(stalled("room in the source's transmit ring"));
         }
     }
     wait_for("a burst of frames in A's receive ring", || rx.ready(BURST))?;
@@ -361,9 +366,10 @@ fn afp(
         "PACKETS is a number of whole bursts"
     );
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| {
-        vfio_nic::Error::NotPermitted {
-            what: format!("making a network namespace for the veth pairs ({e})"),
-        }
+        vfio_nic::Error::io(
+            "making a network namespace for the veth pairs (the afp family runs as root)",
+            std::io::Error::from(e),
+        )
     })?;
     // No IPv6 chatter (router solicitations, DAD) on the new links.
     for f in ["all", "default"] {
