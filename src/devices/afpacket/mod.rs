@@ -63,7 +63,8 @@ use crate::vlan::{Tpid, Vid, VlanCaps, VlanHardware};
 pub struct AfPacketConfig {
     /// Queue pairs (sockets in one fanout group when more than one).
     pub queues: u16,
-    /// Frames per ring (each socket has a receive and a transmit ring).
+    /// Frames per ring (each socket has a receive and a transmit ring), at least: rounded up
+    /// to whole ring blocks (515 for 512 at MTU 1500; `PortInfo::rx_ring` says how many).
     pub frames: u32,
     /// The pool of each receive queue.
     pub pool: PoolConfig,
