@@ -21,6 +21,19 @@
 //! exist there); its register entry points are `QmRegion`'s `read32`/`write32`, toggled off
 //! the same way (`bench/instructions --device qm`).
 //! Warm-up: one full pass over the ring and the pool (not measured) before `measured` runs.
+//!
+//! DEVICE `afp` forwards between two af_packet ports (`bench/instructions --device afp`): the
+//! harness moves itself into a network namespace of its own (it needs root; the namespace and
+//! its interfaces go when it exits) with two veth pairs, `src`-`rx-a` and `tx-b`-`sink`; A is
+//! `afp:rx-a`, B `afp:tx-b`, a third af_packet port on `src` is the traffic source and a fourth
+//! on `sink` counts what arrived. Callgrind
+//! counts user-space instructions only, so the kernel's side is excluded by construction. The
+//! kernel delivers frames asynchronously, so a poll could find 32 frames or 5; to make every
+//! measured burst do the same work, the harness forwards burst by burst: it writes 32 frames
+//! into `src`, waits until A's ring holds them and B's ring has 32 free frames, and only then
+//! calls [`measured_burst`], the one function toggled on (`--toggle-collect=
+//! instructions::measured_burst`; the source and the waits run with collection off, on the same
+//! thread). The harness prints the queues' system calls over the measured bursts.
 
 #[path = "common/out.rs"]
 mod out;
@@ -29,6 +42,7 @@ use std::time::Duration;
 
 use vfio_nic::app::forward::{forward_burst, FwdStats};
 use vfio_nic::device::{MacAddr, Port, RxQueue, TxQueue};
+use vfio_nic::devices::afpacket::{AfPacketConfig, AfPacketPort, AfpRx, AfpTx};
 use vfio_nic::devices::ixgbe::{IxgbeConfig, IxgbePort};
 use vfio_nic::devices::null::{NullConfig, NullPort};
 use vfio_nic::devices::qm::model::{Mode as QmMode, QmSoc, QmSocConfig};
@@ -88,8 +102,8 @@ fn measured<R: RxQueue, T: SwVlanTx>(
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let device = args.get(5).map_or("sim", String::as_str);
-    if !(args.len() == 5 || args.len() == 6 && matches!(device, "qm" | "null")) {
-        eprintln!("usage: instructions RX(hw|sw|deferred) TX(hw|sw) TRAFFIC(untagged|tagged) WORK(fwd|l2|jumbo) PACKETS [qm|null]");
+    if !(args.len() == 5 || args.len() == 6 && matches!(device, "qm" | "null" | "afp")) {
+        eprintln!("usage: instructions RX(hw|sw|deferred) TX(hw|sw) TRAFFIC(untagged|tagged) WORK(fwd|l2|jumbo) PACKETS [qm|null|afp]");
         std::process::exit(2);
     }
     let rx_mode = match args[0].as_str() {
@@ -110,6 +124,7 @@ fn main() {
     match device {
         "qm" => out::exit("instructions", qm(rx_mode, tx_mode, tagged, l2, packets)),
         "null" => out::exit("instructions", null(rx_mode, tx_mode, tagged, l2, packets)),
+        "afp" => out::exit("instructions", afp(rx_mode, tx_mode, tagged, l2, packets)),
         _ => {}
     }
 
@@ -250,4 +265,189 @@ fn null(
     run(a, b, (rx_mode, tx_mode), l2, packets, 4096, |t| {
         t.stats().packets
     })
+}
+
+/// One burst from `rx` to `tx`: what DEVICE `afp` counts (the caller has made sure that the
+/// burst is in the receive ring and that the transmit ring has room for it).
+#[inline(never)]
+fn measured_burst<R: RxQueue, T: SwVlanTx>(
+    rx: &mut VlanRx<R>,
+    tx: &mut VlanTx<T>,
+    batch: &mut Vec<Packet>,
+    st: &mut FwdStats,
+) {
+    forward_burst(rx, tx, batch, BURST, st).expect("forward");
+}
+
+/// How long the af_packet harness waits for the kernel (it runs under valgrind: generous).
+const AFP_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Runs `ip ARGS` in this process's network namespace.
+fn ip(args: &[&str]) -> vfio_nic::Result<()> {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| vfio_nic::Error::io("running ip (iproute2)", e))?;
+    if !out.status.success() {
+        return Err(vfio_nic::Error::InvalidConfig(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// Waits until `ready()`, or fails naming `what` after [`AFP_PATIENCE`].
+fn wait_for(what: &'static str, mut ready: impl FnMut() -> bool) -> vfio_nic::Result<()> {
+    let deadline = std::time::Instant::now() + AFP_PATIENCE;
+    while !ready() {
+        if std::time::Instant::now() > deadline {
+            return Err(stalled(what));
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    Ok(())
+}
+
+/// The error of a wait for the kernel that ran out of patience.
+fn stalled(what: &'static str) -> vfio_nic::Error {
+    vfio_nic::Error::Stalled {
+        stage: "the af_packet instruction harness",
+        what,
+        waited_ms: AFP_PATIENCE.as_millis() as u64,
+    }
+}
+
+/// Writes one burst of `frame` into the source port, then waits until A's ring holds a
+/// burst and B's ring has room for one (collection is off here).
+fn feed(
+    src: &mut AfpTx,
+    src_pool: &Pool,
+    frame: &[u8],
+    rx: &AfpRx,
+    tx: &AfpTx,
+) -> vfio_nic::Result<()> {
+    let mut batch: Vec<Packet> = (0..BURST)
+        .map(|_| {
+            let mut p = src_pool
+                .alloc()
+                .expect("the source's pool has a burst free");
+            assert!(p.set_data(frame));
+            p
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + AFP_PATIENCE;
+    while !batch.is_empty() {
+        src.tx_burst(&mut batch).expect("source");
+        if std::time::Instant::now() > deadline {
+            return Err(stalled("room in the source's transmit ring"));
+        }
+    }
+    wait_for("a burst of frames in A's receive ring", || rx.ready(BURST))?;
+    wait_for("a burst of free frames in B's transmit ring", || {
+        tx.has_room(BURST)
+    })
+}
+
+/// The same measurement on two af_packet ports (see the module doc): A.rx -> B.tx over veth
+/// pairs in a network namespace of this process's own, burst by burst, untagged, work `fwd`.
+fn afp(
+    rx_mode: RxMode,
+    tx_mode: TxMode,
+    tagged: bool,
+    l2: bool,
+    packets: u64,
+) -> vfio_nic::Result<()> {
+    assert!(!tagged && !l2, "the afp rows are untagged, work fwd only");
+    assert_eq!(
+        packets % BURST as u64,
+        0,
+        "PACKETS is a number of whole bursts"
+    );
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| {
+        vfio_nic::Error::io(
+            "making a network namespace for the veth pairs (the afp family runs as root)",
+            std::io::Error::from(e),
+        )
+    })?;
+    // No IPv6 chatter (router solicitations, DAD) on the new links.
+    for f in ["all", "default"] {
+        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{f}/disable_ipv6"), "1");
+    }
+    ip(&[
+        "link", "add", "name", "src", "type", "veth", "peer", "name", "rx-a",
+    ])?;
+    ip(&[
+        "link", "add", "name", "tx-b", "type", "veth", "peer", "name", "sink",
+    ])?;
+    for i in ["src", "rx-a", "tx-b", "sink"] {
+        ip(&["link", "set", i, "up"])?;
+    }
+    let cfg = AfPacketConfig::default();
+    let mut a = AfPacketPort::open("rx-a", cfg.clone())?;
+    let mut b = AfPacketPort::open("tx-b", cfg.clone())?;
+    let mut g = AfPacketPort::open("src", cfg.clone())?;
+    let mut sink = AfPacketPort::open("sink", cfg)?;
+    let vcfg = |rx_mode, tx_mode| VlanConfig {
+        rx_mode,
+        tx_mode,
+        ..VlanConfig::default()
+    };
+    let a_ctl = VlanControl::new(&mut a, &vcfg(rx_mode, TxMode::Software))?;
+    let b_ctl = VlanControl::new(&mut b, &vcfg(RxMode::Software, tx_mode))?;
+    let (mut arx, _) = a.take_queues()?;
+    let (_, mut btx) = b.take_queues()?;
+    let (grx, mut gtx) = g.take_queues()?;
+    let _sink_queues = sink.take_queues()?;
+    let mut rx = a_ctl.wrap_rx(arx.remove(0));
+    let mut tx = b_ctl.wrap_tx(btx.remove(0));
+    let (src_pool, src) = (grx[0].pool().clone(), &mut gtx[0]);
+    let frame = Source::udp(MacAddr([0x02, 0, 0, 0, 0, 2]), 64).frame();
+
+    let mut batch = Vec::with_capacity(BURST);
+    let mut st = FwdStats::default();
+    // Warm-up (not measured): every ring frame and pool buffer once.
+    while st.tx < 4096 {
+        feed(src, &src_pool, &frame, rx.inner(), tx.inner())?;
+        forward_burst(&mut rx, &mut tx, &mut batch, BURST, &mut st).expect("warm-up");
+    }
+    let warm = st.tx;
+    let syscalls =
+        |rx: &VlanRx<AfpRx>, tx: &VlanTx<AfpTx>| (rx.inner().syscalls(), tx.inner().syscalls());
+    let before = syscalls(&rx, &tx);
+    let mut st = FwdStats::default();
+    let bursts = packets / BURST as u64;
+    for _ in 0..bursts {
+        feed(src, &src_pool, &frame, rx.inner(), tx.inner())?;
+        measured_burst(&mut rx, &mut tx, &mut batch, &mut st);
+    }
+    let after = syscalls(&rx, &tx);
+    // What reached the sink (the kernel's count of its socket, ring or dropped).
+    let sent = warm + st.tx;
+    wait_for("the forwarded frames at the sink", || {
+        sink.stats()
+            .is_ok_and(|s| s.get("socket_rx_packets").unwrap_or(0) >= sent)
+    })?;
+    let at_sink = sink.stats()?.get("socket_rx_packets").unwrap_or(0);
+    let report = out::line(format_args!(
+        "forwarded {} rx {} tx_dropped {} empty_polls {} model_tx {} bursts {} syscalls_rx {} syscalls_tx {}",
+        st.tx,
+        st.rx,
+        st.tx_dropped,
+        st.empty_polls,
+        at_sink - warm,
+        bursts,
+        after.0 - before.0,
+        after.1 - before.1
+    ));
+    if at_sink != sent || st.tx != packets || st.tx_dropped != 0 || st.empty_polls != 0 {
+        eprintln!(
+            "instructions: the sink got {} frames, the driver sent {}",
+            at_sink - warm,
+            st.tx
+        );
+        std::process::exit(1);
+    }
+    report
 }

@@ -20,7 +20,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use vfio_nic::device::MacAddr;
-use vfio_nic::platform::packet::{self, PacketRx, PacketSocket, PacketTx, RingConfig};
+use vfio_nic::platform::packet::{self, PacketRx, PacketSocket, PacketTx, RingGeometry};
 
 use super::drv::{text, TEST_ETHERTYPE, WAIT};
 use super::peer::sh;
@@ -197,13 +197,12 @@ pub fn wait_counter(from: &Snmp, name: &str, by: u64) -> Result<u64, String> {
     }
 }
 
-/// A packet socket on the Linux peer's interface, with ring frames that take a jumbo frame.
+/// A packet socket on the Linux peer's interface, with ring frames that take a jumbo frame
+/// (or the interface's MTU, if larger).
 pub fn peer_socket(ifname: &str) -> Result<(PacketRx, PacketTx), String> {
     let iface = packet::interface(ifname).map_err(text)?;
-    let ring = RingConfig {
-        frames: 32,
-        frame_size: 16384,
-    };
+    let longest = (iface.mtu as usize).max(9000) + 22;
+    let ring = RingGeometry::for_frames(longest, 32, packet::page_size()).map_err(text)?;
     let s = PacketSocket::open(iface.index, ring).map_err(|e| format!("{ifname}: {e}"))?;
     Ok(s.split())
 }
@@ -256,7 +255,7 @@ pub fn socket_send(tx: &mut PacketTx, frame: &[u8]) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(1));
     };
-    if !slot.send(&[frame]) {
+    if !slot.send([frame], 0) {
         return Err(format!(
             "a {}-byte frame does not fit the packet socket's ring frame",
             frame.len()

@@ -16,6 +16,22 @@
 //! The status word is read with an acquire load and written with a release store (the kernel's
 //! side pairs them with its barriers, packet_mmap.rst); the rest of a frame is read and written
 //! only through raw pointers while we own it. No Rust reference to ring memory is ever made.
+//!
+//! Ring geometry ([`RingGeometry::for_frames`]) follows the longest frame the interface
+//! carries, so that any MTU fits a ring frame (an MTU-9000 link, `lo` with 65,536): the rules of
+//! packet_mmap.rst ("PACKET_MMAP settings") are that `tp_block_size` is a multiple of the page
+//! size, `tp_frame_size` a multiple of `TPACKET_ALIGNMENT` (16) and larger than the header,
+//! frames never cross a block (`frames_per_block = tp_block_size / tp_frame_size`, the rest of a
+//! block is a gap in the mapping), and `tp_frame_nr = frames_per_block * tp_block_nr`. The
+//! kernel allocates each block as a power of two of pages, so the block is a power of two too
+//! (packet_mmap.rst: "or there will be a waste of memory"), chosen large enough that the gap at
+//! its end is at most an eighth of it; the frames then share the block out between them.
+//!
+//! System calls: reading the receive ring takes none (the kernel's status words are in the
+//! mapping); the transmit ring takes one `send()` per [`PacketTx::kick`], which the transmit
+//! queue makes once per burst. [`PacketTx::syscalls`] counts them, so that a test can hold the
+//! queues to that.
+//!
 //! Why TPACKET_V2 and not V3: a V3 receive block reaches user space only when full or when its
 //! timeout expires, which adds up to that timeout of latency to a polled burst (DPDK's
 //! af_packet driver uses V2 for the same reason).
@@ -30,13 +46,82 @@ use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{Error, Result};
 
-/// The ring geometry of one socket (each of its two rings has it).
+/// The ring geometry of one socket (each of its two rings has it), as the kernel is asked for it
+/// (`struct tpacket_req`); see the module doc for the rules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RingConfig {
-    /// Frames per ring (a multiple of the frames per 4 KiB block).
-    pub frames: u32,
-    /// Bytes per frame, header included: a power of two of at least 2,048.
+pub struct RingGeometry {
+    /// Bytes per frame, header included: a multiple of 16.
     pub frame_size: u32,
+    /// Bytes per block: a power of two, at least a page.
+    pub block_size: u32,
+    /// Frames per block (`block_size / frame_size`).
+    pub frames_per_block: u32,
+    /// Blocks per ring.
+    pub blocks: u32,
+}
+
+/// `TPACKET_ALIGNMENT` (linux/if_packet.h): frames and the data in them are aligned to it.
+const ALIGN: usize = libc::TPACKET_ALIGNMENT;
+/// Where a received Ethernet frame starts in its ring frame (`tp_mac`): the kernel puts the
+/// network header at `TPACKET_ALIGN(TPACKET2_HDRLEN + 16)` (af_packet.c `tpacket_rcv`,
+/// `netoff`, for a 14-byte link header) and the 14 bytes before it.
+const RX_MAC: usize = (libc::TPACKET2_HDRLEN + 16).next_multiple_of(ALIGN) - 14;
+/// The longest ring frame asked for (a block is at most 8 of them): 1 MiB, past any MTU Linux
+/// has (`lo` has 65,536).
+const MAX_FRAME_SIZE: usize = 1 << 20;
+
+impl RingGeometry {
+    /// The geometry of a ring of at least `frames` frames, each taking a link-layer frame of
+    /// `max_frame` bytes both as received (behind the header, at `tp_mac`) and to send (behind
+    /// the header, where the kernel reads it), for pages of `page` bytes.
+    pub fn for_frames(max_frame: usize, frames: u32, page: usize) -> Result<RingGeometry> {
+        let least = (RX_MAC.max(TX_DATA) + max_frame).next_multiple_of(ALIGN);
+        if least > MAX_FRAME_SIZE || frames == 0 || !page.is_power_of_two() {
+            return Err(Error::InvalidConfig(format!(
+                "packet ring: {frames} frames of {max_frame} bytes (ring frames of {least}, at most {MAX_FRAME_SIZE}); there must be some frames, and the interface's MTU must be below 1 MiB"
+            )));
+        }
+        // The smallest power of two (of at least a page) that wastes at most an eighth of
+        // itself; at 8 frames per block the gap is below one frame, so this ends by then.
+        let mut block = page.max(least.next_power_of_two());
+        while block % least > block / 8 {
+            block *= 2;
+        }
+        let per_block = block / least;
+        // The frames share the block out: what is left over is room in every frame.
+        let frame_size = (block / per_block) / ALIGN * ALIGN;
+        let blocks = (frames as usize).div_ceil(per_block);
+        let g = RingGeometry {
+            frame_size: frame_size as u32,
+            block_size: u32::try_from(block).expect("at most 8 MiB"),
+            frames_per_block: per_block as u32,
+            blocks: u32::try_from(blocks).map_err(|_| {
+                Error::InvalidConfig(format!("packet ring: {frames} frames is too many"))
+            })?,
+        };
+        g.ring_bytes().ok_or_else(|| {
+            Error::InvalidConfig(format!(
+                "packet ring: {frames} frames of {frame_size} bytes do not fit the address space"
+            ))
+        })?;
+        Ok(g)
+    }
+
+    /// Frames per ring.
+    pub fn frames(&self) -> u32 {
+        self.frames_per_block * self.blocks
+    }
+
+    /// The longest frame a ring frame takes, received or sent.
+    pub fn room(&self) -> usize {
+        self.frame_size as usize - RX_MAC.max(TX_DATA)
+    }
+
+    /// Bytes of one ring (whole blocks), if two of them fit the address space.
+    fn ring_bytes(&self) -> Option<usize> {
+        let one = (self.block_size as usize).checked_mul(self.blocks as usize)?;
+        one.checked_mul(2).map(|_| one)
+    }
 }
 
 /// What the kernel says of an interface.
@@ -61,6 +146,13 @@ const TX_DATA: usize = libc::TPACKET2_HDRLEN - std::mem::size_of::<libc::sockadd
 const RX_SLL: usize = 32;
 /// `sll_pkttype` of a frame this host sent (`PACKET_OUTGOING`).
 const OUTGOING: u8 = 4;
+
+/// The system's page size (what ring blocks are multiples of).
+pub fn page_size() -> usize {
+    // SAFETY: plain query; no memory is involved.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(page).unwrap_or(4096).max(4096)
+}
 
 fn errno() -> std::io::Error {
     std::io::Error::last_os_error()
@@ -167,20 +259,66 @@ fn set_int(fd: RawFd, opt: libc::c_int, value: libc::c_int, what: &str) -> Resul
     Ok(())
 }
 
-/// A ring of one socket: where it starts in the mapping, its geometry, and the next frame.
+/// A ring of one socket: where it starts in the mapping, its geometry, and the next frame (its
+/// block and its place in the block, so that stepping on costs an add and a compare, no
+/// division).
 #[derive(Debug)]
 struct Ring {
     start: usize,
-    frames: u32,
-    frame_size: u32,
-    head: u32,
+    geo: RingGeometry,
+    /// Bytes of the ring (`blocks * block_size`).
+    len: usize,
+    /// The next frame's block, as its offset from `start`.
+    block_at: usize,
+    /// The next frame's place in its block.
+    slot: u32,
 }
 
 impl Ring {
-    fn frame(&self, map: NonNull<u8>, i: u32) -> *mut u8 {
-        // In bounds: `start + frames * frame_size` is within the mapping (made so in `open`).
-        map.as_ptr()
-            .wrapping_add(self.start + i as usize * self.frame_size as usize)
+    fn new(start: usize, geo: RingGeometry) -> Ring {
+        Ring {
+            start,
+            geo,
+            len: geo.block_size as usize * geo.blocks as usize,
+            block_at: 0,
+            slot: 0,
+        }
+    }
+
+    /// The next frame.
+    #[inline(always)]
+    fn frame(&self, map: NonNull<u8>) -> *mut u8 {
+        // In bounds: `block_at < len`, `slot < frames_per_block`, and the ring's blocks are
+        // within the mapping (made so in `open`).
+        map.as_ptr().wrapping_add(
+            self.start + self.block_at + self.slot as usize * self.geo.frame_size as usize,
+        )
+    }
+
+    /// The frame `k` frames after the next one (cold: for callers that look ahead).
+    fn frame_ahead(&self, map: NonNull<u8>, k: u32) -> *mut u8 {
+        let per = self.geo.frames_per_block as usize;
+        let i = self.slot as usize + k as usize % self.geo.frames() as usize;
+        let block =
+            (self.block_at / self.geo.block_size as usize + i / per) % self.geo.blocks as usize;
+        map.as_ptr().wrapping_add(
+            self.start
+                + block * self.geo.block_size as usize
+                + (i % per) * self.geo.frame_size as usize,
+        )
+    }
+
+    /// Steps to the frame after the next.
+    #[inline(always)]
+    fn advance(&mut self) {
+        self.slot += 1;
+        if self.slot == self.geo.frames_per_block {
+            self.slot = 0;
+            self.block_at += self.geo.block_size as usize;
+            if self.block_at == self.len {
+                self.block_at = 0;
+            }
+        }
     }
 }
 
@@ -236,7 +374,7 @@ impl Mapped {
     }
 
     /// The status word of `frame` (a frame of one of this socket's rings), as an atomic: it is
-    /// 4-byte aligned (frames are 2 KiB aligned in a page-aligned mapping).
+    /// 4-byte aligned (frames are 16-byte aligned in a page-aligned mapping).
     fn status_of(&self, frame: *mut u8) -> &AtomicU32 {
         // SAFETY: `frame` is the start of a ring frame inside the mapping, which lives as long
         // as `self`. The kernel and we access the word atomically (the kernel with its
@@ -264,22 +402,10 @@ impl std::fmt::Debug for PacketSocket {
 }
 
 impl PacketSocket {
-    /// Opens a packet socket on interface `index` with two rings of `ring` each, the kernel's
-    /// queueing discipline bypassed and malformed transmit frames skipped (`PACKET_LOSS`).
-    pub fn open(index: i32, ring: RingConfig) -> Result<PacketSocket> {
-        let fs = ring.frame_size;
-        if fs < 2048 || !fs.is_power_of_two() || ring.frames == 0 {
-            return Err(Error::InvalidConfig(format!(
-                "packet ring: {} frames of {fs} bytes; frames must be a power of two of at least 2048 bytes, and there must be some",
-                ring.frames
-            )));
-        }
-        // A block is a whole number of pages (the kernel's rule).
-        // SAFETY: plain query; no memory is involved.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
-        let block = fs.max(page).next_multiple_of(page);
-        let per_block = block / fs;
-        let frames = ring.frames.next_multiple_of(per_block);
+    /// Opens a packet socket on interface `index` with two rings of geometry `geo` each, the
+    /// kernel's queueing discipline bypassed and malformed transmit frames skipped
+    /// (`PACKET_LOSS`).
+    pub fn open(index: i32, geo: RingGeometry) -> Result<PacketSocket> {
         // Protocol 0: nothing is received before `bind` names the interface.
         // SAFETY: plain syscall; the result is checked.
         let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
@@ -307,12 +433,16 @@ impl PacketSocket {
             .map_err(|e| tracing::debug!(error = %e, "kernel without PACKET_IGNORE_OUTGOING; own frames dropped by the receive path"))
             .is_ok();
         let req = libc::tpacket_req {
-            tp_block_size: block,
-            tp_block_nr: frames / per_block,
-            tp_frame_size: fs,
-            tp_frame_nr: frames,
+            tp_block_size: geo.block_size,
+            tp_block_nr: geo.blocks,
+            tp_frame_size: geo.frame_size,
+            tp_frame_nr: geo.frames(),
         };
-        let ring_bytes = block as usize * (frames / per_block) as usize;
+        let ring_bytes = geo.ring_bytes().ok_or_else(|| {
+            Error::InvalidConfig(format!(
+                "packet ring {geo:?}: too large for the address space"
+            ))
+        })?;
         for (opt, what) in [
             (libc::PACKET_RX_RING, "receive"),
             (libc::PACKET_TX_RING, "transmit"),
@@ -367,20 +497,14 @@ impl PacketSocket {
                 e,
             ));
         }
-        let ring = |start| Ring {
-            start,
-            frames,
-            frame_size: fs,
-            head: 0,
-        };
         Ok(PacketSocket {
             m: Arc::new(Mapped {
                 fd: Arc::new(fd),
                 map,
                 ignores_outgoing,
             }),
-            rx: ring(0),
-            tx: ring(ring_bytes),
+            rx: Ring::new(0, geo),
+            tx: Ring::new(ring_bytes, geo),
         })
     }
 
@@ -414,6 +538,7 @@ impl PacketSocket {
             PacketTx {
                 m: self.m,
                 ring: self.tx,
+                syscalls: 0,
             },
         )
     }
@@ -426,11 +551,33 @@ pub struct PacketRx {
 }
 
 impl PacketRx {
+    /// Whether the kernel has filled the next `n` frames (at most a ring's worth), which
+    /// [`rx_next`](Self::rx_next) would return without waiting. Polling needs no such test;
+    /// it is for a caller that must know a burst is there before it polls (the
+    /// instruction-count harness, which must poll full rings only).
+    pub fn filled(&self, n: u32) -> bool {
+        (0..n.min(self.ring.geo.frames())).all(|k| {
+            let frame = self.ring.frame_ahead(self.m.base(), k);
+            self.m.status_of(frame).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
+        })
+    }
+
+    /// System calls the receive ring has made: none, as frames are read from the mapping
+    /// (kept so that the queue's count of both directions reads the same way).
+    pub fn syscalls(&self) -> u64 {
+        0
+    }
+
+    /// The ring's geometry.
+    pub fn geometry(&self) -> RingGeometry {
+        self.ring.geo
+    }
+
     /// The next received frame, if the kernel has filled one; frames this host sent are given
     /// back and skipped. The frame goes back to the kernel when the returned view is dropped.
     pub fn rx_next(&mut self) -> Option<RxFrame<'_>> {
         loop {
-            let frame = self.ring.frame(self.m.base(), self.ring.head);
+            let frame = self.ring.frame(self.m.base());
             let status = self.m.status_of(frame).load(Ordering::Acquire);
             if status & libc::TP_STATUS_USER == 0 {
                 return None;
@@ -439,32 +586,32 @@ impl PacketRx {
             // SAFETY: the frame is ours (TP_STATUS_USER, acquired), so the kernel wrote its
             // header before and does not write it now; fields are read through the raw
             // pointer, with no reference to ring memory.
-            let (len, snaplen, mac, tci, tpid, pkttype) = unsafe {
+            let (len, snaplen, mac) = unsafe {
                 (
                     std::ptr::addr_of!((*h).tp_len).read_volatile(),
                     std::ptr::addr_of!((*h).tp_snaplen).read_volatile(),
                     std::ptr::addr_of!((*h).tp_mac).read_volatile(),
-                    std::ptr::addr_of!((*h).tp_vlan_tci).read_volatile(),
-                    std::ptr::addr_of!((*h).tp_vlan_tpid).read_volatile(),
-                    frame.add(RX_SLL + 10).read_volatile(),
                 )
             };
-            if !self.m.ignores_outgoing && pkttype == OUTGOING {
+            // Our own transmissions, when the kernel does not filter them (`sll_pkttype`).
+            let own = |frame: *mut u8| {
+                // SAFETY: as above; `RX_SLL + 10` is `sll_pkttype`, inside the frame's header.
+                unsafe { frame.add(RX_SLL + 10).read_volatile() == OUTGOING }
+            };
+            if !self.m.ignores_outgoing && own(frame) {
                 self.m
                     .status_of(frame)
                     .store(libc::TP_STATUS_KERNEL, Ordering::Release);
-                self.ring.head = (self.ring.head + 1) % self.ring.frames;
+                self.ring.advance();
                 continue;
             }
-            let room = self.ring.frame_size as usize;
+            let room = self.ring.geo.frame_size as usize;
             return Some(RxFrame {
                 data: frame.wrapping_add(mac as usize),
                 // Never past the frame, whatever the header says.
                 in_ring: (snaplen as usize).min(room.saturating_sub(mac as usize)),
                 on_wire: len as usize,
                 status,
-                tci,
-                tpid,
                 rx: self,
                 frame,
             });
@@ -476,12 +623,14 @@ impl PacketRx {
 pub struct PacketTx {
     m: Arc<Mapped>,
     ring: Ring,
+    /// System calls made (kicks), for [`syscalls`](Self::syscalls).
+    syscalls: u64,
 }
 
 impl PacketTx {
     /// The next free transmit frame, if the kernel has sent what was in it.
     pub fn tx_next(&mut self) -> Option<TxFrame<'_>> {
-        let frame = self.ring.frame(self.m.base(), self.ring.head);
+        let frame = self.ring.frame(self.m.base());
         // Timestamp bits may be OR-ed into an available frame's status.
         let status = self.m.status_of(frame).load(Ordering::Acquire);
         let busy = libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING;
@@ -491,13 +640,30 @@ impl PacketTx {
         Some(TxFrame { frame, tx: self })
     }
 
-    /// The longest frame a transmit frame takes.
-    pub fn tx_room(&self) -> usize {
-        self.ring.frame_size as usize - TX_DATA
+    /// Whether the next `n` frames (at most a ring's worth) are free: the kernel has sent what
+    /// was in them. For a caller that must know before it sends (the instruction-count
+    /// harness); sending needs no such test.
+    pub fn free(&self, n: u32) -> bool {
+        let busy = libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING;
+        (0..n.min(self.ring.geo.frames())).all(|k| {
+            let frame = self.ring.frame_ahead(self.m.base(), k);
+            self.m.status_of(frame).load(Ordering::Acquire) & busy == 0
+        })
     }
 
-    /// Tells the kernel to send the frames marked so far (does not wait).
-    pub fn kick(&self) -> Result<()> {
+    /// The longest frame a transmit frame takes.
+    pub fn tx_room(&self) -> usize {
+        self.ring.geo.frame_size as usize - TX_DATA
+    }
+
+    /// System calls the transmit ring has made: one per [`kick`](Self::kick).
+    pub fn syscalls(&self) -> u64 {
+        self.syscalls
+    }
+
+    /// Tells the kernel to send the frames marked so far (does not wait): one system call.
+    pub fn kick(&mut self) -> Result<()> {
+        self.syscalls += 1;
         // SAFETY: a zero-length send with a null buffer is the documented kick of a transmit
         // ring (packet_mmap.rst); nothing is read from the pointer.
         let r = unsafe {
@@ -528,8 +694,6 @@ pub struct RxFrame<'a> {
     in_ring: usize,
     on_wire: usize,
     status: u32,
-    tci: u16,
-    tpid: u16,
 }
 
 impl RxFrame<'_> {
@@ -555,12 +719,21 @@ impl RxFrame<'_> {
         if self.status & libc::TP_STATUS_VLAN_VALID == 0 {
             return None;
         }
+        let h = self.frame.cast::<libc::tpacket2_hdr>();
+        // SAFETY: the frame is ours until `self` drops (its status was TP_STATUS_USER); the
+        // header's fields are read through the raw pointer. Read only for a tagged frame.
+        let (tci, tpid) = unsafe {
+            (
+                std::ptr::addr_of!((*h).tp_vlan_tci).read_volatile(),
+                std::ptr::addr_of!((*h).tp_vlan_tpid).read_volatile(),
+            )
+        };
         let tpid = if self.status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
-            self.tpid
+            tpid
         } else {
             0x8100
         };
-        Some((tpid, self.tci))
+        Some((tpid, tci))
     }
 
     /// Copies `dst.len()` bytes of the frame from byte `from` on into `dst`.
@@ -586,8 +759,7 @@ impl Drop for RxFrame<'_> {
             .m
             .status_of(self.frame)
             .store(libc::TP_STATUS_KERNEL, Ordering::Release);
-        let r = &mut self.rx.ring;
-        r.head = (r.head + 1) % r.frames;
+        self.rx.ring.advance();
     }
 }
 
@@ -598,11 +770,21 @@ pub struct TxFrame<'a> {
 }
 
 impl TxFrame<'_> {
-    /// Writes the frame made of `parts` (one after the other) and hands it to the kernel for
-    /// the next [`kick`](PacketTx::kick). Returns false, writing nothing, when the parts
-    /// are longer than [`tx_room`](PacketTx::tx_room).
-    pub fn send(self, parts: &[&[u8]]) -> bool {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
+    /// Writes the frame made of `parts` (one after the other), with zeros behind it up to
+    /// `min_len` bytes when it is shorter (Ethernet padding), and hands it to the kernel for
+    /// the next [`kick`](PacketTx::kick). Returns false, writing nothing, when that is longer
+    /// than [`tx_room`](PacketTx::tx_room). A fixed number of parts (an array), so that the
+    /// usual frame of one or three is copied without a loop.
+    #[inline(always)]
+    pub fn send<const N: usize>(self, parts: [&[u8]; N], min_len: usize) -> bool {
+        self.send_parts(&parts, min_len)
+    }
+
+    /// [`send`](Self::send) for any number of parts (a chain's segments).
+    #[inline(always)]
+    pub fn send_parts(self, parts: &[&[u8]], min_len: usize) -> bool {
+        let data: usize = parts.iter().map(|p| p.len()).sum();
+        let len = data.max(min_len);
         if len > self.tx.tx_room() {
             return false;
         }
@@ -613,6 +795,10 @@ impl TxFrame<'_> {
             unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), self.frame.add(at), p.len()) };
             at += p.len();
         }
+        if data < len {
+            // SAFETY: as above: `at..TX_DATA + len` is inside the frame, which is ours.
+            unsafe { std::ptr::write_bytes(self.frame.add(at), 0, len - data) };
+        }
         let h = self.frame.cast::<libc::tpacket2_hdr>();
         // SAFETY: as above; the header's length field is written through the raw pointer.
         unsafe { std::ptr::addr_of_mut!((*h).tp_len).write_volatile(len as u32) };
@@ -620,8 +806,110 @@ impl TxFrame<'_> {
             .m
             .status_of(self.frame)
             .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
-        let r = &mut self.tx.ring;
-        r.head = (r.head + 1) % r.frames;
+        self.tx.ring.advance();
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_keeps_the_kernels_rules_for_any_mtu() {
+        for page in [4096usize, 16384, 65536] {
+            for mtu in [
+                0usize, 68, 1500, 1522, 4000, 9000, 9216, 16110, 65535, 65536,
+            ] {
+                let max_frame = mtu + 22;
+                for frames in [1u32, 2, 64, 512, 513, 65536] {
+                    let g = RingGeometry::for_frames(max_frame, frames, page).unwrap();
+                    let what = format!("MTU {mtu}, {frames} frames, page {page}: {g:?}");
+                    let (fs, block) = (g.frame_size as usize, g.block_size as usize);
+                    assert_eq!(fs % libc::TPACKET_ALIGNMENT, 0, "{what}");
+                    assert!(fs > libc::TPACKET2_HDRLEN, "{what}");
+                    assert!(block % page == 0 && block.is_power_of_two(), "{what}");
+                    assert_eq!(g.frames_per_block as usize, block / fs, "{what}");
+                    assert!(
+                        block - fs * g.frames_per_block as usize <= block / 8,
+                        "{what}"
+                    );
+                    assert!(g.frames() >= frames, "{what}");
+                    assert!(g.frames() - frames < g.frames_per_block, "{what}");
+                    assert!(g.room() >= max_frame, "{what}");
+                    assert!(
+                        RX_MAC + max_frame <= fs && TX_DATA + max_frame <= fs,
+                        "{what}"
+                    );
+                }
+            }
+        }
+        // An MTU-1500 link: 5 frames of 1,632 bytes in 8 KiB.
+        let g = RingGeometry::for_frames(1522, 512, 4096).unwrap();
+        assert_eq!((g.frame_size, g.block_size, g.frames()), (1632, 8192, 515));
+        assert!(RingGeometry::for_frames(1522, 0, 4096).is_err());
+        assert!(RingGeometry::for_frames(2 << 20, 8, 4096).is_err());
+    }
+
+    #[test]
+    fn walking_a_ring_visits_every_frame_once_and_skips_block_gaps() {
+        let g = RingGeometry::for_frames(9022, 20, 4096).unwrap();
+        assert!(
+            g.block_size % g.frame_size != 0,
+            "a geometry with gaps: {g:?}"
+        );
+        let base = NonNull::<u8>::dangling();
+        let mut r = Ring::new(4096, g);
+        let mut seen = Vec::new();
+        for _ in 0..g.frames() {
+            seen.push(r.frame(base) as usize - base.as_ptr() as usize);
+            r.advance();
+        }
+        assert_eq!(
+            r.frame(base),
+            base.as_ptr().wrapping_add(4096),
+            "back to the start"
+        );
+        let per = g.frames_per_block as usize;
+        let expect: Vec<usize> = (0..g.frames() as usize)
+            .map(|i| 4096 + i / per * g.block_size as usize + i % per * g.frame_size as usize)
+            .collect();
+        assert_eq!(seen, expect);
+        // Looking ahead agrees with walking, from anywhere, wrapping.
+        for start in 0..g.frames() {
+            let mut w = Ring::new(4096, g);
+            for _ in 0..start {
+                w.advance();
+            }
+            for k in 0..2 * g.frames() {
+                let i = ((start + k) % g.frames()) as usize;
+                assert_eq!(
+                    w.frame_ahead(base, k) as usize - base.as_ptr() as usize,
+                    expect[i]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_kernel_takes_the_geometry_of_lo_and_of_jumbo_frames() {
+        let lo = match interface("lo") {
+            Ok(i) => i,
+            Err(e) => return eprintln!("skipped: no lo ({e})"),
+        };
+        for mtu in [1500usize, 9000, lo.mtu as usize] {
+            let g = RingGeometry::for_frames(mtu + 22, 16, 4096).unwrap();
+            match PacketSocket::open(lo.index, g) {
+                Ok(s) => {
+                    let (rx, tx) = s.split();
+                    assert_eq!(rx.geometry(), g);
+                    assert!(tx.tx_room() >= mtu + 22);
+                    assert!(tx.free(g.frames()), "a new transmit ring is free");
+                    assert_eq!((rx.syscalls(), tx.syscalls()), (0, 0));
+                }
+                Err(Error::NotPermitted { .. }) => return eprintln!("skipped: not root"),
+                Err(e) => panic!("MTU {mtu}, {g:?}: {e}"),
+            }
+        }
     }
 }

@@ -24,15 +24,25 @@
 //!   (`packet_extra_vlan_len_allowed`); anything larger is refused here, counted and logged,
 //!   never handed to the kernel to drop silently.
 //!
+//! Any MTU: the ring frames are sized for the interface's MTU (`RingGeometry::for_frames`,
+//! the kernel's rules for ring geometry), not for the pool's buffers, so that an MTU-9000 link
+//! or `lo` (MTU 65,536) opens with the default 2 KiB buffers. A received frame longer than a
+//! buffer is copied into a chain of buffers (`Packet::push_segment`), as a NIC's scatter would
+//! deliver it; a chain to send is gathered into one ring frame while copying. Ring memory grows
+//! with the MTU: 512 frames of `lo` are 37 MiB per ring (`afp:lo,frames=N` for less).
+//!
 //! Checksums: frames that the peer's own network stack sends over a veth pair (TCP, UDP with
 //! checksum offload) arrive with the checksum unfinished (`TP_STATUS_CSUMNOTREADY`); they are
 //! delivered as they are, and forwarding them onward carries the unfinished checksum. Turn the
 //! peer's offload off (`ethtool -K IFNAME tx off`) when that matters; raw test traffic and
 //! frames from a real NIC are complete.
 //!
+//! System calls: none to receive (the ring is read in memory, never polled), one `send()` per
+//! transmit burst that queued something (the kick). Each queue counts them
+//! ([`AfpRx::syscalls`], [`AfpTx::syscalls`]).
+//!
 //! Facts and their sources: docs/dpaa2-afpacket.md. Errors name what to do: no such
-//! interface, interface down, not permitted (CAP_NET_RAW), ring memory refused, MTU too large
-//! for the pool's buffers.
+//! interface, interface down, not permitted (CAP_NET_RAW), ring memory refused.
 
 mod queue;
 
@@ -44,7 +54,7 @@ pub use queue::{AfpRx, AfpTx};
 use crate::device::{LinkStatus, MacAddr, Port, PortInfo, PortStats, QueueSet};
 use crate::error::{Error, Result};
 use crate::platform::dma::{IdentityMapper, Pool, PoolConfig};
-use crate::platform::packet::{self, Interface, PacketSocket, RingConfig, SocketCounters};
+use crate::platform::packet::{self, Interface, PacketSocket, RingGeometry, SocketCounters};
 use crate::vlan::{Tpid, Vid, VlanCaps, VlanHardware};
 
 /// Configuration of an af_packet port (also settable in the port name:
@@ -53,7 +63,8 @@ use crate::vlan::{Tpid, Vid, VlanCaps, VlanHardware};
 pub struct AfPacketConfig {
     /// Queue pairs (sockets in one fanout group when more than one).
     pub queues: u16,
-    /// Frames per ring (each socket has a receive and a transmit ring).
+    /// Frames per ring (each socket has a receive and a transmit ring), at least: rounded up
+    /// to whole ring blocks (515 for 512 at MTU 1500; `PortInfo::rx_ring` says how many).
     pub frames: u32,
     /// The pool of each receive queue.
     pub pool: PoolConfig,
@@ -124,6 +135,8 @@ pub struct AfPacketPort {
     ifname: String,
     iface: Interface,
     config: AfPacketConfig,
+    /// The rings' geometry (frames rounded up to whole blocks).
+    ring: RingGeometry,
     sockets: Vec<PacketSocket>,
     counters: Vec<SocketCounters>,
     /// Socket counters so far (the kernel clears them at every read): received, dropped.
@@ -132,11 +145,9 @@ pub struct AfPacketPort {
     tpid: u16,
 }
 
-/// Bytes a frame may grow beyond MTU + 14 in a buffer: a tag put back, and one more that
-/// was accepted with the kernel's 4-byte allowance.
+/// Bytes a frame may grow beyond MTU + 14 in a ring frame: a tag the kernel took and a tag
+/// accepted with its 4-byte allowance.
 const TAG_ROOM: usize = 8;
-/// What precedes a received frame's data in a ring frame (header, address, alignment).
-const RING_OVERHEAD: usize = 128;
 
 impl AfPacketPort {
     /// Opens interface `ifname` of the calling thread's network namespace.
@@ -161,18 +172,11 @@ impl AfPacketPort {
                 name: ifname.into(),
             });
         }
-        let room = config.pool.buf_size.saturating_sub(config.pool.headroom);
-        let need = iface.mtu as usize + 14 + TAG_ROOM;
-        if need > room {
-            return Err(Error::InvalidConfig(format!(
-                "{ifname}: MTU {} needs {need}-byte frames (with room for tags), more than the pool's {room}-byte buffers; give the pool larger buffers (PoolConfig::buf_size) or lower the MTU",
-                iface.mtu
-            )));
-        }
-        let ring = RingConfig {
-            frames: config.frames,
-            frame_size: (need + RING_OVERHEAD).next_power_of_two().max(2048) as u32,
-        };
+        let ring = RingGeometry::for_frames(
+            iface.mtu as usize + 14 + TAG_ROOM,
+            config.frames,
+            packet::page_size(),
+        )?;
         // A group per port: two ports on one interface in one process must not share one.
         static PORTS: AtomicU32 = AtomicU32::new(0);
         let seq = PORTS.fetch_add(1, Ordering::Relaxed);
@@ -196,8 +200,9 @@ impl AfPacketPort {
             index = iface.index,
             mtu = iface.mtu,
             queues = config.queues,
-            frames = ring.frames,
+            frames = ring.frames(),
             frame_size = ring.frame_size,
+            block_size = ring.block_size,
             "af_packet port opened"
         );
         Ok(AfPacketPort {
@@ -205,6 +210,7 @@ impl AfPacketPort {
             ifname: ifname.into(),
             iface,
             config,
+            ring,
             sockets,
             counters,
             totals: Mutex::new((0, 0)),
@@ -238,8 +244,8 @@ impl Port for AfPacketPort {
             mac: MacAddr(self.iface.mac),
             rx_queues: self.config.queues,
             tx_queues: self.config.queues,
-            rx_ring: self.config.frames.min(u32::from(u16::MAX)) as u16,
-            tx_ring: self.config.frames.min(u32::from(u16::MAX)) as u16,
+            rx_ring: self.ring.frames().min(u32::from(u16::MAX)) as u16,
+            tx_ring: self.ring.frames().min(u32::from(u16::MAX)) as u16,
             mtu: Some(self.iface.mtu),
         }
     }

@@ -1,5 +1,10 @@
 //! The queues of an af_packet port: copies between the socket's rings and pool buffers, with
 //! the tag put back or taken as metadata on receive, and inserted while copying on transmit.
+//!
+//! A ring frame holds the interface's longest frame, a pool buffer maybe less (2 KiB against
+//! 9,014 bytes on an MTU-9000 link): a longer frame is received into a chain of buffers, each
+//! filled to its room, and a chain is gathered into one ring frame to send. System calls: none
+//! on receive, one kick per transmit burst (counted: [`AfpRx::syscalls`], [`AfpTx::syscalls`]).
 
 use std::sync::atomic::Ordering;
 
@@ -72,16 +77,81 @@ fn tag_plan(f: &RxFrame<'_>, word: u32) -> (Option<[u8; 4]>, Meta) {
     }
 }
 
-/// Frame `f` (with `tag` put back after the MAC addresses) as a chain of `pool`'s buffers;
-/// `None` when the pool has too few free buffers.
-#[cold]
-fn chain_of(pool: &Pool, f: &RxFrame<'_>, tag: Option<[u8; 4]>) -> Option<Packet> {
-    let mut bytes = vec![0u8; f.len()];
-    f.read(0, &mut bytes);
-    if let Some(t) = tag {
-        bytes.splice(12..12, t);
+/// Copies bytes `from..from + dst.len()` of frame `f` as delivered (with `tag`, if any, put
+/// back after the 12 address bytes) into `dst`.
+fn read_tagged(f: &RxFrame<'_>, tag: Option<[u8; 4]>, from: usize, dst: &mut [u8]) {
+    let Some(t) = tag else {
+        return f.read(from, dst);
+    };
+    let (mut at, mut out) = (from, 0);
+    while out < dst.len() {
+        let n = match at {
+            0..12 => {
+                let n = (12 - at).min(dst.len() - out);
+                f.read(at, &mut dst[out..out + n]);
+                n
+            }
+            12..16 => {
+                let n = (16 - at).min(dst.len() - out);
+                dst[out..out + n].copy_from_slice(&t[at - 12..at - 12 + n]);
+                n
+            }
+            _ => {
+                let n = dst.len() - out;
+                f.read(at - 4, &mut dst[out..]);
+                n
+            }
+        };
+        at += n;
+        out += n;
     }
-    pool.packet_from(&bytes)
+}
+
+/// Frame `f` (`len` bytes with `tag` put back) as a chain of `pool`'s buffers, each filled to
+/// its room `room`, copied straight out of the ring; `None` when the pool has too few free
+/// buffers (none is kept then).
+#[cold]
+fn chain_of(
+    pool: &Pool,
+    room: usize,
+    f: &RxFrame<'_>,
+    tag: Option<[u8; 4]>,
+    len: usize,
+) -> Option<Packet> {
+    let n = len.div_ceil(room);
+    let mut bufs = Vec::with_capacity(n);
+    if pool.alloc_bulk(n, &mut bufs) < n {
+        Pool::free_bulk(bufs);
+        return None;
+    }
+    let mut bufs = bufs.into_iter();
+    let mut head = bufs.next().expect("at least one buffer");
+    let mut at = room.min(len);
+    head.set_len(at);
+    read_tagged(f, tag, 0, head.data_mut());
+    for mut seg in bufs {
+        let take = room.min(len - at);
+        seg.set_len(take);
+        read_tagged(f, tag, at, seg.data_mut());
+        at += take;
+        head.push_segment(seg);
+    }
+    Some(head)
+}
+
+impl AfpRx {
+    /// System calls this queue has made: none, as receiving reads the mapped ring (no poll,
+    /// also when it is empty).
+    pub fn syscalls(&self) -> u64 {
+        self.ring.syscalls()
+    }
+
+    /// Whether the kernel has put `n` frames in the ring that the next burst would take. A
+    /// burst needs no such test; it is for a caller that must not poll before a burst is there
+    /// (the instruction-count harness, so that every measured burst does the same work).
+    pub fn ready(&self, n: usize) -> bool {
+        self.ring.filled(u32::try_from(n).unwrap_or(u32::MAX))
+    }
 }
 
 impl RxQueue for AfpRx {
@@ -94,7 +164,7 @@ impl RxQueue for AfpRx {
                 self.stats.no_room += 1;
             }
         }
-        let mut n = 0;
+        let (mut n, mut bytes) = (0, 0u64);
         while n < max && !self.spare.is_empty() {
             let Some(f) = self.ring.rx_next() else {
                 break;
@@ -108,11 +178,11 @@ impl RxQueue for AfpRx {
             }
             if len > self.room {
                 // Longer than a buffer (a jumbo frame): a chain.
-                match chain_of(&self.pool, &f, tag) {
+                match chain_of(&self.pool, self.room, &f, tag, len) {
                     Some(mut p) => {
                         drop(f);
                         p.meta = meta;
-                        self.stats.bytes += len as u64;
+                        bytes += len as u64;
                         batch.push(p);
                         n += 1;
                     }
@@ -139,11 +209,12 @@ impl RxQueue for AfpRx {
             }
             drop(f);
             p.meta = meta;
-            self.stats.bytes += len as u64;
+            bytes += len as u64;
             batch.push(p);
             n += 1;
         }
         self.stats.packets += n as u64;
+        self.stats.bytes += bytes;
         Ok(n)
     }
 
@@ -171,7 +242,6 @@ pub struct AfpTx {
 
 /// Frames shorter than this leave padded with zeros (the TxQueue contract).
 const MIN_FRAME: usize = 60;
-const ZEROS: [u8; MIN_FRAME] = [0; MIN_FRAME];
 
 impl AfpTx {
     /// Whether the kernel takes a frame of `len` bytes with ethertype `ethertype`: MTU + 14,
@@ -200,13 +270,17 @@ impl AfpTx {
         batch: &mut Vec<Packet>,
         mut vlan: Option<(Tpid, &mut SwVlanCounts)>,
     ) -> Result<usize, QueueError> {
-        // Checksums and TSO in software (the copy below gathers chains).
-        let mut refused = soft::resolve_for_queue(
-            batch,
-            TxCaps::CHAINS,
-            &mut self.stats.dropped,
-            &mut self.offload_logged,
-        ) as u64;
+        // Checksums and TSO in software (the copy below gathers chains), for a burst that asks
+        // for them or has chains: one bit test per packet for the usual burst.
+        let mut refused = 0;
+        if !batch.iter().all(Packet::is_plain) {
+            refused = soft::resolve_for_queue(
+                batch,
+                TxCaps::CHAINS,
+                &mut self.stats.dropped,
+                &mut self.offload_logged,
+            ) as u64;
+        }
         let mut done = 0;
         let mut sent = 0;
         let mut sent_or_full = false;
@@ -239,7 +313,6 @@ impl AfpTx {
                 done += 1;
                 continue;
             }
-            let pad = &ZEROS[..MIN_FRAME.saturating_sub(len)];
             let Some(frame) = self.ring.tx_next() else {
                 // Full: frames marked earlier wait for a kick that failed (link down, device
                 // queue stopped). Kick again, or nothing would ever send them.
@@ -249,19 +322,18 @@ impl AfpTx {
             };
             let ok = if p.is_plain() {
                 match &tag {
-                    Some(t) => frame.send(&[&d[..12], t, &d[12..], pad]),
-                    None => frame.send(&[d, pad]),
+                    Some(t) => frame.send([&d[..12], t, &d[12..]], MIN_FRAME),
+                    None => frame.send([d], MIN_FRAME),
                 }
             } else {
                 // A chain: its segments gathered by the copy.
-                let mut parts: Vec<&[u8]> = Vec::with_capacity(p.segment_count() + 3);
+                let mut parts: Vec<&[u8]> = Vec::with_capacity(p.segment_count() + 2);
                 match &tag {
                     Some(t) => parts.extend([&d[..12], &t[..], &d[12..]]),
                     None => parts.push(d),
                 }
                 parts.extend(p.tail_segments().iter().map(Packet::data));
-                parts.push(pad);
-                frame.send(&parts)
+                frame.send_parts(&parts, MIN_FRAME)
             };
             if !ok {
                 // Longer than a ring frame (cannot happen for what `fits` lets through, as the
@@ -275,7 +347,7 @@ impl AfpTx {
                     }
                 }
                 sent += 1;
-                bytes += (len + pad.len()) as u64;
+                bytes += len.max(MIN_FRAME) as u64;
             }
             done += 1;
         }
@@ -283,12 +355,32 @@ impl AfpTx {
             self.kick_logged = true;
             tracing::warn!("af_packet transmit: the kernel refused the ring kick (interface down?); the frames stay in the ring and go with a later kick (logged once per queue)");
         }
-        Pool::free_bulk(batch.drain(..done));
+        if done == batch.len() {
+            // The usual burst: all of it gone, freed in one pass.
+            Pool::free_vec(batch);
+        } else {
+            Pool::free_bulk(batch.drain(..done));
+        }
         self.stats.packets += sent;
         self.stats.bytes += bytes;
         // Removed from the batch: queued, or refused (dropped and counted), as the VLAN
         // layer's transmit wrapper counts its own drops; the rest stay.
         Ok((sent + refused) as usize)
+    }
+}
+
+impl AfpTx {
+    /// System calls this queue has made: one kick (`send()`) per burst that queued a frame
+    /// (or found the ring full), none per packet.
+    pub fn syscalls(&self) -> u64 {
+        self.ring.syscalls()
+    }
+
+    /// Whether the next `n` ring frames are free (the kernel has sent what was in them). A
+    /// burst needs no such test; it is for the instruction-count harness, as
+    /// [`AfpRx::ready`].
+    pub fn has_room(&self, n: usize) -> bool {
+        self.ring.free(u32::try_from(n).unwrap_or(u32::MAX))
     }
 }
 
