@@ -21,6 +21,7 @@
 
 pub mod caps;
 pub mod ctrl;
+pub mod model;
 pub mod port;
 pub mod queue;
 pub mod ring;
