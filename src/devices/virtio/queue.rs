@@ -20,6 +20,7 @@
 //! queue goes on working meanwhile.
 
 use crate::devices::offload::{soft, TxCaps};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -42,6 +43,11 @@ pub const MIN_RX_BUFFER: u32 = 1526;
 /// What a shorter frame is padded to: the minimum Ethernet frame without FCS. A virtio device
 /// sends the bytes it is given, so the driver pads, as Intel MACs do in hardware.
 pub const PAD_TX_LEN: usize = 60;
+
+/// A run of up to a whole ring, for [`RxSlots::harvest`], which walks a slice of descriptors:
+/// the receive queue's are in the ring's memory (never a Rust reference), so its decoder reads
+/// each used entry itself and the slice is of zero-sized placeholders.
+static RUN: [(); super::ring::MAX_SIZE as usize] = [(); super::ring::MAX_SIZE as usize];
 
 /// Counters the queues add to once per burst, for the port's `stats`.
 #[derive(Debug, Default)]
@@ -133,16 +139,56 @@ impl<M: Mmio> VirtioRx<M> {
 }
 
 impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
+    /// One burst, as DPDK's `virtio_recv_pkts` and `virtqueue_enqueue_recv_refill`: the used
+    /// index read once, then the entries. While the device returns buffers in the order they
+    /// were posted (QEMU does), the entries name consecutive descriptors and a run is harvested
+    /// in one pass ([`RxSlots::harvest`]: each slot re-armed with a fresh buffer) and posted
+    /// again as a batch ([`SplitRing::requeue_run`]). An entry out of that order, or with a
+    /// length the buffer cannot have, ends the run and goes through the careful path of one
+    /// entry; every entry is checked either way. One publish and at most one doorbell end the
+    /// burst.
     fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
         let desc_len = self.desc_len;
         let RxParts { ring, slots } = self.parts.as_mut().expect(LIVE);
         let have = slots.reserve(max, 2 * max);
         let want = max.min(have);
+        let pending = usize::from(ring.used_pending()?).min(want);
+        let size = usize::from(ring.size());
+        let fast = u32::from(slots.fast_len());
         let (mut got, mut bytes, mut dropped) = (0usize, 0u64, 0u64);
-        while got < want {
-            let (id, len) = match ring.peek_used() {
-                Ok(Some(e)) => e,
-                Ok(None) => break,
+        while got + (dropped as usize) < pending {
+            let first = ring.next_in_order();
+            let run = (pending - got - dropped as usize).min(size - usize::from(first));
+            // Entries decoded in this run (the decoder and the re-arm share it).
+            let k = Cell::new(0u16);
+            let (n, b) = slots.harvest(
+                usize::from(first),
+                &RUN[..run],
+                batch,
+                |_| {
+                    let (id, len) = ring.used_at(k.get());
+                    let frame = len.wrapping_sub(NET_HDR_LEN as u32);
+                    if id != u32::from(first + k.get()) || frame > fast || !ring.holds(id) {
+                        return None;
+                    }
+                    k.set(k.get() + 1);
+                    Some((frame as u16, Meta::default()))
+                },
+                |_, new| {
+                    let id = first + k.get() - 1;
+                    ring.set_buffer(id, new - NET_HDR_LEN as u64, desc_len)
+                },
+            );
+            ring.requeue_run(first, n as u16);
+            got += n;
+            bytes += b;
+            if n == run {
+                continue;
+            }
+            // The careful path: one entry.
+            let (id, len) = ring.used_at(0);
+            let id = match ring.take_used(id, len) {
+                Ok(id) => id,
                 // The frames already taken are delivered; the broken ring refuses the next call.
                 Err(e) if got == 0 && dropped == 0 => return Err(e),
                 Err(_) => break,
@@ -151,7 +197,6 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
             if len as usize > desc_len as usize || (len as usize) < NET_HDR_LEN {
                 // A length the buffer cannot have: the frame is dropped and the buffer posted
                 // again as it is.
-                ring.consume();
                 ring.push(id);
                 dropped += 1;
                 continue;
@@ -163,10 +208,13 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
                 batch,
                 |new| ring.set_buffer(id, new - NET_HDR_LEN as u64, desc_len),
             );
+            // The reserve covers `pending`, and the length was checked: a slot is always taken.
+            debug_assert!(taken, "virtio receive: a checked frame was not taken");
             if !taken {
-                break;
+                ring.push(id);
+                dropped += 1;
+                continue;
             }
-            ring.consume();
             ring.push(id);
             got += 1;
             bytes += frame as u64;
@@ -307,8 +355,11 @@ impl<M: Mmio> VirtioTx<M> {
     fn reclaim(&mut self) -> Result<(), QueueError> {
         let n = self.done.len();
         let TxParts { ring, slots } = self.parts.as_mut().expect(LIVE);
-        while let Some((id, _)) = ring.pop_used()? {
-            // Only heads (even descriptors) are held, so `peek_used` refused anything else.
+        // The used index once, then the entries (Linux: `virtqueue_get_buf_ctx_split`).
+        for _ in 0..ring.used_pending()? {
+            let (id, len) = ring.used_at(0);
+            let id = ring.take_used(id, len)?;
+            // Only heads (even descriptors) are held, so `take_used` refused anything else.
             self.done[usize::from(id / 2)] = true;
         }
         let tail = slots.tail();

@@ -41,12 +41,8 @@ pub const USED_F_NO_NOTIFY: u16 = 1;
 /// The largest split queue (virtio 1.2, 2.7: Queue Size is at most 32768).
 pub const MAX_SIZE: u16 = 32768;
 
-/// A chain the driver owns.
-const FREE: u8 = 0;
-/// A chain in the available ring that the device has not been shown yet.
-const QUEUED: u8 = 1;
-/// A chain the device holds.
-const HELD: u8 = 2;
+/// The state of a chain the driver owns (any other value: the publish epoch it was queued in).
+const FREE: u32 = 0;
 
 /// Where the parts of a split ring of `size` descriptors sit in its memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,8 +100,13 @@ pub struct SplitRing {
     last_used: u16,
     /// The used index last read from the device.
     seen_used: u16,
-    /// The state of the chain headed by each descriptor ([`FREE`], [`QUEUED`], [`HELD`]).
-    state: Box<[u8]>,
+    /// The state of the chain headed by each descriptor: [`FREE`], or the publish epoch in
+    /// which it was queued. A chain queued in the current epoch is not published yet (the
+    /// device must not return it); one of an earlier epoch is held by the device. So a publish
+    /// hands every queued chain over by counting the epoch on, without touching them.
+    state: Box<[u32]>,
+    /// The current publish epoch (from 1; [`publish`](Self::publish) counts it on).
+    epoch: u32,
     /// Chains the device holds (published, not returned).
     in_flight: u16,
     /// The entry [`peek_used`](Self::peek_used) returned, which [`consume`](Self::consume) takes.
@@ -131,6 +132,7 @@ impl SplitRing {
             last_used: 0,
             seen_used: 0,
             state: vec![FREE; usize::from(size)].into_boxed_slice(),
+            epoch: 1,
             in_flight: 0,
             peeked: None,
             broken: None,
@@ -192,6 +194,25 @@ impl SplitRing {
         self.state.get(usize::from(id)).is_some_and(|&s| s != FREE)
     }
 
+    /// Starts the next publish epoch. Before the 32-bit epoch would wrap (after 4 billion
+    /// publishes), every chain out of the driver's hands is restamped as of epoch 1 and the
+    /// count restarts at 2, so that an old stamp never looks current.
+    #[inline(always)]
+    fn next_epoch(&mut self) {
+        if self.epoch == u32::MAX {
+            self.restamp();
+        }
+        self.epoch += 1;
+    }
+
+    #[cold]
+    fn restamp(&mut self) {
+        for s in self.state.iter_mut().filter(|s| **s != FREE) {
+            *s = 1;
+        }
+        self.epoch = 1;
+    }
+
     /// Writes descriptor `id` whole. The caller owns it (the device does not hold its chain).
     #[inline(always)]
     pub fn set_desc(&self, id: u16, addr: u64, len: u32, flags: u16, next: u16) {
@@ -218,9 +239,10 @@ impl SplitRing {
     /// which would give one buffer to the device twice.
     #[inline(always)]
     pub fn push(&mut self, id: u16) {
+        let epoch = self.epoch;
         let st = &mut self.state[usize::from(id)];
         assert!(*st == FREE, "virtqueue: descriptor {id} posted twice");
-        *st = QUEUED;
+        *st = epoch;
         let slot = self.layout.avail + 4 + 2 * usize::from(self.avail_idx & self.mask);
         self.mem.store_u16(slot, id, Relaxed);
         self.avail_idx = self.avail_idx.wrapping_add(1);
@@ -233,14 +255,9 @@ impl SplitRing {
         if self.avail_idx == self.published {
             return false;
         }
-        // The chains queued since the last publish become the device's now.
-        let mut i = self.published;
-        while i != self.avail_idx {
-            let slot = self.layout.avail + 4 + 2 * usize::from(i & self.mask);
-            let id = self.mem.load_u16(slot, Relaxed);
-            self.state[usize::from(id)] = HELD;
-            i = i.wrapping_add(1);
-        }
+        // The chains queued since the last publish (stamped with this epoch) become the
+        // device's now: the next epoch begins.
+        self.next_epoch();
         self.in_flight += self.avail_idx.wrapping_sub(self.published);
         self.mem
             .store_u16(self.layout.avail + 2, self.avail_idx, Release);
@@ -251,6 +268,99 @@ impl SplitRing {
         self.mem.load_u16(self.layout.used, Relaxed) & USED_F_NO_NOTIFY == 0
     }
 
+    /// The used entries the device returned that the driver has not taken yet: the used index
+    /// read once (an acquire load, so the entries and the buffers behind them are read after
+    /// it), and refused when it moved further than the chains the device holds. The burst
+    /// paths read it once per burst and then the entries ([`used_at`](Self::used_at)), as
+    /// DPDK's `virtqueue_nused` and Linux's `more_used_split` do.
+    #[inline(always)]
+    pub fn used_pending(&mut self) -> Result<u16, QueueError> {
+        if let Some(why) = self.broken {
+            return Err(QueueError::ProtocolViolation(why));
+        }
+        let idx = self.mem.load_u16(self.layout.used + 2, Acquire);
+        let returned = idx.wrapping_sub(self.last_used);
+        if returned > self.in_flight {
+            return Err(self.index_jumped(idx));
+        }
+        self.seen_used = idx;
+        Ok(returned)
+    }
+
+    /// Used entry `k` after the next one to take (`k` below [`used_pending`]'s count): the
+    /// head it names and the bytes the device wrote, as the device wrote them (unchecked:
+    /// [`take_used`](Self::take_used) and [`holds`](Self::holds) check the head).
+    ///
+    /// [`used_pending`]: Self::used_pending
+    #[inline(always)]
+    pub fn used_at(&self, k: u16) -> (u32, u32) {
+        let slot = usize::from(self.last_used.wrapping_add(k) & self.mask);
+        let at = self.layout.used + 4 + 8 * slot;
+        (
+            self.mem.load_u32(at, Relaxed),
+            self.mem.load_u32(at + 4, Relaxed),
+        )
+    }
+
+    /// Whether the device holds the chain headed by `id` (published, not returned): what a
+    /// used entry may name. Anything else (a chain it returned already, even one queued again
+    /// since but not published, or an id outside the ring) is a protocol violation.
+    #[inline(always)]
+    pub fn holds(&self, id: u32) -> bool {
+        self.state
+            .get(id as usize)
+            .is_some_and(|&s| s != FREE && s != self.epoch)
+    }
+
+    /// Takes the next used entry, which names chain `id` with `len` bytes written (as
+    /// [`used_at(0)`](Self::used_at) read it): the chain is the driver's again. Refused, breaking
+    /// the ring and consuming nothing, unless the device holds it.
+    #[inline(always)]
+    pub fn take_used(&mut self, id: u32, len: u32) -> Result<u16, QueueError> {
+        if !self.holds(id) {
+            return Err(self.not_held(id, len));
+        }
+        self.state[id as usize] = FREE;
+        self.in_flight -= 1;
+        self.last_used = self.last_used.wrapping_add(1);
+        Ok(id as u16)
+    }
+
+    /// The descriptor the next used entry names when the device returns chains in the order
+    /// they were made available and the driver queues each again at once, in the same order,
+    /// as the receive queue does (virtio 1.2, 2.7.13: in order is what devices do, though
+    /// without VIRTIO_F_IN_ORDER it is not promised).
+    #[inline(always)]
+    pub fn next_in_order(&self) -> u16 {
+        self.last_used & self.mask
+    }
+
+    /// Takes back the chains the next `n` used entries name, which are descriptors
+    /// `first..first + n` and held by the device (the caller checked each with
+    /// [`holds`](Self::holds)), and queues them again in that order: the receive queue's
+    /// re-post of a run it harvested in order. One pass, no state test per chain.
+    ///
+    /// # Panics
+    /// If the run leaves the ring or exceeds the chains held (a driver bug).
+    #[inline(always)]
+    pub fn requeue_run(&mut self, first: u16, n: u16) {
+        assert!(
+            usize::from(first) + usize::from(n) <= self.state.len() && n <= self.in_flight,
+            "virtqueue: a run beyond the ring"
+        );
+        let epoch = self.epoch;
+        let state = &mut self.state[usize::from(first)..usize::from(first + n)];
+        for (k, st) in state.iter_mut().enumerate() {
+            *st = epoch;
+            let pos = self.avail_idx.wrapping_add(k as u16) & self.mask;
+            let slot = self.layout.avail + 4 + 2 * usize::from(pos);
+            self.mem.store_u16(slot, first + k as u16, Relaxed);
+        }
+        self.in_flight -= n;
+        self.last_used = self.last_used.wrapping_add(n);
+        self.avail_idx = self.avail_idx.wrapping_add(n);
+    }
+
     /// The next used entry (head descriptor, bytes written), without consuming it; `None`
     /// when the device has returned nothing new. A used entry that names a descriptor the
     /// device does not hold, or a used index past what was posted, breaks the ring.
@@ -259,37 +369,37 @@ impl SplitRing {
         if let Some(why) = self.broken {
             return Err(QueueError::ProtocolViolation(why));
         }
-        if self.last_used == self.seen_used {
-            let idx = self.mem.load_u16(self.layout.used + 2, Acquire);
-            if idx == self.last_used {
-                return Ok(None);
-            }
-            let returned = idx.wrapping_sub(self.last_used);
-            if returned > self.in_flight {
-                tracing::error!(
-                    from = self.last_used,
-                    to = idx,
-                    in_flight = self.in_flight,
-                    "virtqueue: the used index jumped past the chains the device holds"
-                );
-                return Err(self.break_ring(Violation::IndexJumped));
-            }
-            self.seen_used = idx;
+        if self.last_used == self.seen_used && self.used_pending()? == 0 {
+            return Ok(None);
         }
-        let at = self.layout.used + 4 + 8 * usize::from(self.last_used & self.mask);
-        let id = self.mem.load_u32(at, Relaxed);
-        let len = self.mem.load_u32(at + 4, Relaxed);
-        if id >= u32::from(self.layout.size) || self.state[id as usize] != HELD {
-            tracing::error!(
-                id,
-                len,
-                used = self.last_used,
-                "virtqueue: a used entry names a descriptor the device does not hold"
-            );
-            return Err(self.break_ring(Violation::NotHeld));
+        let (id, len) = self.used_at(0);
+        if !self.holds(id) {
+            return Err(self.not_held(id, len));
         }
         self.peeked = Some(id as u16);
         Ok(Some((id as u16, len)))
+    }
+
+    #[cold]
+    fn index_jumped(&mut self, idx: u16) -> QueueError {
+        tracing::error!(
+            from = self.last_used,
+            to = idx,
+            in_flight = self.in_flight,
+            "virtqueue: the used index jumped past the chains the device holds"
+        );
+        self.break_ring(Violation::IndexJumped)
+    }
+
+    #[cold]
+    fn not_held(&mut self, id: u32, len: u32) -> QueueError {
+        tracing::error!(
+            id,
+            len,
+            used = self.last_used,
+            "virtqueue: a used entry names a descriptor the device does not hold"
+        );
+        self.break_ring(Violation::NotHeld)
     }
 
     /// Consumes the entry [`peek_used`](Self::peek_used) returned: its chain is the driver's
