@@ -289,8 +289,10 @@ pub struct VirtioTx<M: Mmio> {
     bell: Doorbell<M>,
     /// Pair numbers 0..pairs, twice, so that a run from any FIFO position is one slice.
     pairs: Box<[u16]>,
-    /// Pairs the device returned before an older one.
+    /// Pairs the device returned before an older one (`size / 2` of them, a power of two).
     done: Box<[bool]>,
+    /// How many of `done` are set.
+    early: usize,
     stats: QueueStats,
     /// A frame dropped by the software offloads has been logged (once per queue).
     offload_logged: bool,
@@ -340,6 +342,7 @@ impl<M: Mmio> VirtioTx<M> {
             bell,
             pairs: (0..2 * n).map(|i| i % n).collect(),
             done: vec![false; usize::from(n)].into_boxed_slice(),
+            early: 0,
             stats: QueueStats::default(),
             offload_logged: false,
             shared,
@@ -351,21 +354,36 @@ impl<M: Mmio> VirtioTx<M> {
         self.parts.as_ref().expect(LIVE).slots.queued()
     }
 
-    /// Takes back the pairs the device returned; releases buffers in send order.
+    /// Takes back the pairs the device returned; releases buffers in send order. The used
+    /// index is read once, then the entries (Linux: `virtqueue_get_buf_ctx_split`). A pair
+    /// returned in send order (the oldest queued: what QEMU does) just moves the FIFO's head;
+    /// one returned early is marked done and released when every older one is.
     fn reclaim(&mut self) -> Result<(), QueueError> {
-        let n = self.done.len();
+        let mask = self.done.len() - 1;
         let TxParts { ring, slots } = self.parts.as_mut().expect(LIVE);
-        // The used index once, then the entries (Linux: `virtqueue_get_buf_ctx_split`).
-        for _ in 0..ring.used_pending()? {
-            let (id, len) = ring.used_at(0);
-            let id = ring.take_used(id, len)?;
-            // Only heads (even descriptors) are held, so `take_used` refused anything else.
-            self.done[usize::from(id / 2)] = true;
-        }
         let tail = slots.tail();
         let mut head = tail.wrapping_sub(slots.queued());
-        while head != tail && self.done[head % n] {
-            self.done[head % n] = false;
+        for _ in 0..ring.used_pending()? {
+            let (id, len) = ring.used_at(0);
+            let id = match ring.take_used(id, len) {
+                Ok(id) => id,
+                Err(e) => {
+                    slots.release(head);
+                    return Err(e);
+                }
+            };
+            // Only heads (even descriptors) are held, so `take_used` refused anything else.
+            let pair = usize::from(id / 2);
+            if pair == head & mask {
+                head = head.wrapping_add(1);
+            } else {
+                self.done[pair] = true;
+                self.early += 1;
+            }
+        }
+        while self.early > 0 && head != tail && self.done[head & mask] {
+            self.done[head & mask] = false;
+            self.early -= 1;
             head = head.wrapping_add(1);
         }
         slots.release(head);
@@ -412,7 +430,7 @@ impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
             if n == 0 {
                 break;
             }
-            let first = slots.tail() % cap;
+            let first = slots.tail() & (cap - 1);
             let (k, bytes) = slots.send(batch, &self.pairs[first..first + n], |&pair, p, len| {
                 ring.set_buffer(2 * pair + 1, p.data_iova(), len);
                 ring.push(2 * pair);
