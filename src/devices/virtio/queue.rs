@@ -156,8 +156,9 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
         let size = usize::from(ring.size());
         let fast = u32::from(slots.fast_len());
         let (mut got, mut bytes, mut dropped) = (0usize, 0u64, 0u64);
+        let (v, st) = ring.burst();
         while got + (dropped as usize) < pending {
-            let first = ring.next_in_order();
+            let first = st.next_in_order();
             let run = (pending - got - dropped as usize).min(size - usize::from(first));
             // Entries decoded in this run (the decoder and the re-arm share it).
             let k = Cell::new(0u16);
@@ -166,9 +167,9 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
                 &RUN[..run],
                 batch,
                 |_| {
-                    let (id, len) = ring.used_at(k.get());
+                    let (id, len) = st.used_at(&v, k.get());
                     let frame = len.wrapping_sub(NET_HDR_LEN as u32);
-                    if id != u32::from(first + k.get()) || frame > fast || !ring.holds(id) {
+                    if id != u32::from(first + k.get()) || frame > fast || !st.holds(id) {
                         return None;
                     }
                     k.set(k.get() + 1);
@@ -176,18 +177,18 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
                 },
                 |_, new| {
                     let id = first + k.get() - 1;
-                    ring.set_buffer(id, new - NET_HDR_LEN as u64, desc_len)
+                    v.set_buffer(id, new - NET_HDR_LEN as u64, desc_len)
                 },
             );
-            ring.requeue_run(first, n as u16);
+            st.requeue_run(&v, first, n as u16);
             got += n;
             bytes += b;
             if n == run {
                 continue;
             }
             // The careful path: one entry.
-            let (id, len) = ring.used_at(0);
-            let id = match ring.take_used(id, len) {
+            let (id, len) = st.used_at(&v, 0);
+            let id = match st.take_used(id, len) {
                 Ok(id) => id,
                 // The frames already taken are delivered; the broken ring refuses the next call.
                 Err(e) if got == 0 && dropped == 0 => return Err(e),
@@ -197,7 +198,7 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
             if len as usize > desc_len as usize || (len as usize) < NET_HDR_LEN {
                 // A length the buffer cannot have: the frame is dropped and the buffer posted
                 // again as it is.
-                ring.push(id);
+                st.push(&v, id);
                 dropped += 1;
                 continue;
             }
@@ -206,16 +207,16 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
                 frame as u16,
                 Meta::default(),
                 batch,
-                |new| ring.set_buffer(id, new - NET_HDR_LEN as u64, desc_len),
+                |new| v.set_buffer(id, new - NET_HDR_LEN as u64, desc_len),
             );
             // The reserve covers `pending`, and the length was checked: a slot is always taken.
             debug_assert!(taken, "virtio receive: a checked frame was not taken");
             if !taken {
-                ring.push(id);
+                st.push(&v, id);
                 dropped += 1;
                 continue;
             }
-            ring.push(id);
+            st.push(&v, id);
             got += 1;
             bytes += frame as u64;
         }
@@ -363,9 +364,11 @@ impl<M: Mmio> VirtioTx<M> {
         let TxParts { ring, slots } = self.parts.as_mut().expect(LIVE);
         let tail = slots.tail();
         let mut head = tail.wrapping_sub(slots.queued());
-        for _ in 0..ring.used_pending()? {
-            let (id, len) = ring.used_at(0);
-            let id = match ring.take_used(id, len) {
+        let pending = ring.used_pending()?;
+        let (v, st) = ring.burst();
+        for _ in 0..pending {
+            let (id, len) = st.used_at(&v, 0);
+            let id = match st.take_used(id, len) {
                 Ok(id) => id,
                 Err(e) => {
                     slots.release(head);
@@ -431,9 +434,10 @@ impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
                 break;
             }
             let first = slots.tail() & (cap - 1);
+            let (v, st) = ring.burst();
             let (k, bytes) = slots.send(batch, &self.pairs[first..first + n], |&pair, p, len| {
-                ring.set_buffer(2 * pair + 1, p.data_iova(), len);
-                ring.push(2 * pair);
+                v.set_buffer(2 * pair + 1, p.data_iova(), len);
+                st.push(&v, 2 * pair);
                 true
             });
             sent += k;

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use crate::device::{QueueError, Violation};
 use crate::error::{Error, Result};
-use crate::platform::dma::{DmaMapper, DmaMemory};
+use crate::platform::dma::{DmaMapper, DmaMemory, DmaWords};
 
 /// `VIRTQ_DESC_F_NEXT`: the chain continues in the `next` field.
 pub const DESC_F_NEXT: u16 = 1;
@@ -92,6 +92,12 @@ pub fn check_size(size: u16, what: &str) -> Result<()> {
 pub struct SplitRing {
     mem: DmaMemory,
     layout: Layout,
+    st: RingState,
+}
+
+/// The driver's bookkeeping of a ring (everything but its memory), apart so that a burst can
+/// hold the ring's word arrays ([`RingView`], borrowing the memory) and change it at once.
+pub struct RingState {
     mask: u16,
     /// The driver's next available index (published up to `published`).
     avail_idx: u16,
@@ -105,14 +111,36 @@ pub struct SplitRing {
     /// device must not return it); one of an earlier epoch is held by the device. So a publish
     /// hands every queued chain over by counting the epoch on, without touching them.
     state: Box<[u32]>,
-    /// The current publish epoch (from 1; [`publish`](Self::publish) counts it on).
+    /// The current publish epoch (from 1; [`SplitRing::publish`] counts it on).
     epoch: u32,
     /// Chains the device holds (published, not returned).
     in_flight: u16,
-    /// The entry [`peek_used`](Self::peek_used) returned, which [`consume`](Self::consume) takes.
+    /// The entry [`SplitRing::peek_used`] returned, which [`SplitRing::consume`] takes.
     peeked: Option<u16>,
     /// A protocol violation was seen: every later call fails with it.
     broken: Option<Violation>,
+}
+
+/// A ring's descriptor table and rings as word arrays, checked once per burst instead of once
+/// per access ([`DmaWords`]): what the burst paths read and write.
+pub struct RingView<'m> {
+    /// Descriptor addresses: word `2 id`.
+    desc_addr: DmaWords<'m, u64>,
+    /// Descriptor lengths: word `4 id + 2`.
+    desc_len: DmaWords<'m, u32>,
+    /// The available ring's entries.
+    avail: DmaWords<'m, u16>,
+    /// The used ring's entries: id at word `2 slot`, length at `2 slot + 1`.
+    used: DmaWords<'m, u32>,
+}
+
+impl RingView<'_> {
+    /// Writes the buffer of descriptor `id`, keeping its flags and next.
+    #[inline(always)]
+    pub fn set_buffer(&self, id: u16, addr: u64, len: u32) {
+        self.desc_addr.store(2 * usize::from(id), addr, Relaxed);
+        self.desc_len.store(4 * usize::from(id) + 2, len, Relaxed);
+    }
 }
 
 impl SplitRing {
@@ -126,16 +154,18 @@ impl SplitRing {
         Ok(SplitRing {
             mem,
             layout,
-            mask: size - 1,
-            avail_idx: 0,
-            published: 0,
-            last_used: 0,
-            seen_used: 0,
-            state: vec![FREE; usize::from(size)].into_boxed_slice(),
-            epoch: 1,
-            in_flight: 0,
-            peeked: None,
-            broken: None,
+            st: RingState {
+                mask: size - 1,
+                avail_idx: 0,
+                published: 0,
+                last_used: 0,
+                seen_used: 0,
+                state: vec![FREE; usize::from(size)].into_boxed_slice(),
+                epoch: 1,
+                in_flight: 0,
+                peeked: None,
+                broken: None,
+            },
         })
     }
 
@@ -186,37 +216,21 @@ impl SplitRing {
 
     /// Chains the device holds.
     pub fn in_flight(&self) -> u16 {
-        self.in_flight
+        self.st.in_flight
     }
 
     /// Whether the chain headed by `id` is out of the driver's hands (queued or held).
     pub fn held(&self, id: u16) -> bool {
-        self.state.get(usize::from(id)).is_some_and(|&s| s != FREE)
-    }
-
-    /// Starts the next publish epoch. Before the 32-bit epoch would wrap (after 4 billion
-    /// publishes), every chain out of the driver's hands is restamped as of epoch 1 and the
-    /// count restarts at 2, so that an old stamp never looks current.
-    #[inline(always)]
-    fn next_epoch(&mut self) {
-        if self.epoch == u32::MAX {
-            self.restamp();
-        }
-        self.epoch += 1;
-    }
-
-    #[cold]
-    fn restamp(&mut self) {
-        for s in self.state.iter_mut().filter(|s| **s != FREE) {
-            *s = 1;
-        }
-        self.epoch = 1;
+        self.st
+            .state
+            .get(usize::from(id))
+            .is_some_and(|&s| s != FREE)
     }
 
     /// Writes descriptor `id` whole. The caller owns it (the device does not hold its chain).
     #[inline(always)]
     pub fn set_desc(&self, id: u16, addr: u64, len: u32, flags: u16, next: u16) {
-        let at = 16 * usize::from(id & self.mask);
+        let at = 16 * usize::from(id & self.st.mask);
         self.mem.store_u64(at, addr, Relaxed);
         self.mem.store_u32(at + 8, len, Relaxed);
         self.mem
@@ -226,7 +240,7 @@ impl SplitRing {
     /// Writes the buffer of descriptor `id`, keeping its flags and next.
     #[inline(always)]
     pub fn set_buffer(&self, id: u16, addr: u64, len: u32) {
-        let at = 16 * usize::from(id & self.mask);
+        let at = 16 * usize::from(id & self.st.mask);
         self.mem.store_u64(at, addr, Relaxed);
         self.mem.store_u32(at + 8, len, Relaxed);
     }
@@ -239,29 +253,24 @@ impl SplitRing {
     /// which would give one buffer to the device twice.
     #[inline(always)]
     pub fn push(&mut self, id: u16) {
-        let epoch = self.epoch;
-        let st = &mut self.state[usize::from(id)];
-        assert!(*st == FREE, "virtqueue: descriptor {id} posted twice");
-        *st = epoch;
-        let slot = self.layout.avail + 4 + 2 * usize::from(self.avail_idx & self.mask);
-        self.mem.store_u16(slot, id, Relaxed);
-        self.avail_idx = self.avail_idx.wrapping_add(1);
+        let (v, st) = self.burst();
+        st.push(&v, id);
     }
 
     /// Publishes the chains pushed since the last call (a release store of the available
     /// index) and returns whether the device wants a doorbell for them.
     #[inline(always)]
     pub fn publish(&mut self) -> bool {
-        if self.avail_idx == self.published {
+        if self.st.avail_idx == self.st.published {
             return false;
         }
         // The chains queued since the last publish (stamped with this epoch) become the
         // device's now: the next epoch begins.
-        self.next_epoch();
-        self.in_flight += self.avail_idx.wrapping_sub(self.published);
+        self.st.next_epoch();
+        self.st.in_flight += self.st.avail_idx.wrapping_sub(self.st.published);
         self.mem
-            .store_u16(self.layout.avail + 2, self.avail_idx, Release);
-        self.published = self.avail_idx;
+            .store_u16(self.layout.avail + 2, self.st.avail_idx, Release);
+        self.st.published = self.st.avail_idx;
         // The index store must be visible before the flag is read, or a device that is just
         // going to sleep is never woken (Linux: virtio_mb in virtqueue_kick_prepare).
         fence(SeqCst);
@@ -275,31 +284,137 @@ impl SplitRing {
     /// DPDK's `virtqueue_nused` and Linux's `more_used_split` do.
     #[inline(always)]
     pub fn used_pending(&mut self) -> Result<u16, QueueError> {
-        if let Some(why) = self.broken {
+        if let Some(why) = self.st.broken {
             return Err(QueueError::ProtocolViolation(why));
         }
         let idx = self.mem.load_u16(self.layout.used + 2, Acquire);
-        let returned = idx.wrapping_sub(self.last_used);
-        if returned > self.in_flight {
-            return Err(self.index_jumped(idx));
+        let returned = idx.wrapping_sub(self.st.last_used);
+        if returned > self.st.in_flight {
+            return Err(self.st.index_jumped(idx));
         }
-        self.seen_used = idx;
+        self.st.seen_used = idx;
         Ok(returned)
     }
 
-    /// Used entry `k` after the next one to take (`k` below [`used_pending`]'s count): the
-    /// head it names and the bytes the device wrote, as the device wrote them (unchecked:
-    /// [`take_used`](Self::take_used) and [`holds`](Self::holds) check the head).
-    ///
-    /// [`used_pending`]: Self::used_pending
+    /// The ring's word arrays and its bookkeeping, to change both in a burst.
     #[inline(always)]
-    pub fn used_at(&self, k: u16) -> (u32, u32) {
-        let slot = usize::from(self.last_used.wrapping_add(k) & self.mask);
-        let at = self.layout.used + 4 + 8 * slot;
+    pub fn burst(&mut self) -> (RingView<'_>, &mut RingState) {
+        let n = usize::from(self.layout.size);
+        let l = self.layout;
         (
-            self.mem.load_u32(at, Relaxed),
-            self.mem.load_u32(at + 4, Relaxed),
+            RingView {
+                desc_addr: self.mem.words(0, 2 * n),
+                desc_len: self.mem.words(0, 4 * n),
+                avail: self.mem.words(l.avail + 4, n),
+                used: self.mem.words(l.used + 4, 2 * n),
+            },
+            &mut self.st,
         )
+    }
+
+    /// See [`RingState::used_at`].
+    pub fn used_at(&mut self, k: u16) -> (u32, u32) {
+        let (v, st) = self.burst();
+        st.used_at(&v, k)
+    }
+
+    /// See [`RingState::holds`].
+    pub fn holds(&self, id: u32) -> bool {
+        self.st.holds(id)
+    }
+
+    /// See [`RingState::take_used`].
+    pub fn take_used(&mut self, id: u32, len: u32) -> Result<u16, QueueError> {
+        self.st.take_used(id, len)
+    }
+
+    /// The next used entry (head descriptor, bytes written), without consuming it; `None`
+    /// when the device has returned nothing new. A used entry that names a descriptor the
+    /// device does not hold, or a used index past what was posted, breaks the ring.
+    #[inline(always)]
+    pub fn peek_used(&mut self) -> Result<Option<(u16, u32)>, QueueError> {
+        if let Some(why) = self.st.broken {
+            return Err(QueueError::ProtocolViolation(why));
+        }
+        if self.st.last_used == self.st.seen_used && self.used_pending()? == 0 {
+            return Ok(None);
+        }
+        let (id, len) = self.used_at(0);
+        if !self.st.holds(id) {
+            return Err(self.st.not_held(id, len));
+        }
+        self.st.peeked = Some(id as u16);
+        Ok(Some((id as u16, len)))
+    }
+
+    /// Consumes the entry [`peek_used`](Self::peek_used) returned: its chain is the driver's
+    /// again.
+    ///
+    /// # Panics
+    /// If no entry was peeked since the last consume (a driver bug).
+    #[inline(always)]
+    pub fn consume(&mut self) {
+        let id = self
+            .st
+            .peeked
+            .take()
+            .expect("virtqueue: consume without peek_used");
+        self.st.state[usize::from(id)] = FREE;
+        self.st.in_flight -= 1;
+        self.st.last_used = self.st.last_used.wrapping_add(1);
+    }
+
+    /// The next used entry, consumed.
+    #[inline(always)]
+    pub fn pop_used(&mut self) -> Result<Option<(u16, u32)>, QueueError> {
+        let e = self.peek_used()?;
+        if e.is_some() {
+            self.consume();
+        }
+        Ok(e)
+    }
+
+    /// Lets the device interrupt when it returns chains (clears `VIRTQ_AVAIL_F_NO_INTERRUPT`),
+    /// or asks it not to again; on, it returns whether used entries are already waiting
+    /// (then do not sleep). The flag store and the used-index load are ordered by a full
+    /// fence: a chain returned in between is either seen here or interrupts.
+    pub fn set_interrupts(&self, on: bool) -> bool {
+        let flags = if on { 0 } else { AVAIL_F_NO_INTERRUPT };
+        self.mem.store_u16(self.layout.avail, flags, Relaxed);
+        if !on {
+            return false;
+        }
+        fence(SeqCst);
+        self.mem.load_u16(self.layout.used + 2, Acquire) != self.st.last_used
+    }
+
+    /// The violation this ring has seen, if any.
+    pub fn broken(&self) -> Option<Violation> {
+        self.st.broken
+    }
+
+    /// Starts the indices at `idx` instead of 0: only for the host tests of index wrap-around,
+    /// on a ring the device has not seen yet (the device side starts there too).
+    #[cfg(test)]
+    pub(crate) fn start_indices_at(&mut self, idx: u16) {
+        assert_eq!(self.st.in_flight, 0);
+        self.st.avail_idx = idx;
+        self.st.published = idx;
+        self.st.last_used = idx;
+        self.st.seen_used = idx;
+        self.mem.store_u16(self.layout.avail + 2, idx, Relaxed);
+        self.mem.store_u16(self.layout.used + 2, idx, Relaxed);
+    }
+}
+
+impl RingState {
+    /// Used entry `k` after the next one to take (`k` below [`SplitRing::used_pending`]'s
+    /// count): the head it names and the bytes the device wrote, as the device wrote them
+    /// (unchecked: [`take_used`](Self::take_used) and [`holds`](Self::holds) check the head).
+    #[inline(always)]
+    pub fn used_at(&self, v: &RingView<'_>, k: u16) -> (u32, u32) {
+        let slot = 2 * usize::from(self.last_used.wrapping_add(k));
+        (v.used.load(slot, Relaxed), v.used.load(slot + 1, Relaxed))
     }
 
     /// Whether the device holds the chain headed by `id` (published, not returned): what a
@@ -313,8 +428,8 @@ impl SplitRing {
     }
 
     /// Takes the next used entry, which names chain `id` with `len` bytes written (as
-    /// [`used_at(0)`](Self::used_at) read it): the chain is the driver's again. Refused, breaking
-    /// the ring and consuming nothing, unless the device holds it.
+    /// [`used_at(0)`](Self::used_at) read it): the chain is the driver's again. Refused,
+    /// breaking the ring and consuming nothing, unless the device holds it.
     #[inline(always)]
     pub fn take_used(&mut self, id: u32, len: u32) -> Result<u16, QueueError> {
         if !self.holds(id) {
@@ -324,6 +439,22 @@ impl SplitRing {
         self.in_flight -= 1;
         self.last_used = self.last_used.wrapping_add(1);
         Ok(id as u16)
+    }
+
+    /// Puts the chain headed by `id` in the next available slot (visible to the device at the
+    /// next [`SplitRing::publish`]).
+    ///
+    /// # Panics
+    /// If that chain is already queued or held, or `id` is outside the ring: a driver bug,
+    /// which would give one buffer to the device twice.
+    #[inline(always)]
+    pub fn push(&mut self, v: &RingView<'_>, id: u16) {
+        let epoch = self.epoch;
+        let st = &mut self.state[usize::from(id)];
+        assert!(*st == FREE, "virtqueue: descriptor {id} posted twice");
+        *st = epoch;
+        v.avail.store(usize::from(self.avail_idx), id, Relaxed);
+        self.avail_idx = self.avail_idx.wrapping_add(1);
     }
 
     /// The descriptor the next used entry names when the device returns chains in the order
@@ -343,41 +474,40 @@ impl SplitRing {
     /// # Panics
     /// If the run leaves the ring or exceeds the chains held (a driver bug).
     #[inline(always)]
-    pub fn requeue_run(&mut self, first: u16, n: u16) {
+    pub fn requeue_run(&mut self, v: &RingView<'_>, first: u16, n: u16) {
         assert!(
             usize::from(first) + usize::from(n) <= self.state.len() && n <= self.in_flight,
             "virtqueue: a run beyond the ring"
         );
         let epoch = self.epoch;
+        let at = usize::from(self.avail_idx);
         let state = &mut self.state[usize::from(first)..usize::from(first + n)];
         for (k, st) in state.iter_mut().enumerate() {
             *st = epoch;
-            let pos = self.avail_idx.wrapping_add(k as u16) & self.mask;
-            let slot = self.layout.avail + 4 + 2 * usize::from(pos);
-            self.mem.store_u16(slot, first + k as u16, Relaxed);
+            v.avail.store(at + k, first + k as u16, Relaxed);
         }
         self.in_flight -= n;
         self.last_used = self.last_used.wrapping_add(n);
         self.avail_idx = self.avail_idx.wrapping_add(n);
     }
 
-    /// The next used entry (head descriptor, bytes written), without consuming it; `None`
-    /// when the device has returned nothing new. A used entry that names a descriptor the
-    /// device does not hold, or a used index past what was posted, breaks the ring.
+    /// Starts the next publish epoch. Before the 32-bit epoch would wrap (after 4 billion
+    /// publishes), every chain out of the driver's hands is restamped as of epoch 1 and the
+    /// count restarts at 2, so that an old stamp never looks current.
     #[inline(always)]
-    pub fn peek_used(&mut self) -> Result<Option<(u16, u32)>, QueueError> {
-        if let Some(why) = self.broken {
-            return Err(QueueError::ProtocolViolation(why));
+    fn next_epoch(&mut self) {
+        if self.epoch == u32::MAX {
+            self.restamp();
         }
-        if self.last_used == self.seen_used && self.used_pending()? == 0 {
-            return Ok(None);
+        self.epoch += 1;
+    }
+
+    #[cold]
+    fn restamp(&mut self) {
+        for s in self.state.iter_mut().filter(|s| **s != FREE) {
+            *s = 1;
         }
-        let (id, len) = self.used_at(0);
-        if !self.holds(id) {
-            return Err(self.not_held(id, len));
-        }
-        self.peeked = Some(id as u16);
-        Ok(Some((id as u16, len)))
+        self.epoch = 1;
     }
 
     #[cold]
@@ -402,68 +532,10 @@ impl SplitRing {
         self.break_ring(Violation::NotHeld)
     }
 
-    /// Consumes the entry [`peek_used`](Self::peek_used) returned: its chain is the driver's
-    /// again.
-    ///
-    /// # Panics
-    /// If no entry was peeked since the last consume (a driver bug).
-    #[inline(always)]
-    pub fn consume(&mut self) {
-        let id = self
-            .peeked
-            .take()
-            .expect("virtqueue: consume without peek_used");
-        self.state[usize::from(id)] = FREE;
-        self.in_flight -= 1;
-        self.last_used = self.last_used.wrapping_add(1);
-    }
-
-    /// The next used entry, consumed.
-    #[inline(always)]
-    pub fn pop_used(&mut self) -> Result<Option<(u16, u32)>, QueueError> {
-        let e = self.peek_used()?;
-        if e.is_some() {
-            self.consume();
-        }
-        Ok(e)
-    }
-
-    /// Lets the device interrupt when it returns chains (clears `VIRTQ_AVAIL_F_NO_INTERRUPT`),
-    /// or asks it not to again; on, it returns whether used entries are already waiting
-    /// (then do not sleep). The flag store and the used-index load are ordered by a full
-    /// fence: a chain returned in between is either seen here or interrupts.
-    pub fn set_interrupts(&self, on: bool) -> bool {
-        let flags = if on { 0 } else { AVAIL_F_NO_INTERRUPT };
-        self.mem.store_u16(self.layout.avail, flags, Relaxed);
-        if !on {
-            return false;
-        }
-        fence(SeqCst);
-        self.mem.load_u16(self.layout.used + 2, Acquire) != self.last_used
-    }
-
-    /// The violation this ring has seen, if any.
-    pub fn broken(&self) -> Option<Violation> {
-        self.broken
-    }
-
     #[cold]
     fn break_ring(&mut self, why: Violation) -> QueueError {
         self.broken = Some(why);
         QueueError::ProtocolViolation(why)
-    }
-
-    /// Starts the indices at `idx` instead of 0: only for the host tests of index wrap-around,
-    /// on a ring the device has not seen yet (the device side starts there too).
-    #[cfg(test)]
-    pub(crate) fn start_indices_at(&mut self, idx: u16) {
-        assert_eq!(self.in_flight, 0);
-        self.avail_idx = idx;
-        self.published = idx;
-        self.last_used = idx;
-        self.seen_used = idx;
-        self.mem.store_u16(self.layout.avail + 2, idx, Relaxed);
-        self.mem.store_u16(self.layout.used + 2, idx, Relaxed);
     }
 }
 
