@@ -29,7 +29,6 @@ use super::ring::{SplitRing, DESC_F_NEXT, DESC_F_WRITE};
 use super::transport::{Doorbell, NO_VECTOR};
 use crate::device::{QueueError, QueueStats, RxQueue, TxQueue};
 use crate::error::{Error, Result};
-use crate::platform::dma::slots::MIN_TX_LEN;
 use crate::platform::dma::{DmaMapper, Meta, Packet, Pool, RxSlots, TxSlots};
 use crate::platform::irq::Interrupt;
 use crate::platform::mmio::Mmio;
@@ -412,19 +411,6 @@ impl<M: Mmio> VirtioTx<M> {
 impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
     fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
         self.reclaim()?;
-        // No VIRTIO_NET_F_CSUM/GSO negotiated and a descriptor pair per frame: chains are
-        // linearized and offloads done in software.
-        soft::resolve_for_queue(
-            batch,
-            TxCaps::NONE,
-            &mut self.stats.dropped,
-            &mut self.offload_logged,
-        );
-        for p in batch.iter_mut() {
-            if p.len() < PAD_TX_LEN {
-                p.pad_to(PAD_TX_LEN);
-            }
-        }
         let cap = self.done.len();
         let (mut sent, mut bytes_all, mut dropped) = (0usize, 0u64, 0u64);
         loop {
@@ -435,7 +421,14 @@ impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
             }
             let first = slots.tail() & (cap - 1);
             let (v, st) = ring.burst();
+            // The walk stops before a chain or an offload request (marked pool pointer), a pool
+            // the device cannot reach, and (here) a frame shorter than 60 bytes: each is
+            // handled below and the walk resumes, so a burst of plain frames costs no pass of
+            // its own for any of them.
             let (k, bytes) = slots.send(batch, &self.pairs[first..first + n], |&pair, p, len| {
+                if len < PAD_TX_LEN as u32 {
+                    return false;
+                }
                 v.set_buffer(2 * pair + 1, p.data_iova(), len);
                 st.push(&v, 2 * pair);
                 true
@@ -445,8 +438,19 @@ impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
             if k == n {
                 continue;
             }
-            // Stopped before the front packet: its pool is out of the device's reach, or it
-            // is still shorter than 17 bytes (its buffer could not be padded).
+            if !batch[0].is_plain() {
+                // No VIRTIO_NET_F_CSUM/GSO negotiated and a descriptor pair per frame: chains
+                // are linearized and offloads done in software, in place at the front.
+                let mut one = vec![batch.remove(0)];
+                soft::resolve_for_queue(
+                    &mut one,
+                    TxCaps::NONE,
+                    &mut self.stats.dropped,
+                    &mut self.offload_logged,
+                );
+                batch.splice(0..0, one);
+                continue;
+            }
             if !slots.reaches(&batch[0]) {
                 match self.bounce(batch) {
                     Ok(true) => continue,
@@ -455,7 +459,16 @@ impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
                         tracing::debug!(error = %e, "virtio transmit: dropping a packet the device cannot reach")
                     }
                 }
-            } else if batch[0].len() >= MIN_TX_LEN {
+            } else if batch[0].len() < PAD_TX_LEN {
+                // A virtio device sends the bytes it is given: the driver pads short frames.
+                if batch[0].pad_to(PAD_TX_LEN) {
+                    continue;
+                }
+                tracing::debug!(
+                    len = batch[0].len(),
+                    "virtio transmit: dropping a short frame whose buffer cannot be padded to 60 bytes"
+                );
+            } else {
                 break;
             }
             drop(batch.remove(0));
