@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use super::port::Shared;
-use super::ring::{SplitRing, DESC_F_NEXT, DESC_F_WRITE};
+use super::ring::{held, SplitRing, DESC_F_NEXT, DESC_F_WRITE};
 use super::transport::{Doorbell, NO_VECTOR};
 use crate::device::{QueueError, QueueStats, RxQueue, TxQueue};
 use crate::error::{Error, Result};
@@ -159,16 +159,20 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
         while got + (dropped as usize) < pending {
             let first = st.next_in_order();
             let run = (pending - got - dropped as usize).min(size - usize::from(first));
-            // Entries decoded in this run (the decoder and the re-arm share it).
+            // Entries decoded in this run (the decoder and the re-arm share it), and what the
+            // loop reads, as values it keeps in registers across the ring's atomic stores.
             let k = Cell::new(0u16);
+            let (base, epoch, state) = st.reader();
+            let used = v.used();
             let (n, b) = slots.harvest(
                 usize::from(first),
                 &RUN[..run],
                 batch,
                 |_| {
-                    let (id, len) = st.used_at(&v, k.get());
+                    let pos = 2 * usize::from(base.wrapping_add(k.get()));
+                    let (id, len) = (used.load(pos, Relaxed), used.load(pos + 1, Relaxed));
                     let frame = len.wrapping_sub(NET_HDR_LEN as u32);
-                    if id != u32::from(first + k.get()) || frame > fast || !st.holds(id) {
+                    if id != u32::from(first + k.get()) || frame > fast || !held(state, epoch, id) {
                         return None;
                     }
                     k.set(k.get() + 1);
@@ -176,7 +180,7 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
                 },
                 |_, new| {
                     let id = first + k.get() - 1;
-                    v.set_buffer(id, new - NET_HDR_LEN as u64, desc_len)
+                    v.set_desc(id, new - NET_HDR_LEN as u64, desc_len, DESC_F_WRITE)
                 },
             );
             st.requeue_run(&v, first, n as u16);
@@ -206,7 +210,7 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
                 frame as u16,
                 Meta::default(),
                 batch,
-                |new| v.set_buffer(id, new - NET_HDR_LEN as u64, desc_len),
+                |new| v.set_desc(id, new - NET_HDR_LEN as u64, desc_len, DESC_F_WRITE),
             );
             // The reserve covers `pending`, and the length was checked: a slot is always taken.
             debug_assert!(taken, "virtio receive: a checked frame was not taken");
@@ -421,18 +425,22 @@ impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
             }
             let first = slots.tail() & (cap - 1);
             let (v, st) = ring.burst();
+            let pairs = &self.pairs[first..first + n];
             // The walk stops before a chain or an offload request (marked pool pointer), a pool
             // the device cannot reach, and (here) a frame shorter than 60 bytes: each is
             // handled below and the walk resumes, so a burst of plain frames costs no pass of
             // its own for any of them.
-            let (k, bytes) = slots.send(batch, &self.pairs[first..first + n], |&pair, p, len| {
+            // The walk writes each frame's descriptor; the chain heads are queued after it in
+            // one pass (`push_heads`).
+            let desc = &v;
+            let (k, bytes) = slots.send(batch, pairs, |&pair, p, len| {
                 if len < PAD_TX_LEN as u32 {
                     return false;
                 }
-                v.set_buffer(2 * pair + 1, p.data_iova(), len);
-                st.push(&v, 2 * pair);
+                desc.set_desc(2 * pair + 1, p.data_iova(), len, 0);
                 true
             });
+            st.push_heads(&v, &pairs[..k]);
             sent += k;
             bytes_all += bytes;
             if k == n {

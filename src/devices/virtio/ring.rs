@@ -88,6 +88,15 @@ pub fn check_size(size: u16, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether a chain in state `s` is held by the device in publish epoch `epoch`: queued in an
+/// earlier epoch, so published and not returned ([`RingState::holds`] for one id).
+#[inline(always)]
+pub fn held(state: &[u32], epoch: u32, id: u32) -> bool {
+    state
+        .get(id as usize)
+        .is_some_and(|&s| s != FREE && s != epoch)
+}
+
 /// One split virtqueue.
 pub struct SplitRing {
     mem: DmaMemory,
@@ -124,10 +133,9 @@ pub struct RingState {
 /// A ring's descriptor table and rings as word arrays, checked once per burst instead of once
 /// per access ([`DmaWords`]): what the burst paths read and write.
 pub struct RingView<'m> {
-    /// Descriptor addresses: word `2 id`.
-    desc_addr: DmaWords<'m, u64>,
-    /// Descriptor lengths: word `4 id + 2`.
-    desc_len: DmaWords<'m, u32>,
+    /// The descriptor table as 64-bit words: the address of descriptor `id` at word `2 id`,
+    /// its length, flags and next at word `2 id + 1` (little-endian: length in the low half).
+    desc: DmaWords<'m, u64>,
     /// The available ring's entries.
     avail: DmaWords<'m, u16>,
     /// The used ring's entries: id at word `2 slot`, length at `2 slot + 1`.
@@ -135,11 +143,20 @@ pub struct RingView<'m> {
 }
 
 impl RingView<'_> {
-    /// Writes the buffer of descriptor `id`, keeping its flags and next.
+    /// Writes descriptor `id` whole with no chain (`next` 0): two 64-bit stores. The caller
+    /// owns it (the device does not hold its chain).
     #[inline(always)]
-    pub fn set_buffer(&self, id: u16, addr: u64, len: u32) {
-        self.desc_addr.store(2 * usize::from(id), addr, Relaxed);
-        self.desc_len.store(4 * usize::from(id) + 2, len, Relaxed);
+    pub fn set_desc(&self, id: u16, addr: u64, len: u32, flags: u16) {
+        let at = 2 * usize::from(id);
+        self.desc.store(at, addr, Relaxed);
+        self.desc
+            .store(at + 1, u64::from(len) | u64::from(flags) << 32, Relaxed);
+    }
+
+    /// The used ring's entries (a copy, for a loop to keep in registers).
+    #[inline(always)]
+    pub fn used(&self) -> DmaWords<'_, u32> {
+        self.used
     }
 }
 
@@ -303,8 +320,7 @@ impl SplitRing {
         let l = self.layout;
         (
             RingView {
-                desc_addr: self.mem.words(0, 2 * n),
-                desc_len: self.mem.words(0, 4 * n),
+                desc: self.mem.words(0, 2 * n),
                 avail: self.mem.words(l.avail + 4, n),
                 used: self.mem.words(l.used + 4, 2 * n),
             },
@@ -422,9 +438,7 @@ impl RingState {
     /// since but not published, or an id outside the ring) is a protocol violation.
     #[inline(always)]
     pub fn holds(&self, id: u32) -> bool {
-        self.state
-            .get(id as usize)
-            .is_some_and(|&s| s != FREE && s != self.epoch)
+        held(&self.state, self.epoch, id)
     }
 
     /// Takes the next used entry, which names chain `id` with `len` bytes written (as
@@ -457,6 +471,34 @@ impl RingState {
         self.avail_idx = self.avail_idx.wrapping_add(1);
     }
 
+    /// What a loop over used entries needs, as values it can keep in registers: the position
+    /// of the next used entry, the current epoch and the chain states (see [`held`]).
+    #[inline(always)]
+    pub fn reader(&self) -> (u16, u32, &[u32]) {
+        (self.last_used, self.epoch, &self.state)
+    }
+
+    /// Queues the chains headed by `2 p` for each pair number `p` of `pairs`, in order: the
+    /// transmit queue's pairs after a walk, in one pass that keeps the ring's indices in
+    /// registers.
+    ///
+    /// # Panics
+    /// As [`push`](Self::push), if a chain is already queued or held.
+    #[inline(always)]
+    pub fn push_heads(&mut self, v: &RingView<'_>, pairs: &[u16]) {
+        let (epoch, at) = (self.epoch, usize::from(self.avail_idx));
+        let avail = v.avail;
+        let state = &mut self.state[..];
+        for (k, &pair) in pairs.iter().enumerate() {
+            let id = 2 * pair;
+            let st = &mut state[usize::from(id)];
+            assert!(*st == FREE, "virtqueue: descriptor {id} posted twice");
+            *st = epoch;
+            avail.store(at + k, id, Relaxed);
+        }
+        self.avail_idx = self.avail_idx.wrapping_add(pairs.len() as u16);
+    }
+
     /// The descriptor the next used entry names when the device returns chains in the order
     /// they were made available and the driver queues each again at once, in the same order,
     /// as the receive queue does (virtio 1.2, 2.7.13: in order is what devices do, though
@@ -475,6 +517,7 @@ impl RingState {
     /// If the run leaves the ring or exceeds the chains held (a driver bug).
     #[inline(always)]
     pub fn requeue_run(&mut self, v: &RingView<'_>, first: u16, n: u16) {
+        let avail = v.avail;
         assert!(
             usize::from(first) + usize::from(n) <= self.state.len() && n <= self.in_flight,
             "virtqueue: a run beyond the ring"
@@ -484,7 +527,7 @@ impl RingState {
         let state = &mut self.state[usize::from(first)..usize::from(first + n)];
         for (k, st) in state.iter_mut().enumerate() {
             *st = epoch;
-            v.avail.store(at + k, first + k as u16, Relaxed);
+            avail.store(at + k, first + k as u16, Relaxed);
         }
         self.in_flight -= n;
         self.last_used = self.last_used.wrapping_add(n);

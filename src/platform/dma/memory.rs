@@ -122,6 +122,16 @@ pub struct DmaWords<'m, T> {
     _mem: std::marker::PhantomData<&'m DmaMemory>,
 }
 
+impl<T> Clone for DmaWords<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+/// A copy is another shared view of the same words: a burst keeps one in a register instead of
+/// reloading it through a reference after every atomic store.
+impl<T> Copy for DmaWords<'_, T> {}
+
 macro_rules! dma_words {
     ($t:ty, $atomic:ty) => {
         impl DmaWords<'_, $t> {
