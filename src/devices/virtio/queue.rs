@@ -162,26 +162,27 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
             // Entries decoded in this run (the decoder and the re-arm share it), and what the
             // loop reads, as values it keeps in registers across the ring's atomic stores.
             let k = Cell::new(0u16);
-            let (base, epoch, state) = st.reader();
+            let (_, epoch, state) = st.reader();
             let used = v.used();
             let (n, b) = slots.harvest(
                 usize::from(first),
                 &RUN[..run],
                 batch,
                 |_| {
-                    let pos = 2 * usize::from(base.wrapping_add(k.get()));
+                    // In a run `first + k` is below the ring size: it is both the used slot
+                    // (the next used index modulo the size) and the descriptor expected there.
+                    let want = first + k.get();
+                    let pos = 2 * usize::from(want);
                     let (id, len) = (used.load(pos, Relaxed), used.load(pos + 1, Relaxed));
                     let frame = len.wrapping_sub(NET_HDR_LEN as u32);
-                    if id != u32::from(first + k.get()) || frame > fast || !held(state, epoch, id) {
+                    if id != u32::from(want) || frame > fast || !held(state, epoch, id) {
                         return None;
                     }
                     k.set(k.get() + 1);
                     Some((frame as u16, Meta::default()))
                 },
-                |_, new| {
-                    let id = first + k.get() - 1;
-                    v.set_desc(id, new - NET_HDR_LEN as u64, desc_len, DESC_F_WRITE)
-                },
+                // The length, flags and next of a receive descriptor never change.
+                |_, new| v.set_addr(first + k.get() - 1, new - NET_HDR_LEN as u64),
             );
             st.requeue_run(&v, first, n as u16);
             got += n;
@@ -210,7 +211,7 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
                 frame as u16,
                 Meta::default(),
                 batch,
-                |new| v.set_desc(id, new - NET_HDR_LEN as u64, desc_len, DESC_F_WRITE),
+                |new| v.set_addr(id, new - NET_HDR_LEN as u64),
             );
             // The reserve covers `pending`, and the length was checked: a slot is always taken.
             debug_assert!(taken, "virtio receive: a checked frame was not taken");
@@ -369,23 +370,20 @@ impl<M: Mmio> VirtioTx<M> {
         let mut head = tail.wrapping_sub(slots.queued());
         let pending = ring.used_pending()?;
         let (v, st) = ring.burst();
-        for _ in 0..pending {
-            let (id, len) = st.used_at(&v, 0);
-            let id = match st.take_used(id, len) {
-                Ok(id) => id,
-                Err(e) => {
-                    slots.release(head);
-                    return Err(e);
-                }
-            };
-            // Only heads (even descriptors) are held, so `take_used` refused anything else.
+        let (done, early) = (&mut self.done, &mut self.early);
+        let r = st.take_used_heads(&v, pending, |id| {
+            // Only heads (even descriptors) are held, so anything else was refused.
             let pair = usize::from(id / 2);
             if pair == head & mask {
                 head = head.wrapping_add(1);
             } else {
-                self.done[pair] = true;
-                self.early += 1;
+                done[pair] = true;
+                *early += 1;
             }
+        });
+        if let Err(e) = r {
+            slots.release(head);
+            return Err(e);
         }
         while self.early > 0 && head != tail && self.done[head & mask] {
             self.done[head & mask] = false;

@@ -153,6 +153,13 @@ impl RingView<'_> {
             .store(at + 1, u64::from(len) | u64::from(flags) << 32, Relaxed);
     }
 
+    /// Writes the address of descriptor `id`, keeping its length, flags and next: a receive
+    /// descriptor gets a fresh buffer of the same size.
+    #[inline(always)]
+    pub fn set_addr(&self, id: u16, addr: u64) {
+        self.desc.store(2 * usize::from(id), addr, Relaxed);
+    }
+
     /// The used ring's entries (a copy, for a loop to keep in registers).
     #[inline(always)]
     pub fn used(&self) -> DmaWords<'_, u32> {
@@ -476,6 +483,45 @@ impl RingState {
     #[inline(always)]
     pub fn reader(&self) -> (u16, u32, &[u32]) {
         (self.last_used, self.epoch, &self.state)
+    }
+
+    /// Takes the next `n` used entries (`n` at most [`SplitRing::used_pending`]'s count),
+    /// checking that the device held each chain they name, and gives each head to `each`; the
+    /// lengths are not read (the transmit queue's entries carry none it needs). One pass with
+    /// the indices in registers. At an entry naming a chain the device does not hold, the ring
+    /// breaks: the entries before it are taken, it and those after are not.
+    #[inline(always)]
+    pub fn take_used_heads(
+        &mut self,
+        v: &RingView<'_>,
+        n: u16,
+        mut each: impl FnMut(u16),
+    ) -> Result<(), QueueError> {
+        let (used, epoch) = (v.used, self.epoch);
+        let state = &mut self.state[..];
+        let mut pos = self.last_used;
+        let mut bad = None;
+        let mut k = 0u16;
+        while k < n {
+            let at = 2 * usize::from(pos);
+            let id = used.load(at, Relaxed);
+            match state.get_mut(id as usize) {
+                Some(s) if *s != FREE && *s != epoch => *s = FREE,
+                _ => {
+                    bad = Some((id, used.load(at + 1, Relaxed)));
+                    break;
+                }
+            }
+            each(id as u16);
+            pos = pos.wrapping_add(1);
+            k += 1;
+        }
+        self.last_used = pos;
+        self.in_flight -= k;
+        match bad {
+            Some((id, len)) => Err(self.not_held(id, len)),
+            None => Ok(()),
+        }
     }
 
     /// Queues the chains headed by `2 p` for each pair number `p` of `pairs`, in order: the
