@@ -124,7 +124,7 @@ fn open(port: &str) -> Result<(Target, &'static RegisterMap)> {
         other => return Err(Error::NotSupported {
             device: other.to_string(),
             what: "register access".into(),
-            why: "null and af_packet ports have no registers of ours; give a PCI address, sim:N or qm:N"
+            why: "null, af_packet and virtio:N ports have no registers for this tool; give a PCI address, sim:N or qm:N"
                 .into(),
         }),
     };

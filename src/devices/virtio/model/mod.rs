@@ -645,6 +645,39 @@ impl Mmio for VirtioModel {
     }
 }
 
+impl VirtioModel {
+    /// Port `virtio:N` of the process-wide set: ports 2k and 2k + 1 are wired to each other,
+    /// and all share one software IOMMU (one DMA domain, so an application forwarding between
+    /// them sends the other port's buffers without a copy). Opening an index that is still
+    /// open gives the same device. MAC 52:54:00:12:hh:ll from the index, no source.
+    pub fn open_named(index: u32) -> Arc<VirtioModel> {
+        use std::collections::BTreeMap;
+        use std::sync::OnceLock;
+        static SET: Mutex<BTreeMap<u32, Weak<VirtioModel>>> = Mutex::new(BTreeMap::new());
+        static IOMMU: OnceLock<Arc<SoftIommu>> = OnceLock::new();
+        let mut set = SET.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = set.get(&index).and_then(Weak::upgrade) {
+            return m;
+        }
+        let iommu = IOMMU
+            .get_or_init(|| Arc::new(SoftIommu::new("virtio model ports")))
+            .clone();
+        let [.., hi, lo] = index.to_be_bytes();
+        let m = VirtioModel::new(
+            ModelConfig {
+                mac: MacAddr([0x52, 0x54, 0, 0x12, hi, lo]),
+                ..ModelConfig::default()
+            },
+            iommu,
+        );
+        if let Some(peer) = set.get(&(index ^ 1)).and_then(Weak::upgrade) {
+            VirtioModel::wire(&m, &peer);
+        }
+        set.insert(index, Arc::downgrade(&m));
+        m
+    }
+}
+
 impl VirtioPort<VirtioModel> {
     /// Opens a port on the software device, as a driver opens a PCI one after the capability
     /// walk: its transport, its IOMMU as the DMA mapper, polled.
