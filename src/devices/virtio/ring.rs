@@ -92,9 +92,11 @@ pub fn check_size(size: u16, what: &str) -> Result<()> {
 /// earlier epoch, so published and not returned ([`RingState::holds`] for one id).
 #[inline(always)]
 pub fn held(state: &[u32], epoch: u32, id: u32) -> bool {
+    // Stamps never exceed the current epoch, so `FREE < s < epoch` is one unsigned compare:
+    // `s - 1` wraps to the largest value for FREE and equals `epoch - 1` for the current one.
     state
         .get(id as usize)
-        .is_some_and(|&s| s != FREE && s != epoch)
+        .is_some_and(|&s| s.wrapping_sub(1) < epoch.wrapping_sub(1))
 }
 
 /// One split virtqueue.
@@ -416,6 +418,13 @@ impl SplitRing {
         self.st.broken
     }
 
+    /// Sets the publish epoch: only for the host test of its wrap-around, on a fresh ring.
+    #[cfg(test)]
+    pub(crate) fn set_epoch(&mut self, epoch: u32) {
+        assert!(self.st.state.iter().all(|&s| s == FREE));
+        self.st.epoch = epoch;
+    }
+
     /// Starts the indices at `idx` instead of 0: only for the host tests of index wrap-around,
     /// on a ring the device has not seen yet (the device side starts there too).
     #[cfg(test)]
@@ -506,7 +515,8 @@ impl RingState {
             let at = 2 * usize::from(pos);
             let id = used.load(at, Relaxed);
             match state.get_mut(id as usize) {
-                Some(s) if *s != FREE && *s != epoch => *s = FREE,
+                // Held: as in `held`.
+                Some(s) if s.wrapping_sub(1) < epoch.wrapping_sub(1) => *s = FREE,
                 _ => {
                     bad = Some((id, used.load(at + 1, Relaxed)));
                     break;
@@ -910,6 +920,32 @@ mod tests {
             r.pop_used().unwrap_err(),
             QueueError::ProtocolViolation(Violation::IndexJumped)
         );
+    }
+
+    /// The 32-bit publish epoch wraps without a held chain looking queued or a queued one
+    /// looking held: descriptor 0 stays with the device across the wrap while 1 cycles.
+    #[test]
+    fn the_publish_epoch_wraps_safely() {
+        let mut r = ring(4);
+        r.set_epoch(u32::MAX - 2);
+        let mut dev = Device::new(0);
+        r.push(0);
+        r.publish();
+        let (held0, _) = dev.pop(&r).unwrap();
+        for _ in 0..6 {
+            r.push(1);
+            assert!(!r.holds(1), "queued, not published");
+            r.publish();
+            assert!(r.holds(0) && r.holds(1));
+            let (h, _) = dev.pop(&r).unwrap();
+            dev.push(&r, u32::from(h), 0);
+            dev.publish(&r);
+            assert_eq!(r.pop_used().unwrap(), Some((1, 0)));
+        }
+        assert!(r.holds(0), "held across the wrap");
+        dev.push(&r, u32::from(held0), 0);
+        dev.publish(&r);
+        assert_eq!(r.pop_used().unwrap(), Some((0, 0)));
     }
 
     #[test]
