@@ -1,7 +1,7 @@
 //! Port names, and opening a port by name.
 //!
 //! Every tool and example takes ports the same way: a PCI address for a real NIC
-//! (`0000:01:00.0`, or `01:00.0` for domain 0), an in-memory device (`null:0`, `sim:1`, `qm:0`, ...)
+//! (`0000:01:00.0`, or `01:00.0` for domain 0), an in-memory device (`null:0`, `sim:1`, `qm:0`, `virtio:0`, ...)
 //! or a Linux interface through packet sockets (`afp:eth0`, `afp:veth1,queues=2,frames=1024`).
 //! [`AnyPort`] lets a program that chooses its ports at run time use one code path for all of
 //! them; a program that knows its driver can use the concrete port type and avoid the `match`.
@@ -21,6 +21,7 @@ use crate::devices::null::{NullConfig, NullPort, NullRx, NullTx};
 use crate::devices::qm::model::QmDevice;
 use crate::devices::qm::{QmConfig, QmPort, QmRx, QmTx};
 use crate::devices::sim::{SimConfig, SimPort};
+use crate::devices::virtio::model::VirtioModel;
 use crate::devices::virtio::{VirtioConfig, VirtioPort, VirtioRx, VirtioTx};
 use crate::error::{Error, Result};
 use crate::platform::bus::PciBus;
@@ -42,6 +43,8 @@ pub enum PortName {
     Sim(u32),
     /// `qm:N`, the software DPAA2-like queue manager (ports 2k and 2k+1 are wired).
     Qm(u32),
+    /// `virtio:N`, the software virtio-net device (ports 2k and 2k+1 are wired).
+    VirtioModel(u32),
     /// `afp:IFNAME[,queues=N][,frames=N]`, a Linux interface through packet sockets (what
     /// follows `afp:`).
     AfPacket(String),
@@ -64,6 +67,7 @@ impl FromStr for PortName {
                     "null" => Ok(PortName::Null(index)),
                     "sim" => Ok(PortName::Sim(index)),
                     "qm" => Ok(PortName::Qm(index)),
+                    "virtio" => Ok(PortName::VirtioModel(index)),
                     _ => Err(Error::BadPortName {
                         input: s.into(),
                         reason: format!(
@@ -85,6 +89,7 @@ impl fmt::Display for PortName {
             PortName::Null(i) => write!(f, "null:{i}"),
             PortName::Sim(i) => write!(f, "sim:{i}"),
             PortName::Qm(i) => write!(f, "qm:{i}"),
+            PortName::VirtioModel(i) => write!(f, "virtio:{i}"),
             PortName::AfPacket(spec) => write!(f, "afp:{spec}"),
         }
     }
@@ -154,6 +159,8 @@ pub enum AnyPort {
     Qm(Box<QmPort<QmDevice>>),
     /// A virtio-net device driven through VFIO.
     Virtio(Box<VirtioPort<MmioRegion>>),
+    /// The virtio driver on the software virtio-net device (`virtio:N`).
+    VirtioModel(Box<VirtioPort<VirtioModel>>),
 }
 
 /// Opens a port by name.
@@ -163,6 +170,11 @@ pub fn open(name: &str, config: &PortConfig) -> Result<AnyPort> {
         PortName::Sim(i) => Ok(AnyPort::IxgbeSim(Box::new(IxgbePort::open(
             SimPort::open_named(i, &config.sim)?,
             config.ixgbe.clone(),
+        )?))),
+        PortName::VirtioModel(i) => Ok(AnyPort::VirtioModel(Box::new(VirtioPort::open_model(
+            &VirtioModel::open_named(i),
+            &format!("virtio:{i}"),
+            config.virtio,
         )?))),
         PortName::Qm(i) => Ok(AnyPort::Qm(Box::new(QmPort::open(
             QmDevice::open_named(i)?,
@@ -221,6 +233,8 @@ pub enum AnyRx {
     Qm(QmRx<QmDevice>),
     /// Of a virtio-net port.
     Virtio(VirtioRx<MmioRegion>),
+    /// A receive queue of a software virtio-net port.
+    VirtioModel(VirtioRx<VirtioModel>),
 }
 
 /// A transmit queue of any kind of port.
@@ -240,6 +254,8 @@ pub enum AnyTx {
     Qm(QmTx<QmDevice>),
     /// Of a virtio-net port.
     Virtio(VirtioTx<MmioRegion>),
+    /// A transmit queue of a software virtio-net port.
+    VirtioModel(VirtioTx<VirtioModel>),
 }
 
 impl Port for AnyPort {
@@ -255,6 +271,7 @@ impl Port for AnyPort {
             AnyPort::AfPacket(p) => p.info(),
             AnyPort::Qm(p) => p.info(),
             AnyPort::Virtio(p) => p.info(),
+            AnyPort::VirtioModel(p) => p.info(),
         }
     }
 
@@ -267,6 +284,7 @@ impl Port for AnyPort {
             AnyPort::AfPacket(p) => p.link(),
             AnyPort::Qm(p) => p.link(),
             AnyPort::Virtio(p) => p.link(),
+            AnyPort::VirtioModel(p) => p.link(),
         }
     }
 
@@ -279,6 +297,7 @@ impl Port for AnyPort {
             AnyPort::AfPacket(p) => p.stats(),
             AnyPort::Qm(p) => p.stats(),
             AnyPort::Virtio(p) => p.stats(),
+            AnyPort::VirtioModel(p) => p.stats(),
         }
     }
 
@@ -333,6 +352,13 @@ impl Port for AnyPort {
                     tx.into_iter().map(AnyTx::Virtio).collect(),
                 ))
             }
+            AnyPort::VirtioModel(p) => {
+                let (rx, tx) = p.take_queues()?;
+                Ok((
+                    rx.into_iter().map(AnyRx::VirtioModel).collect(),
+                    tx.into_iter().map(AnyTx::VirtioModel).collect(),
+                ))
+            }
         }
     }
 }
@@ -348,6 +374,7 @@ impl RxQueue for AnyRx {
             AnyRx::AfPacket(q) => q.rx_burst(batch, max),
             AnyRx::Qm(q) => q.rx_burst(batch, max),
             AnyRx::Virtio(q) => q.rx_burst(batch, max),
+            AnyRx::VirtioModel(q) => q.rx_burst(batch, max),
         }
     }
     fn stats(&self) -> QueueStats {
@@ -359,6 +386,7 @@ impl RxQueue for AnyRx {
             AnyRx::AfPacket(q) => q.stats(),
             AnyRx::Qm(q) => q.stats(),
             AnyRx::Virtio(q) => q.stats(),
+            AnyRx::VirtioModel(q) => q.stats(),
         }
     }
     fn pool(&self) -> &Pool {
@@ -370,6 +398,7 @@ impl RxQueue for AnyRx {
             AnyRx::AfPacket(q) => q.pool(),
             AnyRx::Qm(q) => q.pool(),
             AnyRx::Virtio(q) => q.pool(),
+            AnyRx::VirtioModel(q) => q.pool(),
         }
     }
     fn interrupt(&self) -> Option<&Interrupt> {
@@ -378,6 +407,7 @@ impl RxQueue for AnyRx {
             AnyRx::Ixgbe(q) => q.interrupt(),
             AnyRx::IxgbeSim(q) => q.interrupt(),
             AnyRx::Virtio(q) => q.interrupt(),
+            AnyRx::VirtioModel(q) => q.interrupt(),
             // The Intel and virtio drivers have an interrupt mode; the rest are polled.
             _ => None,
         }
@@ -388,6 +418,7 @@ impl RxQueue for AnyRx {
             AnyRx::Ixgbe(q) => q.arm_interrupt(),
             AnyRx::IxgbeSim(q) => q.arm_interrupt(),
             AnyRx::Virtio(q) => q.arm_interrupt(),
+            AnyRx::VirtioModel(q) => q.arm_interrupt(),
             _ => Err(Error::NotSupported {
                 device: self.kind().into(),
                 what: "interrupt mode".into(),
@@ -401,6 +432,7 @@ impl RxQueue for AnyRx {
             AnyRx::Ixgbe(q) => q.disarm_interrupt(),
             AnyRx::IxgbeSim(q) => q.disarm_interrupt(),
             AnyRx::Virtio(q) => q.disarm_interrupt(),
+            AnyRx::VirtioModel(q) => q.disarm_interrupt(),
             _ => {}
         }
     }
@@ -418,7 +450,7 @@ impl AnyRx {
             AnyRx::Igb(q) => q.trigger_interrupt(),
             AnyRx::Ixgbe(q) => q.trigger_interrupt(),
             AnyRx::IxgbeSim(q) => q.trigger_interrupt(),
-            AnyRx::Virtio(_) => Err(Error::NotSupported {
+            AnyRx::Virtio(_) | AnyRx::VirtioModel(_) => Err(Error::NotSupported {
                 device: self.kind().into(),
                 what: "raising an interrupt by hand".into(),
                 why: NO_MANUAL_INTERRUPT.into(),
@@ -440,7 +472,7 @@ impl AnyRx {
             AnyRx::IxgbeSim(_) => "a software 82599 port",
             AnyRx::AfPacket(_) => "an af_packet port",
             AnyRx::Qm(_) => "a qm port",
-            AnyRx::Virtio(_) => "a virtio-net port",
+            AnyRx::Virtio(_) | AnyRx::VirtioModel(_) => "a virtio-net port",
         }
     }
 }
@@ -456,6 +488,7 @@ impl TxQueue for AnyTx {
             AnyTx::AfPacket(q) => q.tx_burst(batch),
             AnyTx::Qm(q) => q.tx_burst(batch),
             AnyTx::Virtio(q) => q.tx_burst(batch),
+            AnyTx::VirtioModel(q) => q.tx_burst(batch),
         }
     }
     fn stats(&self) -> QueueStats {
@@ -467,6 +500,7 @@ impl TxQueue for AnyTx {
             AnyTx::AfPacket(q) => q.stats(),
             AnyTx::Qm(q) => q.stats(),
             AnyTx::Virtio(q) => q.stats(),
+            AnyTx::VirtioModel(q) => q.stats(),
         }
     }
 }
@@ -487,6 +521,7 @@ impl SwVlanTx for AnyTx {
             AnyTx::AfPacket(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
             AnyTx::Qm(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
             AnyTx::Virtio(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
+            AnyTx::VirtioModel(q) => q.tx_burst_sw_vlan(batch, tpid, counts),
         }
     }
 }
@@ -502,6 +537,7 @@ impl AnyPort {
             AnyPort::AfPacket(p) => p,
             AnyPort::Qm(p) => &mut **p,
             AnyPort::Virtio(p) => &mut **p,
+            AnyPort::VirtioModel(p) => &mut **p,
         }
     }
 }
@@ -517,6 +553,7 @@ impl VlanHardware for AnyPort {
             AnyPort::AfPacket(p) => p.vlan_caps(),
             AnyPort::Qm(p) => p.vlan_caps(),
             AnyPort::Virtio(p) => p.vlan_caps(),
+            AnyPort::VirtioModel(p) => p.vlan_caps(),
         }
     }
     fn set_rx_strip(&mut self, queue: u16, on: bool) -> Result<()> {
@@ -629,6 +666,36 @@ mod tests {
         assert_eq!(rxb[0].rx_burst(&mut batch, 32).unwrap(), 4);
         let e = open("qm:64", &cfg).err().unwrap().to_string();
         assert!(e.contains("qm port 64"), "{e}");
+    }
+
+    #[test]
+    fn virtio_model_ports_open_by_name_and_are_wired() {
+        let cfg = PortConfig {
+            virtio: VirtioConfig {
+                rx_ring: 16,
+                tx_ring: 16,
+                pool: crate::platform::dma::PoolConfig {
+                    buffers: 64,
+                    ..Default::default()
+                },
+                ..VirtioConfig::default()
+            },
+            ..PortConfig::default()
+        };
+        assert_eq!(
+            "virtio:3".parse::<PortName>().unwrap().to_string(),
+            "virtio:3"
+        );
+        let mut a = open("virtio:40", &cfg).unwrap();
+        let mut b = open("virtio:41", &cfg).unwrap();
+        assert_eq!(a.info().driver, "virtio");
+        assert!(a.link().unwrap().up);
+        let (_rxa, mut txa) = a.take_queues().unwrap();
+        let (mut rxb, _txb) = b.take_queues().unwrap();
+        let mut batch = Vec::new();
+        assert_eq!(rxb[0].pool().alloc_bulk_len(4, 60, &mut batch), 4);
+        assert_eq!(txa[0].tx_burst(&mut batch).unwrap(), 4);
+        assert_eq!(rxb[0].rx_burst(&mut batch, 32).unwrap(), 4);
     }
 
     #[test]

@@ -67,6 +67,14 @@ pub const KINDS: &[Kind] = &[
         registers: true,
     },
     Kind {
+        name: "the software virtio-net device",
+        prefix: Some("virtio"),
+        syntax: "virtio:N",
+        about: "the virtio driver on the software virtio-net device (virtio:2k and virtio:2k+1 are wired inside one process)",
+        interrupts: false,
+        registers: false,
+    },
+    Kind {
         name: "null",
         prefix: Some("null"),
         syntax: "null:N",

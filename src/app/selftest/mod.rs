@@ -174,6 +174,11 @@ pub fn register_test(name: &str) -> Result<TestReport> {
                 r.map(|n| format!("{n} checks on the interrupt registers of {PORTALS_PER_PORT} software portals (qbman table)")),
             ))
         }
+        PortName::VirtioModel(i) => {
+            let m = crate::devices::virtio::model::VirtioModel::open_named(i);
+            let t = m.transport(&format!("virtio:{i}"), Duration::from_secs(2));
+            Ok(report("register", start, virtio::port::register_test(&t)))
+        }
         PortName::Pci(addr) if is_virtio(addr) => {
             let dev = crate::platform::vfio::VfioDevice::open(addr)?;
             let t = virtio::port::pci_transport(&dev, Duration::from_secs(2))?;
@@ -210,6 +215,10 @@ pub fn loopback_test(name: &str, cfg: &SelftestConfig) -> Result<TestReport> {
                 "virtio-net has no MAC loopback; traffic tests use a peer on the same backend",
             ))
         }
+        PortName::VirtioModel(_) => return Ok(not_applicable(
+            "loopback",
+            "virtio-net has no MAC loopback; traffic tests use the wired peer (virtio:N and N^1)",
+        )),
         PortName::Qm(_) => {
             return Ok(not_applicable(
                 "loopback",

@@ -43,6 +43,10 @@ fn bars(name: &str) -> Result<Vec<Value>> {
         PortName::Sim(_) => Ok(vec![json!({
             "name": "BAR0", "size": sim::BAR_LEN, "mmap": false, "note": "modelled registers",
         })]),
+        PortName::VirtioModel(_) => Ok(vec![json!({
+            "name": "BAR0", "size": vfio_nic::devices::virtio::model::BAR_LEN, "mmap": false,
+            "note": "modelled common configuration, device configuration and doorbells",
+        })]),
         PortName::Qm(i) => {
             let dev = QmDevice::open_named(i)?;
             let mut out = vec![json!({

@@ -15,12 +15,17 @@
 //! through the control queue ([`ctrl`]); the spec makes it best-effort, so the VLAN layer
 //! filters in software as well.
 //!
+//! The software device [`model`] (the modern PCI transport and the device side of split
+//! virtqueues through a software IOMMU, working inline in the doorbell write) runs this driver
+//! without a VM: `virtio:N` ports, the host tests, and `bench/instructions --device virtio`.
+//!
 //! Sources: OASIS virtio 1.2 cs01 (sections cited in each file); QEMU hw/virtio/virtio-pci.c
 //! and hw/net/virtio-net.c for what the test bed's device does; DPDK drivers/net/virtio and
 //! Linux drivers/net/virtio_net.c for what drivers do. Only QEMU's device has been driven.
 
 pub mod caps;
 pub mod ctrl;
+pub mod model;
 pub mod port;
 pub mod queue;
 pub mod ring;

@@ -20,15 +20,15 @@
 //! queue goes on working meanwhile.
 
 use crate::devices::offload::{soft, TxCaps};
+use std::cell::Cell;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::ring::{SplitRing, DESC_F_NEXT, DESC_F_WRITE};
+use super::ring::{held, SplitRing, DESC_F_NEXT, DESC_F_WRITE};
 use super::shared::Shared;
 use super::transport::{Doorbell, NO_VECTOR};
 use crate::device::{QueueError, QueueStats, RxQueue, TxQueue};
 use crate::error::{Error, Result};
-use crate::platform::dma::slots::MIN_TX_LEN;
 use crate::platform::dma::{DmaMapper, Meta, Packet, Pool, RxSlots, TxSlots};
 use crate::platform::irq::Interrupt;
 use crate::platform::mmio::Mmio;
@@ -42,6 +42,11 @@ pub const MIN_RX_BUFFER: u32 = 1526;
 /// What a shorter frame is padded to: the minimum Ethernet frame without FCS. A virtio device
 /// sends the bytes it is given, so the driver pads, as Intel MACs do in hardware.
 pub const PAD_TX_LEN: usize = 60;
+
+/// A run of up to a whole ring, for [`RxSlots::harvest`], which walks a slice of descriptors:
+/// the receive queue's are in the ring's memory (never a Rust reference), so its decoder reads
+/// each used entry itself and the slice is of zero-sized placeholders.
+static RUN: [(); super::ring::MAX_SIZE as usize] = [(); super::ring::MAX_SIZE as usize];
 
 /// A receive queue of a virtio-net port.
 pub struct VirtioRx<M: Mmio> {
@@ -120,16 +125,62 @@ impl<M: Mmio> VirtioRx<M> {
 }
 
 impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
+    /// One burst, as DPDK's `virtio_recv_pkts` and `virtqueue_enqueue_recv_refill`: the used
+    /// index read once, then the entries. While the device returns buffers in the order they
+    /// were posted (QEMU does), the entries name consecutive descriptors and a run is harvested
+    /// in one pass ([`RxSlots::harvest`]: each slot re-armed with a fresh buffer) and posted
+    /// again as a batch ([`SplitRing::requeue_run`]). An entry out of that order, or with a
+    /// length the buffer cannot have, ends the run and goes through the careful path of one
+    /// entry; every entry is checked either way. One publish and at most one doorbell end the
+    /// burst.
     fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
         let desc_len = self.desc_len;
         let RxParts { ring, slots } = self.parts.as_mut().expect(LIVE);
         let have = slots.reserve(max, 2 * max);
         let want = max.min(have);
+        let pending = usize::from(ring.used_pending()?).min(want);
+        let size = usize::from(ring.size());
+        let fast = u32::from(slots.fast_len());
         let (mut got, mut bytes, mut dropped) = (0usize, 0u64, 0u64);
-        while got < want {
-            let (id, len) = match ring.peek_used() {
-                Ok(Some(e)) => e,
-                Ok(None) => break,
+        let (v, st) = ring.burst();
+        while got + (dropped as usize) < pending {
+            let first = st.next_in_order();
+            let run = (pending - got - dropped as usize).min(size - usize::from(first));
+            // Entries decoded in this run (the decoder and the re-arm share it), and what the
+            // loop reads, as values it keeps in registers across the ring's atomic stores.
+            let k = Cell::new(0u16);
+            let (_, epoch, state) = st.reader();
+            let used = v.used();
+            let (n, b) = slots.harvest(
+                usize::from(first),
+                &RUN[..run],
+                batch,
+                |_| {
+                    // In a run `first + k` is below the ring size: it is both the used slot
+                    // (the next used index modulo the size) and the descriptor expected there.
+                    let want = first + k.get();
+                    let pos = 2 * usize::from(want);
+                    let (id, len) = (used.load(pos, Relaxed), used.load(pos + 1, Relaxed));
+                    let frame = len.wrapping_sub(NET_HDR_LEN as u32);
+                    if id != u32::from(want) || frame > fast || !held(state, epoch, id) {
+                        return None;
+                    }
+                    k.set(k.get() + 1);
+                    Some((frame as u16, Meta::default()))
+                },
+                // The length, flags and next of a receive descriptor never change.
+                |_, new| v.set_addr(first + k.get() - 1, new - NET_HDR_LEN as u64),
+            );
+            st.requeue_run(&v, first, n as u16);
+            got += n;
+            bytes += b;
+            if n == run {
+                continue;
+            }
+            // The careful path: one entry.
+            let (id, len) = st.used_at(&v, 0);
+            let id = match st.take_used(id, len) {
+                Ok(id) => id,
                 // The frames already taken are delivered; the broken ring refuses the next call.
                 Err(e) if got == 0 && dropped == 0 => return Err(e),
                 Err(_) => break,
@@ -138,8 +189,7 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
             if len as usize > desc_len as usize || (len as usize) < NET_HDR_LEN {
                 // A length the buffer cannot have: the frame is dropped and the buffer posted
                 // again as it is.
-                ring.consume();
-                ring.push(id);
+                st.push(&v, id);
                 dropped += 1;
                 continue;
             }
@@ -148,13 +198,16 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
                 frame as u16,
                 Meta::default(),
                 batch,
-                |new| ring.set_buffer(id, new - NET_HDR_LEN as u64, desc_len),
+                |new| v.set_addr(id, new - NET_HDR_LEN as u64),
             );
+            // The reserve covers `pending`, and the length was checked: a slot is always taken.
+            debug_assert!(taken, "virtio receive: a checked frame was not taken");
             if !taken {
-                break;
+                st.push(&v, id);
+                dropped += 1;
+                continue;
             }
-            ring.consume();
-            ring.push(id);
+            st.push(&v, id);
             got += 1;
             bytes += frame as u64;
         }
@@ -228,8 +281,10 @@ pub struct VirtioTx<M: Mmio> {
     bell: Doorbell<M>,
     /// Pair numbers 0..pairs, twice, so that a run from any FIFO position is one slice.
     pairs: Box<[u16]>,
-    /// Pairs the device returned before an older one.
+    /// Pairs the device returned before an older one (`size / 2` of them, a power of two).
     done: Box<[bool]>,
+    /// How many of `done` are set.
+    early: usize,
     stats: QueueStats,
     /// A frame dropped by the software offloads has been logged (once per queue).
     offload_logged: bool,
@@ -279,6 +334,7 @@ impl<M: Mmio> VirtioTx<M> {
             bell,
             pairs: (0..2 * n).map(|i| i % n).collect(),
             done: vec![false; usize::from(n)].into_boxed_slice(),
+            early: 0,
             stats: QueueStats::default(),
             offload_logged: false,
             shared,
@@ -290,18 +346,35 @@ impl<M: Mmio> VirtioTx<M> {
         self.parts.as_ref().expect(LIVE).slots.queued()
     }
 
-    /// Takes back the pairs the device returned; releases buffers in send order.
+    /// Takes back the pairs the device returned; releases buffers in send order. The used
+    /// index is read once, then the entries (Linux: `virtqueue_get_buf_ctx_split`). A pair
+    /// returned in send order (the oldest queued: what QEMU does) just moves the FIFO's head;
+    /// one returned early is marked done and released when every older one is.
     fn reclaim(&mut self) -> Result<(), QueueError> {
-        let n = self.done.len();
+        let mask = self.done.len() - 1;
         let TxParts { ring, slots } = self.parts.as_mut().expect(LIVE);
-        while let Some((id, _)) = ring.pop_used()? {
-            // Only heads (even descriptors) are held, so `peek_used` refused anything else.
-            self.done[usize::from(id / 2)] = true;
-        }
         let tail = slots.tail();
         let mut head = tail.wrapping_sub(slots.queued());
-        while head != tail && self.done[head % n] {
-            self.done[head % n] = false;
+        let pending = ring.used_pending()?;
+        let (v, st) = ring.burst();
+        let (done, early) = (&mut self.done, &mut self.early);
+        let r = st.take_used_heads(&v, pending, |id| {
+            // Only heads (even descriptors) are held, so anything else was refused.
+            let pair = usize::from(id / 2);
+            if pair == head & mask {
+                head = head.wrapping_add(1);
+            } else {
+                done[pair] = true;
+                *early += 1;
+            }
+        });
+        if let Err(e) = r {
+            slots.release(head);
+            return Err(e);
+        }
+        while self.early > 0 && head != tail && self.done[head & mask] {
+            self.done[head & mask] = false;
+            self.early -= 1;
             head = head.wrapping_add(1);
         }
         slots.release(head);
@@ -327,19 +400,6 @@ impl<M: Mmio> VirtioTx<M> {
 impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
     fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
         self.reclaim()?;
-        // No VIRTIO_NET_F_CSUM/GSO negotiated and a descriptor pair per frame: chains are
-        // linearized and offloads done in software.
-        soft::resolve_for_queue(
-            batch,
-            TxCaps::NONE,
-            &mut self.stats.dropped,
-            &mut self.offload_logged,
-        );
-        for p in batch.iter_mut() {
-            if p.len() < PAD_TX_LEN {
-                p.pad_to(PAD_TX_LEN);
-            }
-        }
         let cap = self.done.len();
         let (mut sent, mut bytes_all, mut dropped) = (0usize, 0u64, 0u64);
         loop {
@@ -348,19 +408,42 @@ impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
             if n == 0 {
                 break;
             }
-            let first = slots.tail() % cap;
-            let (k, bytes) = slots.send(batch, &self.pairs[first..first + n], |&pair, p, len| {
-                ring.set_buffer(2 * pair + 1, p.data_iova(), len);
-                ring.push(2 * pair);
+            let first = slots.tail() & (cap - 1);
+            let (v, st) = ring.burst();
+            let pairs = &self.pairs[first..first + n];
+            // The walk stops before a chain or an offload request (marked pool pointer), a pool
+            // the device cannot reach, and (here) a frame shorter than 60 bytes: each is
+            // handled below and the walk resumes, so a burst of plain frames costs no pass of
+            // its own for any of them.
+            // The walk writes each frame's descriptor; the chain heads are queued after it in
+            // one pass (`push_heads`).
+            let desc = &v;
+            let (k, bytes) = slots.send(batch, pairs, |&pair, p, len| {
+                if len < PAD_TX_LEN as u32 {
+                    return false;
+                }
+                desc.set_desc(2 * pair + 1, p.data_iova(), len, 0);
                 true
             });
+            st.push_heads(&v, &pairs[..k]);
             sent += k;
             bytes_all += bytes;
             if k == n {
                 continue;
             }
-            // Stopped before the front packet: its pool is out of the device's reach, or it
-            // is still shorter than 17 bytes (its buffer could not be padded).
+            if !batch[0].is_plain() {
+                // No VIRTIO_NET_F_CSUM/GSO negotiated and a descriptor pair per frame: chains
+                // are linearized and offloads done in software, in place at the front.
+                let mut one = vec![batch.remove(0)];
+                soft::resolve_for_queue(
+                    &mut one,
+                    TxCaps::NONE,
+                    &mut self.stats.dropped,
+                    &mut self.offload_logged,
+                );
+                batch.splice(0..0, one);
+                continue;
+            }
             if !slots.reaches(&batch[0]) {
                 match self.bounce(batch) {
                     Ok(true) => continue,
@@ -369,7 +452,16 @@ impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
                         tracing::debug!(error = %e, "virtio transmit: dropping a packet the device cannot reach")
                     }
                 }
-            } else if batch[0].len() >= MIN_TX_LEN {
+            } else if batch[0].len() < PAD_TX_LEN {
+                // A virtio device sends the bytes it is given: the driver pads short frames.
+                if batch[0].pad_to(PAD_TX_LEN) {
+                    continue;
+                }
+                tracing::debug!(
+                    len = batch[0].len(),
+                    "virtio transmit: dropping a short frame whose buffer cannot be padded to 60 bytes"
+                );
+            } else {
                 break;
             }
             drop(batch.remove(0));

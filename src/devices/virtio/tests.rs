@@ -11,10 +11,11 @@
 //! violations, the control queue, and the reset before memory goes.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::model::virtqueue::{Desc, DeviceQueue};
 use super::transport::{status, Transport, Window};
 use super::{feature, VirtioConfig, VirtioPort};
 use crate::device::{MacAddr, Port, QueueError, RxQueue, TxQueue};
@@ -30,21 +31,6 @@ const NOTIFY: usize = 0x3000;
 /// Doorbells are `NOTIFY + 4 * queue` (queue_notify_off = queue, multiplier 4).
 const NOTIFY_MULT: u32 = 4;
 
-/// A queue as the fake device sees it after the driver set it up.
-#[derive(Clone, Copy, Debug, Default)]
-struct Q {
-    max: u16,
-    size: u16,
-    desc: u64,
-    avail: u64,
-    used: u64,
-    enabled: bool,
-    /// MSI-X vector (0xffff: none); the fake has one vector.
-    vector: u16,
-    last_avail: u16,
-    used_idx: u16,
-}
-
 #[derive(Debug, Default)]
 struct State {
     features: u64,
@@ -55,7 +41,7 @@ struct State {
     /// Whether FEATURES_OK is refused (does not stay set).
     refuse_features: bool,
     sel: u16,
-    queues: [Q; 3],
+    queues: [DeviceQueue; 3],
     notified: Vec<u16>,
     resets: u32,
     /// The status values written, in order (bring-up order checks).
@@ -118,7 +104,7 @@ impl Fake {
     /// Answers every control command the driver published (QEMU's
     /// `virtio_net_handle_ctrl`: class and command, data, a one-byte ack).
     fn serve_ctrl(&self, s: &mut State) {
-        while let Some((head, chain)) = pop_q(&mut s.queues[2], &self.iommu) {
+        while let Some((head, chain)) = s.queues[2].pop(&self.iommu) {
             let mut hdr = [0u8; 2];
             self.iommu.read(chain[0].0, &mut hdr).unwrap();
             let mut data = vec![0u8; chain[1].1 as usize];
@@ -149,7 +135,7 @@ impl Fake {
                 "the ack is device-written"
             );
             self.iommu.write(chain[2].0, &[u8::from(!ok)]).unwrap();
-            push_q(&mut s.queues[2], &self.iommu, u32::from(head), 1, true);
+            s.queues[2].push(&self.iommu, u32::from(head), 1, true);
             s.commands += 1;
         }
     }
@@ -305,54 +291,12 @@ fn open(fake: &Arc<Fake>) -> crate::Result<VirtioPort<Fake>> {
     VirtioPort::bring_up(transport(fake), None, None, fake.iommu.clone(), None, cfg())
 }
 
-/// A descriptor as the fake device reads it: address, length, flags.
-type Desc = (u64, u32, u16);
-
-/// The device side of a queue: the next available chain (its head and descriptors).
-fn pop_q(q: &mut Q, iommu: &SoftIommu) -> Option<(u16, Vec<Desc>)> {
-    let idx = (iommu.load_u32(q.avail, Acquire).unwrap() >> 16) as u16;
-    if idx == q.last_avail {
-        return None;
-    }
-    let slot = q.avail + 4 + 2 * u64::from(q.last_avail & (q.size - 1));
-    let w = iommu.load_u32(slot & !3, Relaxed).unwrap();
-    let head = (w >> (8 * (slot & 3))) as u16;
-    q.last_avail = q.last_avail.wrapping_add(1);
-    let mut chain = Vec::new();
-    let mut id = head;
-    loop {
-        let at = q.desc + 16 * u64::from(id);
-        let addr = iommu.load_u64(at, Relaxed).unwrap();
-        let len = iommu.load_u32(at + 8, Relaxed).unwrap();
-        let fl = iommu.load_u32(at + 12, Relaxed).unwrap();
-        chain.push((addr, len, fl as u16));
-        if fl & 1 == 0 {
-            break;
-        }
-        id = (fl >> 16) as u16;
-    }
-    Some((head, chain))
-}
-
-/// The device side: returns chain `id` with `len` bytes written (`publish`: make it visible).
-fn push_q(q: &mut Q, iommu: &SoftIommu, id: u32, len: u32, publish: bool) {
-    let at = q.used + 4 + 8 * u64::from(q.used_idx & (q.size - 1));
-    iommu.store_u32(at, id, Relaxed).unwrap();
-    iommu.store_u32(at + 4, len, Relaxed).unwrap();
-    q.used_idx = q.used_idx.wrapping_add(1);
-    if publish {
-        iommu
-            .store_u32(q.used, u32::from(q.used_idx) << 16, Release)
-            .unwrap();
-    }
-}
-
 fn pop(fake: &Fake, q: usize) -> Option<(u16, Vec<Desc>)> {
-    pop_q(&mut fake.st().queues[q], &fake.iommu)
+    fake.st().queues[q].pop(&fake.iommu)
 }
 
 fn push_used(fake: &Fake, q: usize, id: u32, len: u32, publish: bool) {
-    push_q(&mut fake.st().queues[q], &fake.iommu, id, len, publish)
+    fake.st().queues[q].push(&fake.iommu, id, len, publish)
 }
 
 /// The device receives `frame`: header and frame into the next receive buffer.

@@ -111,6 +111,53 @@ impl fmt::Debug for DmaMemory {
     }
 }
 
+/// An array of `2^k` atomic words of one width inside a [`DmaMemory`] (a ring's descriptor
+/// table, available or used ring), checked once when made ([`DmaMemory::words`]): word `i`
+/// is then word `i mod 2^k`, reached with a mask and no further check, as DPDK's and Linux's
+/// rings index theirs. It borrows the memory, so it cannot outlive the mapping; like every
+/// access to DMA memory it is atomic, never a Rust reference to the bytes.
+pub struct DmaWords<'m, T> {
+    base: NonNull<T>,
+    mask: usize,
+    _mem: std::marker::PhantomData<&'m DmaMemory>,
+}
+
+impl<T> Clone for DmaWords<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+/// A copy is another shared view of the same words: a burst keeps one in a register instead of
+/// reloading it through a reference after every atomic store.
+impl<T> Copy for DmaWords<'_, T> {}
+
+macro_rules! dma_words {
+    ($t:ty, $atomic:ty) => {
+        impl DmaWords<'_, $t> {
+            /// Atomically loads word `i` (modulo the array's length).
+            #[inline(always)]
+            pub fn load(&self, i: usize, order: Ordering) -> $t {
+                // SAFETY: `i & mask` is below the length, whose words all lie inside the live
+                // mapping and are aligned (checked by `DmaMemory::words`); the borrow keeps
+                // the mapping alive; memory shared with a device is only accessed atomically.
+                unsafe { <$atomic>::from_ptr(self.base.as_ptr().add(i & self.mask)) }.load(order)
+            }
+
+            /// Atomically stores word `i` (modulo the array's length).
+            #[inline(always)]
+            pub fn store(&self, i: usize, value: $t, order: Ordering) {
+                // SAFETY: as in `load`.
+                unsafe { <$atomic>::from_ptr(self.base.as_ptr().add(i & self.mask)) }
+                    .store(value, order)
+            }
+        }
+    };
+}
+dma_words!(u16, AtomicU16);
+dma_words!(u32, AtomicU32);
+dma_words!(u64, AtomicU64);
+
 impl DmaMemory {
     /// Allocates at least `len` zeroed bytes and maps them through `mapper`.
     ///
@@ -209,13 +256,42 @@ impl DmaMemory {
     #[inline(always)]
     fn word<T>(&self, offset: usize) -> *mut T {
         let size = std::mem::size_of::<T>();
+        // `len` is a whole number of pages (`allocate` rounds it up), so an aligned word of at
+        // most 8 bytes that starts inside ends inside: one compare bounds it, with no add that
+        // could wrap.
+        const { assert!(std::mem::size_of::<T>() <= 8) };
         assert!(
-            offset % size == 0 && offset.checked_add(size).is_some_and(|end| end <= self.len),
+            offset % size == 0 && offset < self.len,
             "DMA word access at {offset:#x} outside {} bytes",
             self.len
         );
         // SAFETY: the offset is inside the allocation (checked above).
         unsafe { self.ptr.as_ptr().add(offset).cast() }
+    }
+
+    /// The `n` words of type `T` (`u16`, `u32` or `u64`) from byte `offset`, as an array
+    /// checked once ([`DmaWords`]).
+    ///
+    /// # Panics
+    /// If `n` is not a power of two, `offset` is not aligned to the word, or the words do not
+    /// all lie inside the memory.
+    pub fn words<T>(&self, offset: usize, n: usize) -> DmaWords<'_, T> {
+        let size = std::mem::size_of::<T>();
+        assert!(
+            n.is_power_of_two()
+                && offset % size == 0
+                && n.checked_mul(size)
+                    .and_then(|b| b.checked_add(offset))
+                    .is_some_and(|end| end <= self.len),
+            "DMA word array of {n} x {size} bytes at {offset:#x} outside {} bytes, misaligned, or not a power of two",
+            self.len
+        );
+        DmaWords {
+            // SAFETY: `offset < len` (checked above), inside the allocation.
+            base: unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(offset)) }.cast(),
+            mask: n - 1,
+            _mem: std::marker::PhantomData,
+        }
     }
 
     /// Atomically loads the aligned 64-bit word at `offset`.
