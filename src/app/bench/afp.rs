@@ -11,18 +11,16 @@
 //! Deferred receive (the tag the kernel took delivered as metadata, or put back into the frame
 //! while copying: the seed's 0.6 %) and Hardware vs Software.
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::app::forward::{forward_burst, FwdStats};
-use crate::device::{Port, QueueError, RxQueue, TxQueue};
+use crate::device::QueueError;
 use crate::devices::null::{NullConfig, NullPort};
-use crate::devices::sim::pin_current_thread;
 use crate::devices::AnyPort;
 use crate::platform::dma::PoolConfig;
 use crate::{Error, Result};
 
+use super::generator::Generator;
 use super::plan::{Device, Placement, Traffic, Work};
 use super::rig::Rig;
 use super::work::{frame, l2_burst};
@@ -30,87 +28,6 @@ use super::BenchConfig;
 
 /// Frames per ring of the afp device's ports.
 const AFP_RING: u32 = 4096;
-
-/// A thread sending one frame into an af_packet port as fast as the kernel takes it, which
-/// can be paused (so that a drain times the receiver alone).
-pub(super) struct Generator {
-    stop: Arc<AtomicBool>,
-    /// Asked to pause, and paused (the thread's answer).
-    pause: Arc<(AtomicBool, AtomicBool)>,
-    thread: Option<std::thread::JoinHandle<Result<u64>>>,
-}
-
-impl Generator {
-    /// Starts sending `frame` through `port` (on CPU `cpu`, if given).
-    fn start(mut port: AnyPort, frame: Vec<u8>, cpu: Option<usize>) -> Result<Generator> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let pause = Arc::new((AtomicBool::new(false), AtomicBool::new(false)));
-        let (flag, hold) = (stop.clone(), pause.clone());
-        let thread = std::thread::spawn(move || -> Result<u64> {
-            if let Some(c) = cpu {
-                pin_current_thread(c)?;
-            }
-            let (rx, mut tx) = port.take_queues()?;
-            let pool = rx[0].pool().clone();
-            let mut batch = Vec::with_capacity(32);
-            let mut sent = 0u64;
-            while !flag.load(Relaxed) {
-                if hold.0.load(Relaxed) {
-                    hold.1.store(true, Relaxed);
-                    std::thread::sleep(Duration::from_micros(50));
-                    continue;
-                }
-                hold.1.store(false, Relaxed);
-                while batch.len() < 32 {
-                    let Some(mut p) = pool.alloc() else { break };
-                    p.set_data(&frame);
-                    batch.push(p);
-                }
-                sent += tx[0].tx_burst(&mut batch)? as u64;
-                if !batch.is_empty() {
-                    std::thread::yield_now();
-                }
-            }
-            Ok(sent)
-        });
-        Ok(Generator {
-            stop,
-            pause,
-            thread: Some(thread),
-        })
-    }
-
-    /// Pauses (true) or resumes sending; a pause waits (1 s at most) until the thread has
-    /// stopped, and 1 ms more for the frames it sent to arrive.
-    fn hold(&self, on: bool) -> Result<()> {
-        self.pause.0.store(on, Relaxed);
-        if !on {
-            return Ok(());
-        }
-        let deadline = Instant::now() + Duration::from_secs(1);
-        while !self.pause.1.load(Relaxed) {
-            if Instant::now() > deadline || self.thread.as_ref().is_none_or(|t| t.is_finished()) {
-                return Err(Error::Stalled {
-                    stage: "afp bench",
-                    what: "the generator thread to pause (it failed, or is not scheduled)",
-                    waited_ms: 1000,
-                });
-            }
-            std::thread::sleep(Duration::from_micros(100));
-        }
-        std::thread::sleep(Duration::from_millis(1));
-        Ok(())
-    }
-}
-
-impl Drop for Generator {
-    fn drop(&mut self) {
-        self.stop.store(true, Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
 
 impl Rig {
     /// An af_packet port on RECV of [`BenchConfig::afp_pair`], forwarding into a null port, with a

@@ -29,6 +29,7 @@
 //! The library never prints: the caller shows [`Progress`] and the results as it likes.
 
 mod afp;
+mod generator;
 pub mod irq;
 pub mod judge;
 mod measure;

@@ -36,7 +36,7 @@ use crate::platform::dma::PoolConfig;
 use crate::vlan::{RxMode, TxMode, VlanConfig, VlanControl, VlanRx, VlanTx};
 use crate::{Error, Result};
 
-use super::afp::Generator;
+use super::generator::Generator;
 use super::plan::{placement_name, Device, Placement, Traffic, Work};
 use super::work::{frame, source, timed, Clock};
 use super::BenchConfig;
