@@ -206,7 +206,7 @@ mod tests {
             "82576, 82599, virtio-net and the software 82599"
         );
         assert!(
-            no_registers().starts_with("null and af_packet ports"),
+            no_registers().starts_with("the software virtio-net device, null and af_packet ports"),
             "{}",
             no_registers()
         );

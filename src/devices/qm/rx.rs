@@ -128,7 +128,7 @@ impl<B: QmBus> QmRx<B> {
     ///
     /// One pass per result: its first word with an acquire load (a nonzero token means the
     /// device wrote it, and the rest is read after it), the FD's four words with one index
-    /// test (the storage half's bounds are checked once per burst), the packet built in the
+    /// test (the storage half is checked once per burst), the packet built in the
     /// batch; the take-backs ([`LentBuffers::take_backs`]) and the queue's counters are
     /// counted once per burst.
     fn harvest(&mut self, batch: &mut Vec<Packet>, limit: usize) {
@@ -137,8 +137,9 @@ impl<B: QmBus> QmRx<B> {
         let Some(storage) = self.storage.as_ref() else {
             return;
         };
-        // The pull's results, checked once: each result is then words `8 * next..`.
-        let results = storage.words64(a.base, self.pull * dq::SIZE / 8);
+        // The pull's storage half, checked once: each result is then words `8 * next..` (a
+        // power of two of them, so the index is masked, never tested again).
+        let results = storage.words::<u64>(a.base, HALF * dq::SIZE / 8);
         let mut back = self.lent.take_backs();
         let mut c = Counts::default();
         let start = batch.len();
@@ -158,7 +159,9 @@ impl<B: QmBus> QmRx<B> {
             if tok != a.tok || dq::verb(w0) & dq::VERB_MASK != dq::VERB_DQ {
                 c.stale += 1;
             } else if stat & dq::STAT_VALIDFRAME != 0 {
-                let fd = Fd::from_u64s(results.load_n(at + dq::FD / 8, Relaxed));
+                let fd = Fd::from_u64s(std::array::from_fn(|k| {
+                    results.load(at + dq::FD / 8 + k, Relaxed)
+                }));
                 if let Err(e) = take(&mut back, fd, batch, &mut c) {
                     refused(&self.shared.name, e, &mut c);
                 }

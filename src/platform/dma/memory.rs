@@ -303,28 +303,6 @@ impl DmaMemory {
         unsafe { AtomicU64::from_ptr(p) }.load(order)
     }
 
-    /// The `words` aligned 64-bit words from `offset` on, bounds-checked once here: a
-    /// descriptor area read every burst (a receive queue's pull results), whose accesses then
-    /// test only their index against `words`.
-    #[inline(always)]
-    pub fn words64(&self, offset: usize, words: usize) -> Words64<'_> {
-        assert!(
-            offset % 8 == 0
-                && (words.checked_mul(8))
-                    .and_then(|bytes| offset.checked_add(bytes))
-                    .is_some_and(|end| end <= self.len),
-            "DMA access to {words} words at {offset:#x} outside {} bytes",
-            self.len
-        );
-        Words64 {
-            // SAFETY: `offset <= len` (checked), so the pointer stays inside (or one past) the
-            // allocation.
-            base: unsafe { self.ptr.as_ptr().add(offset).cast() },
-            words,
-            _memory: std::marker::PhantomData,
-        }
-    }
-
     /// Atomically stores the aligned 64-bit word at `offset`.
     #[inline(always)]
     pub fn store_u64(&self, offset: usize, value: u64, order: Ordering) {
@@ -419,47 +397,6 @@ impl Drop for DmaMemory {
             tracing::error!(error = %e, "DMA memory leaked");
             std::mem::forget(map);
         }
-    }
-}
-
-/// A checked run of a [`DmaMemory`]'s 64-bit words ([`DmaMemory::words64`]): every access is
-/// atomic, as the memory's own accessors are, and tests only its index. No Rust reference to
-/// the words is made (the device writes them).
-#[derive(Clone, Copy)]
-pub struct Words64<'a> {
-    base: *mut u64,
-    words: usize,
-    _memory: std::marker::PhantomData<&'a DmaMemory>,
-}
-
-impl Words64<'_> {
-    /// Atomically loads word `i`.
-    #[inline(always)]
-    pub fn load(&self, i: usize, order: Ordering) -> u64 {
-        assert!(i < self.words, "word {i} of a run of {}", self.words);
-        // SAFETY: word `i` of the run, which `words64` checked to be aligned and inside the
-        // memory, alive while the borrow of it is; shared memory is only accessed atomically.
-        unsafe { AtomicU64::from_ptr(self.base.add(i)) }.load(order)
-    }
-
-    /// Atomically stores word `i`.
-    #[inline(always)]
-    pub fn store(&self, i: usize, value: u64, order: Ordering) {
-        assert!(i < self.words, "word {i} of a run of {}", self.words);
-        // SAFETY: as in `load`.
-        unsafe { AtomicU64::from_ptr(self.base.add(i)) }.store(value, order)
-    }
-
-    /// Atomically loads words `i..i + N`, each with `order`, after one test.
-    #[inline(always)]
-    pub fn load_n<const N: usize>(&self, i: usize, order: Ordering) -> [u64; N] {
-        assert!(
-            i < self.words && N <= self.words - i,
-            "words {i}..+{N} of a run of {}",
-            self.words
-        );
-        // SAFETY: as in `load`, for each of the `N` words tested above.
-        std::array::from_fn(|k| unsafe { AtomicU64::from_ptr(self.base.add(i + k)) }.load(order))
     }
 }
 
