@@ -614,6 +614,17 @@ mod tests {
         assert!(!e.contains("no hardware driver"), "{e}");
     }
 
+    /// Two wired ports of a pair: four frames sent out of `a` arrive at `b`.
+    fn crosses_the_wire(mut a: AnyPort, mut b: AnyPort) {
+        assert!(a.link().unwrap().up);
+        let (_rxa, mut txa) = a.take_queues().unwrap();
+        let (mut rxb, _txb) = b.take_queues().unwrap();
+        let mut batch = Vec::new();
+        assert_eq!(rxb[0].pool().alloc_bulk_len(4, 60, &mut batch), 4);
+        assert_eq!(txa[0].tx_burst(&mut batch).unwrap(), 4);
+        assert_eq!(rxb[0].rx_burst(&mut batch, 32).unwrap(), 4);
+    }
+
     #[test]
     fn sim_ports_open_by_name_and_are_wired() {
         let cfg = PortConfig {
@@ -628,16 +639,10 @@ mod tests {
             },
             ..PortConfig::default()
         };
-        let mut a = open("sim:40", &cfg).unwrap();
-        let mut b = open("sim:41", &cfg).unwrap();
+        let a = open("sim:40", &cfg).unwrap();
+        let b = open("sim:41", &cfg).unwrap();
         assert_eq!(a.info().driver, "ixgbe");
-        assert!(a.link().unwrap().up);
-        let (_rxa, mut txa) = a.take_queues().unwrap();
-        let (mut rxb, _txb) = b.take_queues().unwrap();
-        let mut batch = Vec::new();
-        assert_eq!(rxb[0].pool().alloc_bulk_len(4, 60, &mut batch), 4);
-        assert_eq!(txa[0].tx_burst(&mut batch).unwrap(), 4);
-        assert_eq!(rxb[0].rx_burst(&mut batch, 32).unwrap(), 4);
+        crosses_the_wire(a, b);
     }
 
     #[test]
@@ -654,16 +659,10 @@ mod tests {
             ..PortConfig::default()
         };
         assert_eq!("qm:7".parse::<PortName>().unwrap().to_string(), "qm:7");
-        let mut a = open("qm:40", &cfg).unwrap();
-        let mut b = open("qm:41", &cfg).unwrap();
+        let a = open("qm:40", &cfg).unwrap();
+        let b = open("qm:41", &cfg).unwrap();
         assert_eq!(a.info().driver, "qm");
-        assert!(a.link().unwrap().up);
-        let (_rxa, mut txa) = a.take_queues().unwrap();
-        let (mut rxb, _txb) = b.take_queues().unwrap();
-        let mut batch = Vec::new();
-        assert_eq!(rxb[0].pool().alloc_bulk_len(4, 60, &mut batch), 4);
-        assert_eq!(txa[0].tx_burst(&mut batch).unwrap(), 4);
-        assert_eq!(rxb[0].rx_burst(&mut batch, 32).unwrap(), 4);
+        crosses_the_wire(a, b);
         let e = open("qm:64", &cfg).err().unwrap().to_string();
         assert!(e.contains("qm port 64"), "{e}");
     }
@@ -686,16 +685,10 @@ mod tests {
             "virtio:3".parse::<PortName>().unwrap().to_string(),
             "virtio:3"
         );
-        let mut a = open("virtio:40", &cfg).unwrap();
-        let mut b = open("virtio:41", &cfg).unwrap();
+        let a = open("virtio:40", &cfg).unwrap();
+        let b = open("virtio:41", &cfg).unwrap();
         assert_eq!(a.info().driver, "virtio");
-        assert!(a.link().unwrap().up);
-        let (_rxa, mut txa) = a.take_queues().unwrap();
-        let (mut rxb, _txb) = b.take_queues().unwrap();
-        let mut batch = Vec::new();
-        assert_eq!(rxb[0].pool().alloc_bulk_len(4, 60, &mut batch), 4);
-        assert_eq!(txa[0].tx_burst(&mut batch).unwrap(), 4);
-        assert_eq!(rxb[0].rx_burst(&mut batch, 32).unwrap(), 4);
+        crosses_the_wire(a, b);
     }
 
     #[test]
