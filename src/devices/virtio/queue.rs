@@ -129,7 +129,7 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
     /// index read once, then the entries. While the device returns buffers in the order they
     /// were posted (QEMU does), the entries name consecutive descriptors and a run is harvested
     /// in one pass ([`RxSlots::harvest`]: each slot re-armed with a fresh buffer) and posted
-    /// again as a batch ([`SplitRing::requeue_run`]). An entry out of that order, or with a
+    /// again as a batch ([`RingState::requeue_run`](super::ring::RingState::requeue_run)). An entry out of that order, or with a
     /// length the buffer cannot have, ends the run and goes through the careful path of one
     /// entry; every entry is checked either way. One publish and at most one doorbell end the
     /// burst.
