@@ -283,10 +283,9 @@ impl Mmio for MmioRegion {
             words.len(),
             self.len
         );
-        // SAFETY: the assertion keeps `offset` aligned and the whole block inside the mapping;
-        // the mapping is alive while `self._owner` is (contract of `from_raw`); volatile
-        // because it is device memory. `offset <= len`, so the pointer stays in (or one past)
-        // the mapping even for an empty block.
+        // SAFETY: the assertion keeps `offset` aligned and the block inside (or, empty, one past)
+        // the mapping, alive while `self._owner` is (contract of `from_raw`); volatile: device
+        // memory.
         let base = unsafe { self.base.as_ptr().add(offset / 4) };
         for (i, w) in words.iter().enumerate() {
             // SAFETY: word `i` of the checked block (above).

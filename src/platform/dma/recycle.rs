@@ -336,12 +336,12 @@ fn with_cache<R>(f: impl FnOnce(&mut Cache) -> R) -> Option<R> {
         .flatten()
 }
 
+#[inline]
 /// Gives buffers back (`a`, then `b`): see [`give_with`].
 ///
 /// # Safety
 /// `p` names a pool whose buffers `a` and `b` are, owned by the caller and referenced by
 /// nothing else; they count as away from home, so the pool is alive during the call.
-#[inline]
 pub(super) unsafe fn give(p: PoolRef, a: &[u32], b: &[u32]) {
     // SAFETY: as the caller guarantees.
     unsafe {
@@ -352,6 +352,7 @@ pub(super) unsafe fn give(p: PoolRef, a: &[u32], b: &[u32]) {
     }
 }
 
+#[inline]
 /// Gives back the buffers whose offsets `fill` appends to the stack it is handed (at most
 /// `max`, for which room is made first): onto this thread's cache, or home when the cache is
 /// over its limit, when the pool has no handle left (so that its memory is freed as soon as
@@ -359,10 +360,8 @@ pub(super) unsafe fn give(p: PoolRef, a: &[u32], b: &[u32]) {
 /// thread-local look-up, and `fill`'s pass over the packets, with no atomic read-modify-write.
 ///
 /// # Safety
-/// `p` names a pool; every offset `fill` appends (at most `max`, at least one) is a buffer of
-/// it, owned by the caller and referenced by nothing else. They count as away from home, so
-/// the pool is alive during the call.
-#[inline]
+/// Each offset `fill` appends (at most `max`) is a buffer of pool `p` that the caller owns
+/// alone; being away from home, they keep the pool alive during the call.
 pub(super) unsafe fn give_with(p: PoolRef, max: usize, mut fill: impl FnMut(&mut Vec<u32>)) {
     // SAFETY: the buffers being given keep the pool allocated.
     let home = unsafe { p.home.as_ref() };
