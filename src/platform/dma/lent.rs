@@ -461,7 +461,14 @@ mod tests {
         );
         drop(batch.remove(0));
         // At most `max`, and `send` ends the run: the packet it refused stays.
-        assert_eq!(t.lend_run(&mut batch, 1, |_, _| true), 1);
+        let mut fourth = 0;
+        assert_eq!(
+            t.lend_run(&mut batch, 1, |a, _| {
+                fourth = a;
+                true
+            }),
+            1
+        );
         assert_eq!(t.lend_run(&mut batch, 8, |_, _| false), 0);
         assert_eq!((t.lent(), batch.len()), (4, 1));
         let mut back = t.take_backs();
@@ -475,6 +482,9 @@ mod tests {
         assert_eq!(t.lent(), 4, "a run of take-backs is counted when it ends");
         drop(back);
         assert_eq!(t.lent(), 1);
+        // The last one back too, so that the pool can go (a buffer still lent keeps it).
+        drop(t.take_back(fourth, 128, 0, Meta::default()).unwrap());
+        assert_eq!(t.lent(), 0);
     }
 
     #[test]
