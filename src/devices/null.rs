@@ -71,7 +71,6 @@ impl NullPort {
             "none held by a device",
             0,
             config.pool.buffers,
-            crate::platform::dma::slots::RX_RESERVE,
         )?;
         let max = config.pool.buf_size - config.pool.headroom;
         if config.frame_size == 0 || config.frame_size > max {

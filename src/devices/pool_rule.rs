@@ -10,21 +10,18 @@
 //! kernel's ring into pool buffers only as bursts ask) nothing, the null device nothing.
 
 use crate::error::{Error, Result};
+use crate::platform::dma::slots::RX_RESERVE;
 
 /// Buffers a receive pool needs beyond what the device holds: one burst (32), which can be in
 /// the application's hands while the device is given buffers again.
 pub const MIN_RX_SPARE: usize = 32;
 
 /// Refuses a receive pool of `buffers` buffers for a device that holds `held` of them
-/// (`what_is_held` says what: "rx_ring", "hw_buffers"), naming the numbers and the fix.
-/// `reserve` is the extra that avoids allocation failures on a busy queue, for the advice.
-pub fn check_rx_pool(
-    device: &str,
-    what_is_held: &str,
-    held: usize,
-    buffers: usize,
-    reserve: usize,
-) -> Result<()> {
+/// (`what_is_held` says what: "rx_ring", "hw_buffers"), naming the numbers and the fix (the
+/// advice: [`RX_RESERVE`] more than the device holds avoids allocation failures on a busy
+/// queue).
+pub fn check_rx_pool(device: &str, what_is_held: &str, held: usize, buffers: usize) -> Result<()> {
+    let reserve = RX_RESERVE;
     let need = held + MIN_RX_SPARE;
     if buffers < need {
         return Err(Error::InvalidConfig(format!(
@@ -40,8 +37,8 @@ mod tests {
 
     #[test]
     fn a_pool_one_burst_over_what_the_device_holds_is_enough() {
-        assert!(check_rx_pool("x", "rx_ring", 512, 544, 96).is_ok());
-        let e = check_rx_pool("igb", "rx_ring", 512, 543, 96)
+        assert!(check_rx_pool("x", "rx_ring", 512, 544).is_ok());
+        let e = check_rx_pool("igb", "rx_ring", 512, 543)
             .unwrap_err()
             .to_string();
         assert!(

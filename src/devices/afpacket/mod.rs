@@ -164,7 +164,6 @@ impl AfPacketPort {
             "none held by the kernel",
             0,
             config.pool.buffers,
-            crate::platform::dma::slots::RX_RESERVE,
         )?;
         let iface = packet::interface(ifname)?;
         if !iface.up {

@@ -202,13 +202,7 @@ pub(crate) fn check_rings_and_mtu(
             )));
         }
     }
-    crate::devices::pool_rule::check_rx_pool(
-        l.family,
-        "rx_ring",
-        rx_ring,
-        pool.buffers,
-        crate::platform::dma::slots::RX_RESERVE,
-    )?;
+    crate::devices::pool_rule::check_rx_pool(l.family, "rx_ring", rx_ring, pool.buffers)?;
     if !(68..=l.max_mtu).contains(&mtu) {
         return Err(Error::InvalidConfig(format!(
             "{}: MTU {mtu} must be between 68 and {}",

@@ -118,7 +118,6 @@ impl<B: QmBus> QmPort<B> {
             "hw_buffers",
             config.hw_buffers,
             config.pool.buffers,
-            crate::platform::dma::slots::RX_RESERVE,
         )?;
         let pool = Pool::new(config.pool, bus.dma_mapper())?;
         let mc = McPortal::new(bus.regs().clone(), name.clone());

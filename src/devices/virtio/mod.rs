@@ -173,7 +173,6 @@ impl VirtioConfig {
             "rx_ring",
             usize::from(self.rx_ring),
             self.pool.buffers,
-            crate::platform::dma::slots::RX_RESERVE,
         )?;
         if self.tx_ring < 2 {
             return Err(Error::InvalidConfig(
