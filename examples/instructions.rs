@@ -139,10 +139,7 @@ fn main() {
         mode: Mode::Inline,
         ..SimConfig::default()
     };
-    let mut src = Source::udp(MacAddr([0x02, 0, 0, 0, 0, 2]), size);
-    if tagged {
-        src = src.with_vlan(0x8100, 0xa064);
-    }
+    let src = source(size, tagged);
     let sa = SimPort::with_source(scfg.clone(), src);
     let sb = SimPort::with_source(
         scfg,
@@ -171,6 +168,17 @@ fn main() {
         |_| sb.counters().tx_frames,
     );
     out::exit("instructions", result);
+}
+
+/// A's traffic on every model: UDP frames of `size` bytes to 02:00:00:00:00:02, tagged
+/// 0x8100/0xa064 when `tagged`.
+fn source(size: usize, tagged: bool) -> Source {
+    let src = Source::udp(MacAddr([0x02, 0, 0, 0, 0, 2]), size);
+    if tagged {
+        src.with_vlan(0x8100, 0xa064)
+    } else {
+        src
+    }
 }
 
 /// Forwards A.rx -> B.tx in the given receive (A) and transmit (B) modes: a warm-up of
@@ -242,10 +250,7 @@ fn qm(
     })
     .expect("the model");
     let (da, db) = (soc.port(0).expect("A"), soc.port(1).expect("B"));
-    let mut src = Source::udp(MacAddr([0x02, 0, 0, 0, 0, 2]), 64);
-    if tagged {
-        src = src.with_vlan(0x8100, 0xa064);
-    }
+    let src = source(64, tagged);
     da.set_source(Some(src.frame()));
     let a = QmPort::open(da, QmConfig::default()).expect("open A");
     let b = QmPort::open(db.clone(), QmConfig::default()).expect("open B");
@@ -471,10 +476,7 @@ fn virtio(
     packets: u64,
 ) -> vfio_nic::Result<()> {
     let iommu = Arc::new(SoftIommu::new("instructions virtio"));
-    let mut src = Source::udp(MacAddr([0x02, 0, 0, 0, 0, 2]), 64);
-    if tagged {
-        src = src.with_vlan(0x8100, 0xa064);
-    }
+    let src = source(64, tagged);
     let da = VirtioModel::new(
         ModelConfig {
             source: Some(src),
