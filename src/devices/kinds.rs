@@ -97,13 +97,30 @@ pub fn prefixes() -> impl Iterator<Item = &'static str> {
     KINDS.iter().filter_map(|k| k.prefix)
 }
 
-/// "a, b, c and d".
-fn and_list(items: &[&str]) -> String {
+/// "a, b, c and d" (or "a, b, c or d" with `last_word` "or").
+fn list(items: &[&str], last_word: &str) -> String {
     match items {
         [] => String::new(),
         [one] => (*one).to_string(),
-        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+        [rest @ .., last] => format!("{} {last_word} {last}", rest.join(", ")),
     }
+}
+
+fn and_list(items: &[&str]) -> String {
+    list(items, "and")
+}
+
+fn or_list(items: &[&str]) -> String {
+    list(items, "or")
+}
+
+/// The syntax of every kind named by a prefix and passing `has`: "sim:N", "qm:N", ...
+fn named_syntaxes(has: impl Fn(&Kind) -> bool) -> Vec<&'static str> {
+    KINDS
+        .iter()
+        .filter(|k| has(k))
+        .filter_map(|k| k.prefix.map(|_| k.syntax))
+        .collect()
 }
 
 /// The kinds with `has`, by name: "82576, 82599, virtio-net and the software 82599".
@@ -134,30 +151,18 @@ pub fn ports_help() -> String {
 
 /// The port argument's help: every way of naming a port, in short.
 pub fn port_arg_help() -> String {
-    let named: Vec<&str> = KINDS
-        .iter()
-        .filter_map(|k| k.prefix.map(|_| k.syntax))
-        .collect();
-    format!("The port: a PCI address, or {}", or_list(&named))
+    format!(
+        "The port: a PCI address, or {}",
+        or_list(&named_syntaxes(|_| true))
+    )
 }
 
 /// The port argument's help of `regs` and `reg`: the kinds with registers of ours.
 pub fn register_port_help() -> String {
-    let named: Vec<&str> = KINDS
-        .iter()
-        .filter(|k| k.registers)
-        .filter_map(|k| k.prefix.map(|_| k.syntax))
-        .collect();
-    format!("The port: a PCI address, or {}", or_list(&named))
-}
-
-/// "a, b or c".
-fn or_list(items: &[&str]) -> String {
-    match items {
-        [] => String::new(),
-        [one] => (*one).to_string(),
-        [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
-    }
+    format!(
+        "The port: a PCI address, or {}",
+        or_list(&named_syntaxes(|k| k.registers))
+    )
 }
 
 /// Why a port of a kind without interrupts refuses them.
@@ -175,15 +180,10 @@ pub fn no_registers() -> String {
         .filter(|k| !k.registers)
         .filter_map(|k| k.prefix.map(|_| k.name))
         .collect();
-    let with: Vec<&str> = KINDS
-        .iter()
-        .filter(|k| k.registers)
-        .filter_map(|k| k.prefix.map(|_| k.syntax))
-        .collect();
     format!(
         "{} ports have no registers of ours; give a PCI address, {}",
         and_list(&without),
-        or_list(&with)
+        or_list(&named_syntaxes(|k| k.registers))
     )
 }
 
