@@ -185,7 +185,11 @@ impl<M: Mmio + 'static> VirtioPort<M> {
         transport.reset()?;
         let name = transport.name.clone();
         transport.add_status(status::ACKNOWLEDGE | status::DRIVER);
-        let features = feature::negotiate(transport.device_features(), &name)?;
+        let features = feature::negotiate(
+            transport.device_features(),
+            &name,
+            mapper.needs_physical_contiguity(),
+        )?;
         transport.set_driver_features(features);
         transport.add_status(status::FEATURES_OK);
         if transport.status() & status::FEATURES_OK == 0 {
