@@ -68,7 +68,8 @@ struct Cli {
     /// Allow VFIO's no-IOMMU mode for devices no IOMMU isolates (cloud VMs): the device can
     /// then read and write ALL memory of the machine. The kernel must allow it too
     /// (vfio.enable_unsafe_noiommu_mode=1).
-    #[arg(long, global = true, env = "VFIO_NIC_ALLOW_NOIOMMU")]
+    #[arg(long, global = true, env = "VFIO_NIC_ALLOW_NOIOMMU",
+          value_parser = clap::builder::BoolishValueParser::new())]
     allow_noiommu: bool,
     #[command(subcommand)]
     command: Command,

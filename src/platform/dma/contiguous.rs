@@ -338,6 +338,25 @@ fn free_huge_pages() -> String {
 mod tests {
     use super::*;
 
+    /// One huge page more than the machine has reserved can never be had: the refusal names
+    /// the fix, whatever the machine.
+    #[test]
+    fn more_huge_pages_than_reserved_is_a_typed_refusal() {
+        let total: usize =
+            std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages")
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0);
+        let len = (total + 1) * H;
+        let e = ContiguousRegion::allocate(len).unwrap_err();
+        assert!(
+            matches!(e, Error::HugePagesMissing { bytes, pages, .. } if bytes == len && pages == total + 1),
+            "{e:?}"
+        );
+        let m = e.to_string();
+        assert!(m.contains("nr_hugepages") && m.contains("physical"), "{m}");
+    }
+
     /// On a machine with huge pages and the right to read physical addresses (root), blocks of
     /// several huge pages come back physically contiguous; elsewhere the refusal is typed and
     /// says what to do.

@@ -211,15 +211,7 @@ impl Host {
         let path = self.dev_path(IOMMU_PATH);
         match OpenOptions::new().read(true).write(true).open(&path) {
             Ok(_) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                Err(Error::IommufdNotPermitted { path })
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Error::NotSupported {
-                device: path.display().to_string(),
-                what: "the iommufd backend".into(),
-                why: "there is no /dev/iommu: the kernel lacks CONFIG_IOMMUFD (Debian's kernels do) or its module is not loaded (`modprobe iommufd`); use --vfio-backend type1".into(),
-            }),
-            Err(e) => Err(Error::io(format!("opening {}", path.display()), e)),
+            Err(e) => Err(iommu_open_error(path, e)),
         }
     }
 
@@ -241,6 +233,19 @@ impl Host {
             addr: addr.to_string(),
             why,
         })
+    }
+}
+
+/// Why `/dev/iommu` (at `path`) did not open, as the error that says what to do.
+fn iommu_open_error(path: PathBuf, e: io::Error) -> Error {
+    match e.kind() {
+        io::ErrorKind::PermissionDenied => Error::IommufdNotPermitted { path },
+        io::ErrorKind::NotFound => Error::NotSupported {
+            device: path.display().to_string(),
+            what: "the iommufd backend".into(),
+            why: "there is no /dev/iommu: the kernel lacks CONFIG_IOMMUFD (Debian's kernels do) or its module is not loaded (`modprobe iommufd`); use --vfio-backend type1".into(),
+        },
+        _ => Error::io(format!("opening {}", path.display()), e),
     }
 }
 
@@ -642,13 +647,17 @@ mod tests {
         assert_eq!(f.choose(auto(), None).unwrap(), DmaBackend::Type1);
     }
 
+    /// The refusal as root cannot stage (root opens a mode-000 file), so the mapping from the
+    /// open's error is checked on its own too.
     #[test]
-    fn dev_iommu_refusal_message() {
-        let e = Error::IommufdNotPermitted {
-            path: "/dev/iommu".into(),
-        };
+    fn dev_iommu_refusals_say_what_to_do() {
+        let denied = io::Error::from(io::ErrorKind::PermissionDenied);
+        let e = iommu_open_error("/dev/iommu".into(), denied);
+        assert!(matches!(e, Error::IommufdNotPermitted { .. }), "{e:?}");
         assert!(e.to_string().contains("run as root"), "{e}");
         assert!(e.to_string().contains("--vfio-backend type1"), "{e}");
+        let missing = iommu_open_error("/dev/iommu".into(), io::ErrorKind::NotFound.into());
+        assert!(missing.to_string().contains("CONFIG_IOMMUFD"), "{missing}");
     }
 
     #[test]
