@@ -127,9 +127,6 @@ fn dma(name: &str) -> Result<Value> {
 }
 
 fn dma_text(v: &Value) -> String {
-    if v.is_null() {
-        return "none (not a VFIO device)".into();
-    }
     let others: Vec<String> = v["backends"]
         .as_object()
         .map(|m| {
@@ -220,7 +217,9 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
         v["pci_id"].as_str().unwrap_or("- (not a PCI device)")
     );
     outln!("mac         {}", info.mac);
-    outln!("dma         {}", dma_text(&v["dma"]));
+    if !v["dma"].is_null() {
+        outln!("dma         {}", dma_text(&v["dma"]));
+    }
     outln!(
         "link        {}",
         if link.up {
