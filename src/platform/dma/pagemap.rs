@@ -81,14 +81,7 @@ impl Pagemap {
 
     /// The raw entry of the 4 KiB page holding `vaddr`.
     pub fn entry(&self, vaddr: u64) -> Result<u64> {
-        let mut b = [0u8; 8];
-        let at = vaddr / ENTRY_PAGE * 8;
-        self.file
-            .read_exact_at(&mut b, at)
-            .map_err(|e| Error::PagemapUnreadable {
-                why: format!("reading {} at {at:#x}: {e}", self.path.display()),
-            })?;
-        Ok(u64::from_le_bytes(b))
+        Ok(self.entries(vaddr, 1)?[0])
     }
 
     /// The raw entries of the `n` 4 KiB pages from the one holding `vaddr` (one read).

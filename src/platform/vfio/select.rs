@@ -316,20 +316,12 @@ pub fn assess(host: &Host, addr: PciAddress, options: &VfioOptions) -> Assessmen
             })
             .and_then(|()| exists(host.dev_path(super::CONTAINER_PATH)))
             .and_then(|()| exists(host.dev_path(&format!("{}/{n}", super::GROUP_DIR)))),
-        GroupKind::NoIommu(n) => Err(not_for(
-            addr,
-            DmaBackend::Type1,
-            format!("no IOMMU translates for it (group {n} is a VFIO no-IOMMU group); only the noiommu backend can open it"),
-        )),
+        GroupKind::NoIommu(n) => Err(untranslated(addr, DmaBackend::Type1, n)),
         GroupKind::None => Err(no_group(host, addr)),
     };
     let iommufd = match group {
         GroupKind::Iommu(_) => host.cdev(addr).and_then(|_| host.check_iommufd()),
-        GroupKind::NoIommu(n) => Err(not_for(
-            addr,
-            DmaBackend::Iommufd,
-            format!("no IOMMU translates for it (group {n} is a VFIO no-IOMMU group); only the noiommu backend can open it"),
-        )),
+        GroupKind::NoIommu(n) => Err(untranslated(addr, DmaBackend::Iommufd, n)),
         GroupKind::None => Err(no_group(host, addr)),
     };
     let noiommu = match group {
@@ -357,6 +349,15 @@ pub fn assess(host: &Host, addr: PciAddress, options: &VfioOptions) -> Assessmen
         iommufd,
         noiommu,
     }
+}
+
+/// Why type1 or iommufd cannot open a device in no-IOMMU group `n`.
+fn untranslated(addr: PciAddress, backend: DmaBackend, n: u32) -> Error {
+    not_for(
+        addr,
+        backend,
+        format!("no IOMMU translates for it (group {n} is a VFIO no-IOMMU group); only the noiommu backend can open it"),
+    )
 }
 
 fn allowed(addr: PciAddress, options: &VfioOptions) -> Result<()> {
