@@ -19,7 +19,10 @@
 //! - Portals (`engine.rs`): the enqueue ring (32 entries, valid bit flipping on every wrap,
 //!   EQCR_PI doorbell, EQCR_CI written back at CENA 0x1840), pull dequeue into a storage
 //!   array in the driver's memory (results written through the software IOMMU, the first word
-//!   last), release through RAR and RCR_AM_RT, acquire through CR/RR.
+//!   last), release through RAR and RCR_AM_RT, acquire through CR/RR. A portal's doorbells
+//!   and triggers are refused (counted, [`QmDevice::uninitialised_uses`]) until the writes
+//!   that Linux's and DPDK's `qbman_swp_init` make after CFG have been made: RT to EQCR_PI
+//!   and RCR_PI, SDQCR = 0 (`region.rs`, `before_ready`).
 //! - BMan pools: a free list per DPBP; a frame that finds its pool empty is dropped and
 //!   counted (page 2, no-buffer discards). Frame queues with tail drop (in frames).
 //! - Receive: a buffer from the pool, the 64-byte annotation (parse-result word with the L2
@@ -411,6 +414,12 @@ impl QmDevice {
     /// The port is surprise-removed: every read returns all ones, writes are ignored.
     pub fn surprise_remove(&self) {
         self.soc.0.gone[self.d].store(true, Release);
+    }
+
+    /// Doorbells and triggers the model refused because their portal was not initialised
+    /// since its CFG write (EQCR_PI and RCR_PI to RT, SDQCR to 0).
+    pub fn uninitialised_uses(&self) -> u64 {
+        self.state().faults.uninitialised
     }
 
     /// Leaves software portal `p` "not clean": DQPI reads nonzero, as after a process that

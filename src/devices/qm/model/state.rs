@@ -135,6 +135,9 @@ pub struct DriverWords {
     pub cr: AtomicBool,
     /// Release slots whose command is waiting (threaded mode).
     pub rcr: AtomicU32,
+    /// The portal was initialised since its last CFG write ([`Portal::init`] complete): until
+    /// then its doorbells are refused.
+    pub ready: AtomicBool,
 }
 
 /// Written by the device, read by the driver.
@@ -168,7 +171,19 @@ pub struct Portal {
     pub iir: u32,
     pub isr: u32,
     pub dqpi: u32,
+    /// The initialisation writes seen since the last CFG write ([`INIT_EQCR`], [`INIT_RCR`],
+    /// [`INIT_SDQCR`]).
+    pub init: u32,
 }
+
+/// EQCR_PI was written with RT (the enqueue ring is read-triggered).
+pub const INIT_EQCR: u32 = 1;
+/// RCR_PI was written with RT (the release ring is read-triggered).
+pub const INIT_RCR: u32 = 2;
+/// SDQCR was written 0 (no static dequeue).
+pub const INIT_SDQCR: u32 = 4;
+/// Every initialisation write of a memory-backed portal (Linux and DPDK `qbman_swp_init`).
+pub const INIT_ALL: u32 = INIT_EQCR | INIT_RCR | INIT_SDQCR;
 
 impl Default for Portal {
     fn default() -> Portal {
@@ -181,6 +196,7 @@ impl Default for Portal {
             iir: 0,
             isr: 0,
             dqpi: 0,
+            init: 0,
         }
     }
 }
@@ -233,6 +249,8 @@ pub struct Faults {
     /// Release or enqueue commands the model could not act on (bad count, unknown pool or
     /// FQ, disabled pool).
     pub bad_commands: u64,
+    /// Doorbells and triggers of a portal not initialised since its CFG write (refused).
+    pub uninitialised: u64,
 }
 
 impl SocState {
