@@ -91,6 +91,17 @@ impl<M: Mmio> SwPortal<M> {
         SwPortal::attach(cena_, cinh, name)
     }
 
+    /// Takes over a portal for a port's teardown: as it stands ([`attach`](Self::attach)) when
+    /// it was configured (CFG reads nonzero: a queue of this program initialised it), else
+    /// initialised first ([`init`](Self::init): the port's queues were never taken, and a
+    /// portal used without its initialisation is not to be trusted).
+    pub fn take_over(cena: Arc<M>, cinh: Arc<M>, name: impl Into<String>) -> Result<SwPortal<M>> {
+        match cinh.read(r::CFG) {
+            0 => SwPortal::init(cena, cinh, name),
+            _ => SwPortal::attach(cena, cinh, name),
+        }
+    }
+
     /// Takes over a portal this program configured before (with [`init`](Self::init), which
     /// ends here), as it stands: where its enqueue ring is, read from EQCR_PI and EQCR_CI;
     /// its memory is not cleared, so commands written there and not yet acted on are kept (a
