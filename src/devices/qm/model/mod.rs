@@ -69,7 +69,13 @@ pub use crate::devices::worker::DeviceThread;
 use region::Kind;
 pub use region::QmRegion;
 pub use state::DpniCounters;
-use state::{Hot, SocState};
+/// The model-checking build's view of the doorbell words (tests/loom_qm.rs); not public
+/// otherwise.
+#[cfg(loom)]
+pub use state::Hot;
+#[cfg(not(loom))]
+use state::Hot;
+use state::SocState;
 
 use super::layout::cena;
 use super::mc::{McStatus, PORTAL_BYTES};
@@ -162,10 +168,7 @@ impl crate::devices::worker::Polled for Inner {
         // the same program) is in the pool when the frame arrives. Each word is read before
         // it is swapped, so that an idle portal's line is not written.
         for (p, h) in self.hot.iter().enumerate() {
-            if h.driver.rcr.load(Relaxed) == 0 {
-                continue;
-            }
-            let mut r = h.driver.rcr.swap(0, Acquire);
+            let mut r = h.take_releases();
             while r != 0 {
                 engine::release_slot(&mut s, &self.cena[p], h, r.trailing_zeros());
                 r &= r - 1;

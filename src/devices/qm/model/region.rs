@@ -51,7 +51,7 @@ impl QmRegion {
                 ci | state::Portal::eqcr_vb(ci)
             }
             EQCR_CI => h.device.ci.load(Acquire),
-            RAR => engine::rar(h),
+            RAR => h.rar(),
             _ => {
                 let s = self.soc.lock();
                 let port = &s.portals[p];
@@ -77,7 +77,7 @@ impl QmRegion {
             VDQCR_RT if v & RT != 0 => h.driver.vdq.store(true, Release),
             CR_RT if v & RT != 0 => h.driver.cr.store(true, Release),
             RCR_AM_RT..=RCR_AM_RT_END if v & RT != 0 => {
-                h.driver.rcr.fetch_or(1 << ((off - RCR_AM_RT) / 4), Release);
+                h.ring_release(((off - RCR_AM_RT) / 4) as u32);
             }
             _ => return false,
         }
