@@ -186,9 +186,9 @@ fn steps(ctx: &Ctx, mut a: AnyPort, two: bool) -> Result<String, String> {
     ))
 }
 
-/// Receive queues in the steered-wake test: queue q on vector q, so that both IVAR bytes of a
-/// register (the 82576: queues 0-7 in byte 0 of IVAR[q]; the 82599: odd queues in byte 2 of
-/// IVAR[q >> 1]) route a vector.
+/// Receive queues in the steered-wake test: queue q on vector q, so that queues 1 and 3 use
+/// the odd queues' IVAR entries (the 82599: byte 2 of `IVAR[q >> 1]`; the 82576: byte 0 of
+/// `IVAR[q]`, a register of their own).
 const STEERED_QUEUES: u16 = 4;
 
 /// A frame that RSS steers to queue 1, then one steered to queue 3, wakes exactly that queue's

@@ -150,7 +150,8 @@ impl SoftIommu {
     }
 }
 
-/// A batch of device accesses under one hold of the table's read lock ([`SoftIommu::view`]).
+/// A batch of device accesses under one hold of the table's read lock (`SoftIommu::view`:
+/// this crate's models only, as every device-side access).
 pub struct DmaView<'a> {
     iommu: &'a SoftIommu,
     inner: RwLockReadGuard<'a, Inner>,
