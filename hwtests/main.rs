@@ -138,6 +138,11 @@ const TESTS: &[Test] = &[
         60,
     ),
     test(
+        "interrupt_wakes_the_steered_queue",
+        irq_tests::interrupt_wakes_the_steered_queue,
+        90,
+    ),
+    test(
         "drop_mid_traffic_and_reopen",
         traffic::drop_mid_traffic_and_reopen,
         90,

@@ -247,6 +247,11 @@ pub enum Error {
     /// A configuration value out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+
+    /// A run stopped by its `stop` flag (Ctrl-C in the tool) before its end: what it did so far
+    /// is reported with it (the bench's rows measured).
+    #[error("{0}: interrupted (Ctrl-C) before the end")]
+    Interrupted(String),
 }
 
 impl Error {

@@ -47,8 +47,9 @@ pub struct SwPortal<M: Mmio> {
 }
 
 impl<M: Mmio> SwPortal<M> {
-    /// Takes the portal over: configures it, checks that it is clean, reads where its
-    /// enqueue ring stands and clears its memory.
+    /// Takes the portal over: configures it, initialises its rings' triggers and its static
+    /// dequeue (EQCR_PI and RCR_PI to RT, SDQCR to 0), checks that it is clean, reads where
+    /// its enqueue ring stands and clears its memory.
     pub fn init(cena_: Arc<M>, cinh: Arc<M>, name: impl Into<String>) -> Result<SwPortal<M>> {
         let name = name.into();
         let gone = || Error::DeviceGone {
@@ -66,6 +67,14 @@ impl<M: Mmio> SwPortal<M> {
             }
             _ => {}
         }
+        // Memory-backed mode: the enqueue and release rings' producer indices are read
+        // triggered (RT), and no channel is dequeued from (SDQCR 0, "or else the QMan HW will
+        // indicate an error"): Linux `qbman_swp_init` (drivers/soc/fsl/dpio/qbman-portal.c)
+        // and DPDK `qbman_swp_sys_init` (drivers/bus/fslmc/qbman/qbman_sys.h) write RT to
+        // EQCR_PI and RCR_PI right after CFG for QMan 5, and both `qbman_swp_init`s SDQCR = 0.
+        cinh.write(r::EQCR_PI, RT);
+        cinh.write(r::RCR_PI, RT);
+        cinh.write(r::SDQCR, 0);
         let dqpi = cinh.read(r::DQPI);
         if r::dqpi::PI.get(dqpi) != 0 {
             return Err(Error::DeviceState {
@@ -80,6 +89,17 @@ impl<M: Mmio> SwPortal<M> {
             cena_.write32(w, 0);
         }
         SwPortal::attach(cena_, cinh, name)
+    }
+
+    /// Takes over a portal for a port's teardown: as it stands ([`attach`](Self::attach)) when
+    /// it was configured (CFG reads nonzero: a queue of this program initialised it), else
+    /// initialised first ([`init`](Self::init): the port's queues were never taken, and a
+    /// portal used without its initialisation is not to be trusted).
+    pub fn take_over(cena: Arc<M>, cinh: Arc<M>, name: impl Into<String>) -> Result<SwPortal<M>> {
+        match cinh.read(r::CFG) {
+            0 => SwPortal::init(cena, cinh, name),
+            _ => SwPortal::attach(cena, cinh, name),
+        }
     }
 
     /// Takes over a portal this program configured before (with [`init`](Self::init), which

@@ -100,6 +100,18 @@ pub fn held(state: &[u32], epoch: u32, id: u32) -> bool {
 }
 
 /// One split virtqueue.
+///
+/// Its memory is the driver's and the device's alone: the driver copies its own area (control
+/// commands, headers) with plain copies while the device holds no chain of it, so no
+/// reference to the memory leaves the crate, where safe code could race those copies.
+///
+/// ```compile_fail,E0599
+/// use std::sync::Arc;
+/// use vfio_nic::devices::virtio::ring::SplitRing;
+/// use vfio_nic::platform::dma::IdentityMapper;
+/// let ring = SplitRing::new(8, 64, Arc::new(IdentityMapper)).unwrap();
+/// let _ = ring.memory(); // none: the ring's memory does not leave the crate
+/// ```
 pub struct SplitRing {
     mem: DmaMemory,
     layout: Layout,
@@ -226,18 +238,34 @@ impl SplitRing {
     }
 
     /// Copies `bytes` to byte `offset` of the driver area (which the device holds no chain of).
-    pub fn write_extra(&self, offset: usize, bytes: &[u8]) {
+    /// A plain copy ([`DmaMemory`]'s `write_bytes`), so crate-private: only this crate's
+    /// drivers, which write the area while no chain of it is published, may make it; safe code
+    /// elsewhere could race it against an atomic access through another `&SplitRing`.
+    ///
+    /// ```compile_fail,E0624
+    /// use std::sync::Arc;
+    /// use vfio_nic::devices::virtio::ring::SplitRing;
+    /// use vfio_nic::platform::dma::IdentityMapper;
+    /// let ring = SplitRing::new(8, 64, Arc::new(IdentityMapper)).unwrap();
+    /// ring.write_extra(0, &[0; 12]); // private: a plain copy into device-visible memory
+    /// ```
+    pub(crate) fn write_extra(&self, offset: usize, bytes: &[u8]) {
         self.mem.write_bytes(self.layout.extra + offset, bytes);
     }
 
-    /// Copies bytes from byte `offset` of the driver area.
-    pub fn read_extra(&self, offset: usize, out: &mut [u8]) {
+    /// Copies bytes from byte `offset` of the driver area (crate-private, as
+    /// [`write_extra`](Self::write_extra)).
+    ///
+    /// ```compile_fail,E0624
+    /// use std::sync::Arc;
+    /// use vfio_nic::devices::virtio::ring::SplitRing;
+    /// use vfio_nic::platform::dma::IdentityMapper;
+    /// let ring = SplitRing::new(8, 64, Arc::new(IdentityMapper)).unwrap();
+    /// let mut ack = [0u8; 1];
+    /// ring.read_extra(0, &mut ack); // private: a plain copy out of device-writable memory
+    /// ```
+    pub(crate) fn read_extra(&self, offset: usize, out: &mut [u8]) {
         self.mem.read_bytes(self.layout.extra + offset, out);
-    }
-
-    /// The ring's memory (the device side of the host tests reads and writes it too).
-    pub fn memory(&self) -> &DmaMemory {
-        &self.mem
     }
 
     /// Chains the device holds.
@@ -670,7 +698,7 @@ pub(crate) mod model {
         }
 
         pub fn desc(ring: &SplitRing, id: u16) -> Desc {
-            let m = ring.memory();
+            let m = &ring.mem;
             let at = 16 * usize::from(id);
             let w = m.load_u32(at + 12, Ordering::Relaxed);
             Desc {
@@ -684,7 +712,7 @@ pub(crate) mod model {
         /// The next available chain (its head and descriptors), if the driver published one.
         pub fn pop(&mut self, ring: &SplitRing) -> Option<(u16, Vec<Desc>)> {
             let l = ring.layout();
-            let m = ring.memory();
+            let m = &ring.mem;
             let idx = m.load_u16(l.avail + 2, Ordering::Acquire);
             if idx == self.last_avail {
                 return None;
@@ -704,27 +732,26 @@ pub(crate) mod model {
         pub fn push(&mut self, ring: &SplitRing, id: u32, len: u32) {
             let l = ring.layout();
             let at = l.used + 4 + 8 * usize::from(self.used_idx & (l.size - 1));
-            ring.memory().store_u32(at, id, Ordering::Relaxed);
-            ring.memory().store_u32(at + 4, len, Ordering::Relaxed);
+            ring.mem.store_u32(at, id, Ordering::Relaxed);
+            ring.mem.store_u32(at + 4, len, Ordering::Relaxed);
             self.used_idx = self.used_idx.wrapping_add(1);
         }
 
         /// Publishes the used entries written.
         pub fn publish(&self, ring: &SplitRing) {
-            ring.memory()
+            ring.mem
                 .store_u16(ring.layout().used + 2, self.used_idx, Ordering::Release);
         }
 
         /// Sets the used ring's flags (USED_F_NO_NOTIFY).
         pub fn set_flags(ring: &SplitRing, flags: u16) {
-            ring.memory()
+            ring.mem
                 .store_u16(ring.layout().used, flags, Ordering::Relaxed);
         }
 
         /// The available ring's flags.
         pub fn avail_flags(ring: &SplitRing) -> u16 {
-            ring.memory()
-                .load_u16(ring.layout().avail, Ordering::Relaxed)
+            ring.mem.load_u16(ring.layout().avail, Ordering::Relaxed)
         }
     }
 }
