@@ -102,9 +102,12 @@ pub mod feature {
         }
     }
 
-    /// The features to accept of those `offered`: VERSION_1 and ACCESS_PLATFORM are
-    /// required; the control classes only come with the control queue.
-    pub fn negotiate(offered: u64, device: &str) -> Result<u64> {
+    /// The features to accept of those `offered`: VERSION_1 is required, and so is
+    /// ACCESS_PLATFORM unless the device's DMA goes to physical addresses (`physical_dma`: VFIO's
+    /// no-IOMMU mode, where a device without it, as a VM without an IOMMU offers, is what we
+    /// want; offered, it is accepted there too); the control classes only come with the control
+    /// queue.
+    pub fn negotiate(offered: u64, device: &str, physical_dma: bool) -> Result<u64> {
         let refuse = |what: &str, why: &str| Error::NotSupported {
             device: device.into(),
             what: what.into(),
@@ -116,10 +119,10 @@ pub mod feature {
                 "it does not offer VIRTIO_F_VERSION_1: a legacy (virtio 0.9) device, which vfio-nic does not drive; give QEMU `disable-legacy=on` (or use a virtio 1.x device)",
             ));
         }
-        if offered & ACCESS_PLATFORM == 0 {
+        if offered & ACCESS_PLATFORM == 0 && !physical_dma {
             return Err(refuse(
                 "this virtio device",
-                "it does not offer VIRTIO_F_ACCESS_PLATFORM, so its DMA would bypass the IOMMU and use guest-physical addresses, which a VFIO process does not have; give QEMU `iommu_platform=on` on the device (with an IOMMU such as intel-iommu)",
+                "it does not offer VIRTIO_F_ACCESS_PLATFORM, so its DMA would bypass the IOMMU and use guest-physical addresses, which a VFIO process behind an IOMMU does not have; give QEMU `iommu_platform=on` on the device (with an IOMMU such as intel-iommu), or on a machine without an IOMMU open it in VFIO's no-IOMMU mode (--vfio-backend noiommu --allow-noiommu)",
             ));
         }
         let mut f = offered & WANTED;
@@ -190,5 +193,28 @@ impl VirtioConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// Issue 38: a device without VIRTIO_F_ACCESS_PLATFORM (what a VM without an IOMMU offers) is
+/// driven in no-IOMMU mode only.
+#[cfg(test)]
+mod access_platform_tests {
+    use super::feature::{negotiate, ACCESS_PLATFORM, MAC, VERSION_1};
+
+    #[test]
+    fn access_platform_is_required_behind_an_iommu_only() {
+        let bare = VERSION_1 | MAC;
+        let e = negotiate(bare, "0000:01:00.0", false).unwrap_err();
+        let m = e.to_string();
+        assert!(
+            m.contains("iommu_platform=on") && m.contains("--allow-noiommu"),
+            "{m}"
+        );
+        assert_eq!(negotiate(bare, "0000:01:00.0", true).unwrap(), bare);
+        // Offered, it is accepted with physical addresses too (the platform's DMA is identity).
+        let with = bare | ACCESS_PLATFORM;
+        assert_eq!(negotiate(with, "0000:01:00.0", true).unwrap(), with);
+        assert_eq!(negotiate(with, "0000:01:00.0", false).unwrap(), with);
     }
 }

@@ -189,15 +189,17 @@ impl<M: Mmio + 'static> VirtioPort<M> {
         // `virtio_dev_probe` writes them: the device may look at each.
         transport.add_status(status::ACKNOWLEDGE);
         transport.add_status(status::DRIVER);
-        let mut features = match feature::negotiate(transport.device_features(), &name) {
-            Ok(f) => f,
-            Err(e) => {
-                // The driver gives up on this device (3.1.1: "the driver SHOULD set the FAILED
-                // status bit"; Linux `virtio_dev_probe` does on a failed probe).
-                transport.add_status(status::FAILED);
-                return Err(e);
-            }
-        };
+        let offered = transport.device_features();
+        let mut features =
+            match feature::negotiate(offered, &name, mapper.needs_physical_contiguity()) {
+                Ok(f) => f,
+                Err(e) => {
+                    // The driver gives up on this device (3.1.1: "the driver SHOULD set the FAILED
+                    // status bit"; Linux `virtio_dev_probe` does on a failed probe).
+                    transport.add_status(status::FAILED);
+                    return Err(e);
+                }
+            };
         if !cfg.vlan_filter {
             // No device VLAN table unless a filter is asked for (`VirtioConfig::vlan_filter`).
             features &= !feature::CTRL_VLAN;

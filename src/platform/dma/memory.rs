@@ -21,6 +21,8 @@ use std::sync::Arc;
 
 use memmap2::{MmapMut, MmapOptions};
 
+use super::contiguous::ContiguousRegion;
+
 use crate::error::{Error, Result};
 
 /// Size of a huge page on x86-64.
@@ -53,6 +55,14 @@ pub trait DmaMapper: Send + Sync + fmt::Debug {
     /// [`IdentityMapper`] is the same one (host virtual addresses).
     fn domain(&self) -> usize {
         self as *const Self as *const () as usize
+    }
+
+    /// Whether the device sees physical addresses, so that every block mapped through this
+    /// mapper must be physically contiguous (VFIO's no-IOMMU mode): [`DmaMemory::allocate`]
+    /// then assembles it from huge pages (`dma::contiguous`). False for every mapper that
+    /// translates (an IOMMU, a software IOMMU, the identity mapper).
+    fn needs_physical_contiguity(&self) -> bool {
+        false
     }
 }
 
@@ -92,7 +102,15 @@ pub struct DmaMemory {
     mapper: Arc<dyn DmaMapper>,
     // Owns the pages; never dereferenced as a slice (that would create a reference to memory the
     // device writes). Dropped after a successful `unmap` in `Drop`, leaked after a failed one.
-    map: Option<MmapMut>,
+    map: Option<Backing>,
+}
+
+/// The pages behind a [`DmaMemory`]: any pages (a mapper that translates), or a physically
+/// contiguous block (a device that sees physical addresses).
+#[derive(Debug)]
+enum Backing {
+    Pages(MmapMut),
+    Contiguous(ContiguousRegion),
 }
 
 // SAFETY: DmaMemory owns its mapping exclusively; every access that code outside this crate can
@@ -175,6 +193,11 @@ impl DmaMemory {
                 reason: "zero-length allocation".into(),
             });
         }
+        if mapper.needs_physical_contiguity() {
+            let region = ContiguousRegion::allocate(len)?;
+            let (ptr, huge) = (region.as_ptr(), region.is_huge());
+            return Self::map_through(Backing::Contiguous(region), ptr, huge, mapper);
+        }
         let huge_len = len.div_ceil(HUGE_PAGE) * HUGE_PAGE;
         let (mut map, huge, len) = match MmapOptions::new()
             .len(huge_len)
@@ -211,8 +234,24 @@ impl DmaMemory {
                 (m, false, len)
             }
         };
-        let ptr = NonNull::new(map.as_mut_ptr()).expect("mmap returned null");
-        // SAFETY: `ptr..ptr+len` is the fresh page-aligned anonymous mapping owned by `map`, which
+        debug_assert_eq!(map.len(), len);
+        let ptr = map.as_mut_ptr();
+        Self::map_through(Backing::Pages(map), ptr, huge, mapper)
+    }
+
+    /// Maps the fresh pages `backing` (starting at `ptr`) through `mapper`.
+    fn map_through(
+        backing: Backing,
+        ptr: *mut u8,
+        huge: bool,
+        mapper: Arc<dyn DmaMapper>,
+    ) -> Result<Self> {
+        let len = match &backing {
+            Backing::Pages(m) => m.len(),
+            Backing::Contiguous(r) => r.len(),
+        };
+        let ptr = NonNull::new(ptr).expect("mmap returned null");
+        // SAFETY: `ptr..ptr+len` is the fresh page-aligned mapping owned by `backing`, which
         // lives in the returned DmaMemory until after `Drop` has called `unmap`.
         let iova = unsafe { mapper.map(ptr.as_ptr(), len)? };
         tracing::debug!(len, huge, iova = format_args!("{iova:#x}"), mapper = %mapper.describe(), "DMA memory mapped");
@@ -222,7 +261,7 @@ impl DmaMemory {
             iova,
             huge,
             mapper,
-            map: Some(map),
+            map: Some(backing),
         })
     }
 
