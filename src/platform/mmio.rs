@@ -11,7 +11,12 @@
 
 use std::any::Any;
 use std::ptr::NonNull;
-use std::sync::atomic::{fence, Ordering};
+// The model-checking build (`--cfg loom`) fences with loom's fence, which its model sees.
+#[cfg(loom)]
+use loom::sync::atomic::fence;
+#[cfg(not(loom))]
+use std::sync::atomic::fence;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

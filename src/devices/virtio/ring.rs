@@ -21,6 +21,10 @@
 //! `VIRTQ_AVAIL_F_NO_INTERRUPT` (it polls), and skips the doorbell while the device sets
 //! `VIRTQ_USED_F_NO_NOTIFY`.
 
+// The model-checking build (`--cfg loom`) fences with loom's fence, which its model sees.
+#[cfg(loom)]
+use loom::sync::atomic::fence;
+#[cfg(not(loom))]
 use std::sync::atomic::fence;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::Arc;
@@ -188,6 +192,16 @@ impl SplitRing {
         check_size(size, "virtqueue")?;
         let layout = Layout::new(size, extra);
         let mem = DmaMemory::allocate(layout.total, mapper)?;
+        // The model-checking build: the words the device shares (the descriptor table, the
+        // available and used rings) and the driver's area, which it copies plainly.
+        #[cfg(loom)]
+        {
+            let n = usize::from(size);
+            mem.loom_words(0, 16 * n);
+            mem.loom_words(layout.avail, 6 + 2 * n);
+            mem.loom_words(layout.used, 6 + 8 * n);
+            mem.loom_bytes(layout.extra, extra);
+        }
         mem.store_u16(layout.avail, AVAIL_F_NO_INTERRUPT, Relaxed);
         Ok(SplitRing {
             mem,

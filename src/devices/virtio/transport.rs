@@ -11,7 +11,12 @@
 //! a fake device's registers (`devices/virtio/tests.rs`: one that refuses FEATURES_OK, offers a
 //! queue of 0 or 100 descriptors, ...), which accept only natural-width accesses.
 
-use std::sync::atomic::{fence, Ordering};
+// The model-checking build (`--cfg loom`) fences with loom's fence, which its model sees.
+#[cfg(loom)]
+use loom::sync::atomic::fence;
+#[cfg(not(loom))]
+use std::sync::atomic::fence;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -72,10 +72,14 @@ impl QmRegion {
     /// A doorbell or read trigger in threaded mode: noted for the device thread.
     fn trigger(&self, p: usize, off: usize, v: u32) -> bool {
         let h = &self.soc.hot[p];
+        // A doorbell's store orders nothing by itself, as a register write to a real portal
+        // does not: the driver's barrier in front of it (`Mmio::doorbell`) orders the entries
+        // and commands before it, and the device thread's acquire of the word synchronises with
+        // that barrier. (So the loom models, `loom_tests.rs`, check the driver's barrier.)
         match off {
-            EQCR_PI => h.driver.pi.store(v & (2 * EQCR_SIZE - 1), Release),
-            VDQCR_RT if v & RT != 0 => h.driver.vdq.store(true, Release),
-            CR_RT if v & RT != 0 => h.driver.cr.store(true, Release),
+            EQCR_PI => h.driver.pi.store(v & (2 * EQCR_SIZE - 1), Relaxed),
+            VDQCR_RT if v & RT != 0 => h.driver.vdq.store(true, Relaxed),
+            CR_RT if v & RT != 0 => h.driver.cr.store(true, Relaxed),
             RCR_AM_RT..=RCR_AM_RT_END if v & RT != 0 => {
                 h.ring_release(((off - RCR_AM_RT) / 4) as u32);
             }
