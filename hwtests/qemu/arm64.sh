@@ -187,8 +187,9 @@ arm64_build() {
     if [ -n "${VFIO_NIC_ARM64_BIN_DIR:-}" ]; then
         ARM64_BIN=$VFIO_NIC_ARM64_BIN_DIR
     else
-        # At a lower priority: a guest may be running beside it.
-        nice -n 10 "$REPO/scripts/arm64" build >"$1/arm64-build.log" 2>&1 ||
+        # At a lower priority (scripts/test-all's arm64 stage's, which runs the same build): a
+        # guest may be running beside it.
+        nice -n 5 "$REPO/scripts/arm64" build >"$1/arm64-build.log" 2>&1 ||
             { tail -n 20 "$1/arm64-build.log" >&2; die "scripts/arm64 build failed (log: $1/arm64-build.log)"; }
         ARM64_BIN=$REPO/target/arm64
     fi
