@@ -439,7 +439,7 @@ pub fn cli_respond_and_capture_kernel_peer(ctx: &Ctx) -> Outcome {
     result
 }
 
-/// Clock ticks a second in /proc/PID/stat's times: USER_HZ, 100 on every x86-64 Linux.
+/// Clock ticks a second in /proc/PID/stat's times: USER_HZ, 100 on x86-64 and arm64 Linux alike.
 const USER_HZ: f64 = 100.0;
 /// How long the idle responder is watched.
 const IDLE_WATCH: Duration = Duration::from_secs(5);

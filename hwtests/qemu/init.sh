@@ -5,7 +5,7 @@
 # chosen layout says, runs the test suite once, reports on the serial console with marker lines
 # that the host parses, and powers the machine off. Nothing here may depend on the host beyond
 # the initramfs: configuration comes from /etc/hwtests.env, written by the host-side runner:
-#   HWT_LAYOUT        vfio | kernel-peer | shared-group | virtio
+#   HWT_LAYOUT        vfio | kernel-peer | shared-group | virtio | arm64
 #   HWT_VFIO_PORTS    BDFs to bind to vfio-pci (space separated), or "auto": every 82576
 #                     found (then VFIO_NIC_PORTS is exported here)
 #   HWT_PEER_PORT     BDF to leave to a Linux driver (kernel-peer, virtio)
@@ -157,9 +157,14 @@ echo "@@HWT suite-exit $status"
 #   DMAR: DRHD: handling fault status reg 2
 #   DMAR: [DMA Read NO_PASID] Request device [01:00.0] fault addr 0x1000 [fault reason 0x06] PTE Read access is not set
 #   DMAR: [INTR-REMAP] Request device [01:00.0] fault index 0x0 [fault reason 0x25] ...
+# and arm-smmu-v3 (the arm64 layout; Linux 6.12 arm_smmu_evtq_thread) an event line per fault
+# (rate-limited, the first always printed), followed by its raw words, counted once,
+#   arm-smmu-v3 arm-smmu-v3.0.auto: event 0x10 received:
+# or "EVTQ overflow detected -- events lost", or (arm_smmu_gerror_handler) "unexpected global
+# error reported".
 echo "@@HWT dmar-begin"
 dmesg > /tmp/dmesg.txt
-grep -E 'DMAR.*([Ff]ault|PTE (Read|Write) access|INTR-REMAP)|dmar_fault|DMAR-IR:.*[Ff]ault' /tmp/dmesg.txt > /tmp/faults.txt
+grep -E 'DMAR.*([Ff]ault|PTE (Read|Write) access|INTR-REMAP)|dmar_fault|DMAR-IR:.*[Ff]ault|arm-smmu-v3.*(event 0x[0-9a-f]+ received|EVTQ overflow|global error)' /tmp/dmesg.txt > /tmp/faults.txt
 cat /tmp/faults.txt
 echo "@@HWT dmar-faults $(wc -l < /tmp/faults.txt)"
 

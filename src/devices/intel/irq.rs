@@ -108,7 +108,9 @@ impl QueueIrq {
         self.irq.take()?;
         m.write(self.regs.eicr, self.bit);
         m.write(self.regs.eims, self.bit);
-        m.read(self.regs.flush);
+        // Linux's `readl`: the read, then `dma_rmb`, so the caller's look at the ring is not
+        // satisfied before it (on arm64 a load of DMA memory may otherwise pass the MMIO read).
+        m.read_ordered(self.regs.flush);
         Ok(())
     }
 

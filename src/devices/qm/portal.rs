@@ -8,14 +8,20 @@
 //!
 //! Ordering: entries and commands are written as plain 32-bit stores to the CENA area (an
 //! enqueue entry as one block, the other commands' verb word last); the doorbell or read
-//! trigger goes through [`Mmio::doorbell`], whose release fence orders every earlier store
-//! before it (DPDK's `dma_wmb()` before the CINH write).
+//! trigger goes through [`Mmio::doorbell`], whose [`dma_wmb`](crate::platform::barrier::dma_wmb)
+//! orders every earlier store before it (DPDK's `dma_wmb()` before the CINH write); a
+//! management response is read after its valid bit was seen and [`dma_rmb`]. On real DPAA2
+//! silicon the CENA area is cacheable memory the portal stashes into, and Linux and DPDK
+//! flush and prefetch its cache lines around these accesses (`dccvac`, `dcivac`); the model's
+//! CENA is an [`Mmio`] window, so this driver has no cache operations, and a port to a
+//! real portal needs them beside the barriers.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::layout::{acquire, cena, eq, pull, release, Fd, BUFS_PER_CMD, EQCR_SIZE, RT, VALID_BIT};
 use crate::error::{Error, Result};
+use crate::platform::barrier::dma_rmb;
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::qbman as r;
 
@@ -159,7 +165,7 @@ impl<M: Mmio> SwPortal<M> {
     /// the command words (the target FQID at byte 8, the rest zero) and the FD from byte 32.
     /// In memory-backed mode the portal reads no entry beyond the producer index it was told,
     /// so the order of the words within the entry does not matter; the EQCR_PI doorbell's
-    /// release fence orders them all before it (DPDK's `qbman_swp_enqueue_multiple_mem_back`
+    /// `dma_wmb` orders them all before it (DPDK's `qbman_swp_enqueue_multiple_mem_back`
     /// copies words 1-15 and then the verb, with no barrier between them, before its
     /// `dma_wmb()` and the EQCR_PI write).
     #[inline]
@@ -177,8 +183,11 @@ impl<M: Mmio> SwPortal<M> {
         self.available -= 1;
     }
 
-    /// The EQCR_PI doorbell: RT, the producer index and the valid bit of the next entry.
-    #[inline]
+    /// The EQCR_PI doorbell: RT, the producer index and the valid bit of the next entry, after
+    /// `dma_wmb` ([`Mmio::doorbell`]). Out of line on arm64 only, so that `scripts/arm64
+    /// barriers` finds it in the disassembly; inlined where the compiler likes elsewhere.
+    #[cfg_attr(target_arch = "aarch64", inline(never))]
+    #[cfg_attr(not(target_arch = "aarch64"), inline)]
     pub fn eq_doorbell(&self) {
         self.cinh
             .doorbell(r::EQCR_PI.offset(), RT | self.pi | self.vb);
@@ -239,8 +248,9 @@ impl<M: Mmio> SwPortal<M> {
                 });
             }
             if w0 & VALID_BIT == self.mr_vb && w0 & 0x7f != 0 {
-                // Ownership seen: the rest of the response is read after it.
-                std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+                // Ownership seen: the rest of the response is read after it (`dma_rmb`, as
+                // after any valid bit).
+                dma_rmb();
                 break w0;
             }
             if Instant::now() > deadline {

@@ -69,12 +69,17 @@ pub mod feature {
     pub const ACCESS_PLATFORM: u64 = 1 << 33;
     /// VIRTIO_F_RING_PACKED: packed virtqueues (not taken: split).
     pub const RING_PACKED: u64 = 1 << 34;
+    /// VIRTIO_F_ORDER_PLATFORM: the device is ordered as the platform's devices are (hardware,
+    /// or reached as such), so the rings use the platform's DMA barriers instead of the SMP
+    /// ones (virtio 1.2, 6.1: "A driver SHOULD accept VIRTIO_F_ORDER_PLATFORM if it is offered";
+    /// Linux `__vring_new_virtqueue` then clears `weak_barriers`). Taken when offered.
+    pub const ORDER_PLATFORM: u64 = 1 << 36;
 
     /// What the driver takes when offered.
     pub const WANTED: u64 =
-        VERSION_1 | ACCESS_PLATFORM | MAC | STATUS | CTRL_VQ | CTRL_RX | CTRL_VLAN;
+        VERSION_1 | ACCESS_PLATFORM | ORDER_PLATFORM | MAC | STATUS | CTRL_VQ | CTRL_RX | CTRL_VLAN;
 
-    const NAMES: [(u64, &str); 11] = [
+    const NAMES: [(u64, &str); 12] = [
         (MTU, "MTU"),
         (MAC, "MAC"),
         (MRG_RXBUF, "MRG_RXBUF"),
@@ -86,6 +91,7 @@ pub mod feature {
         (VERSION_1, "VERSION_1"),
         (ACCESS_PLATFORM, "ACCESS_PLATFORM"),
         (RING_PACKED, "RING_PACKED"),
+        (ORDER_PLATFORM, "ORDER_PLATFORM"),
     ];
 
     /// The names of the known bits of `f` (`VERSION_1|MAC|...`).

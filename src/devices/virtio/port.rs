@@ -162,7 +162,7 @@ impl<M: Mmio + 'static> VirtioPort<M> {
     /// Brings a device up over `transport` (reset, features, queues, DRIVER_OK, receive mode);
     /// in interrupt mode (`cfg.interrupts`) the receive queue takes vector 0 of `irqs`.
     pub fn bring_up(
-        transport: Transport<M>,
+        mut transport: Transport<M>,
         pci: Option<VfioDevice>,
         irqs: Option<InterruptSet>,
         mapper: Arc<dyn DmaMapper>,

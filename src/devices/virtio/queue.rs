@@ -87,7 +87,7 @@ impl<M: Mmio> VirtioRx<M> {
         irq: Option<Interrupt>,
     ) -> Result<Self> {
         let mapper = pool.mapper().clone();
-        let ring = SplitRing::new(size, 0, mapper)?;
+        let mut ring = SplitRing::new(size, 0, mapper)?;
         let slots = RxSlots::new(pool, usize::from(size))?;
         let desc_len = u32::from(slots.max_len()) + NET_HDR_LEN as u32;
         if desc_len < MIN_RX_BUFFER {
@@ -96,7 +96,7 @@ impl<M: Mmio> VirtioRx<M> {
             )));
         }
         let vector = irq.as_ref().map_or(NO_VECTOR, Interrupt::vector);
-        let bell = shared.transport.setup_queue(q, &ring, vector)?;
+        let bell = shared.transport.setup_queue(q, &mut ring, vector)?;
         let mut rx = VirtioRx {
             parts: Some(RxParts { ring, slots }),
             bell,
@@ -315,7 +315,7 @@ impl<M: Mmio> VirtioTx<M> {
                 "a transmit queue of {size} descriptors; it takes two per frame"
             )));
         }
-        let ring = SplitRing::new(size, 64, mapper.clone())?;
+        let mut ring = SplitRing::new(size, 64, mapper.clone())?;
         ring.write_extra(0, &[0u8; NET_HDR_LEN]);
         let n = size / 2;
         for k in 0..n {
@@ -328,7 +328,7 @@ impl<M: Mmio> VirtioTx<M> {
             );
             ring.set_desc(2 * k + 1, 0, 0, 0, 0);
         }
-        let bell = shared.transport.setup_queue(q, &ring, NO_VECTOR)?;
+        let bell = shared.transport.setup_queue(q, &mut ring, NO_VECTOR)?;
         Ok(VirtioTx {
             parts: Some(TxParts {
                 ring,

@@ -371,6 +371,28 @@ fn bring_up_follows_the_spec_order_and_reads_the_mac() {
     assert_eq!(port.info().driver, "virtio");
 }
 
+/// `VIRTIO_F_ORDER_PLATFORM` is taken when offered (virtio 1.2, 6.1), and then the rings use
+/// the platform's DMA barriers (Linux `__vring_new_virtqueue`: `weak_barriers = false`); a
+/// device that does not offer it gets the SMP ones. Frames cross either way.
+#[test]
+fn order_platform_is_taken_when_offered_and_picks_the_barriers() {
+    use crate::platform::barrier::VirtioOrder;
+    for (offer, order) in [
+        (GOOD | feature::ORDER_PLATFORM, VirtioOrder::Platform),
+        (GOOD, VirtioOrder::Smp),
+    ] {
+        let fake = Fake::new(offer, [8, 8, 0]);
+        let mut port = open(&fake).unwrap();
+        assert_eq!(fake.st().driver_features, offer);
+        assert_eq!(port.shared().transport.order(), order);
+        let (mut rx, _tx) = port.take_queues().unwrap();
+        deliver(&fake, &frame(60, 7));
+        let mut got = Vec::new();
+        assert_eq!(rx[0].rx_burst(&mut got, 8).unwrap(), 1, "{order:?}");
+        assert_eq!(got[0].data(), &frame(60, 7)[..], "{order:?}");
+    }
+}
+
 #[test]
 fn bad_devices_are_refused_with_typed_errors() {
     let legacy = Fake::new(feature::MAC, [8, 8, 0]);
