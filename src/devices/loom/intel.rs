@@ -8,21 +8,20 @@
 //! What is checked, over every interleaving loom explores:
 //! - a descriptor the driver re-arms is handed over by the tail it writes after, and the device
 //!   reads the new buffer address, never the old write-back (an old word would be a bus address
-//!   nothing maps: a software IOMMU fault); this rests on the doorbell's release fence
-//!   (`Mmio::doorbell`) and the device's acquire read of the tail;
+//!   nothing maps: a software IOMMU fault); this rests on the doorbell's `dma_wmb`
+//!   (`Mmio::doorbell`, Linux's `writel`) and the device's acquire read of the tail;
 //! - the driver takes a frame only after DD, and reads the rest of the write-back (the packet
 //!   type, on the slow path) and the frame's bytes after the device wrote them (the copies are
-//!   loom-checked); this rests on the write-back's release store of its second word and the
-//!   driver's acquire load of it (`RxRing::harvest`, `slow_one`);
-//! - with a third thread, a buffer an application read and freed (the pool's cross-thread
-//!   return) is re-armed by the driver and written by the device only after the application's
-//!   read: the whole chain of the pool's return, the doorbell and the tail.
+//!   loom-checked); this rests on the device's release store of the write-back's second word
+//!   and the driver's relaxed load of it followed by `dma_rmb` (`RxRing::harvest`, `slow_one`:
+//!   Linux `igb_clean_rx_irq`);
 //!
-//! Weakened by hand once each (and put back): `Mmio::doorbell` without its fence, loom finds
-//! the device reading the re-armed descriptor's old write-back as the buffer address (the
-//! models stop at "intel: the device's DMA faulted"); the write-back's second word stored
-//! relaxed, or `RxRing::harvest`'s DD load relaxed, loom reports the driver's read of the
-//! frame racing the device's write of it ("Causality violation").
+//! Without its barrier each fails (the `_fails_without_` tests): without `dma_wmb` the device
+//! can take the re-armed descriptor before the driver's stores to it, and the driver's store of
+//! its second word (clearing DD) lands after the device's write-back, which is lost: loom finds
+//! a frame missing ("intel: frame ..."; the device reading the old write-back as the buffer
+//! address, a software IOMMU fault, is the other way it fails); without `dma_rmb` the driver's
+//! read of the frame races the device's write of it (loom's "Causality violation").
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::Arc as StdArc;
@@ -33,6 +32,7 @@ use loom::sync::Arc;
 use super::{model, Regs};
 use crate::devices::intel::desc::RxStatus;
 use crate::devices::intel::rx::{ChipRx, RxRing};
+use crate::platform::barrier::loom_model::{omitting, Barrier};
 use crate::platform::dma::{DmaView, Meta, Packet, Pool, PoolConfig, SoftIommu};
 
 /// Descriptors: the smallest ring the driver takes (`MIN_RING`).
@@ -158,8 +158,7 @@ fn drain(ring: &mut RxRing<Regs>, expect: impl IntoIterator<Item = u8>) {
 /// meanwhile, places two frames as the tail lets it: into slot 31 (armed since the start) and
 /// slot 0 (re-armed by the first burst). Then everything is received in order, the two new
 /// frames in their new buffers, and frames 0 and 1 were never written over.
-#[test]
-fn loom_intel_rx_rearm_and_tail_two_threads() {
+fn rearm_and_tail() {
     model(2, || {
         let (iommu, regs, mut ring, mut dev) = ring(N + 2);
         let view = iommu.view();
@@ -195,8 +194,7 @@ fn loom_intel_rx_rearm_and_tail_two_threads() {
 /// the 82599's L4 error, which the slow path takes and reads write-back word 0 for (the packet
 /// type: a UDP checksum error is not to be believed, `udp_l4_error_unreliable`). The driver
 /// sees each with its bytes and its flags.
-#[test]
-fn loom_intel_rx_writeback_and_harvest_two_threads() {
+fn writeback_and_harvest() {
     model(3, || {
         let (iommu, regs, mut ring, mut dev) = ring(N + 2);
         let done = Arc::new(AtomicBool::new(false));
@@ -231,61 +229,24 @@ fn loom_intel_rx_writeback_and_harvest_two_threads() {
     });
 }
 
-/// Three threads, a buffer's round trip: the ring is full and the driver's reserve empty; an
-/// application thread holds frames 0 and 1, reads them, frees them and sends its cache home
-/// (`Pool::flush_thread_cache`); the driver's next burst can only re-arm with those buffers,
-/// so it takes frames 2 and 3 once they are home, re-arming slots 2 and 3 with them, and
-/// writes the tail; the device then writes two frames, the second into slot 2, a buffer the
-/// application read before. loom checks that write against the application's read: ordered
-/// by the pool's return, the re-arm, the doorbell and the tail.
 #[test]
-fn loom_intel_rx_buffer_round_trip_three_threads() {
-    model(2, || {
-        let (iommu, regs, mut ring, mut dev) = ring(N + 2);
-        let view = iommu.view();
-        for k in 0..N as u8 - 1 {
-            assert!(dev.place(&view, &regs, k, TCP, GOOD));
-        }
-        // Frames 0 and 1 for the application; slots 0 and 1 re-armed with the last two
-        // buffers of the pool; the device fills slots 31 and 0 and waits at the tail (1).
-        let mut first = Vec::new();
-        receive(&mut ring, &mut first, 2);
-        assert!(dev.place(&view, &regs, 0xa0, TCP, GOOD));
-        assert!(dev.place(&view, &regs, 0xa1, TCP, GOOD));
-        assert!(
-            !dev.place(&view, &regs, 0xff, TCP, GOOD),
-            "the ring is full"
-        );
-        drop(view);
-        let pool = ring.pool().clone();
-        let app = loom::thread::spawn(move || {
-            check(&first[0], 0);
-            check(&first[1], 1);
-            drop(first);
-            pool.flush_thread_cache();
-        });
-        let driver = loom::thread::spawn(move || {
-            let mut got = Vec::new();
-            loop {
-                ring.rx_burst(&mut got, 2).unwrap();
-                if got.len() == 2 {
-                    break;
-                }
-                loom::thread::yield_now();
-            }
-            check(&got[0], 2);
-            check(&got[1], 3);
-            (ring, got)
-        });
-        {
-            let view = iommu.view();
-            dev.place_waiting(&view, &regs, 0xa2);
-            dev.place_waiting(&view, &regs, 0xa3);
-        }
-        app.join().unwrap();
-        let (mut ring, got) = driver.join().unwrap();
-        drop(got);
-        drain(&mut ring, (4..N as u8 - 1).chain([0xa0, 0xa1, 0xa2, 0xa3]));
-        assert_eq!(iommu.faults(), 0);
-    });
+fn loom_intel_rx_rearm_and_tail_two_threads() {
+    rearm_and_tail();
+}
+
+#[test]
+#[should_panic(expected = "intel: frame")]
+fn loom_intel_rx_rearm_and_tail_fails_without_dma_wmb() {
+    omitting(&[Barrier::DmaWmb], rearm_and_tail);
+}
+
+#[test]
+fn loom_intel_rx_writeback_and_harvest_two_threads() {
+    writeback_and_harvest();
+}
+
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn loom_intel_rx_writeback_and_harvest_fails_without_dma_rmb() {
+    omitting(&[Barrier::DmaRmb], writeback_and_harvest);
 }

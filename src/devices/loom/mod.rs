@@ -13,8 +13,15 @@
 //!   (token word): `devices/qm/model/loom_tests.rs`, beside the model whose internals it
 //!   builds (the real `SwPortal` against the model's regions and device thread work).
 //!
-//! Each model says what it checks and which ordering it relies on; each was run once with that
-//! ordering weakened by hand, and fails then (the comment at each says how it fails).
+//! Each model says what it checks and which barriers it relies on, and shows that its check
+//! can fail: a `#[should_panic]` test runs it with each of those barriers left out
+//! (`platform::barrier::loom_model::omitting`), and loom must find the interleaving that breaks
+//! the ring. The orderings checked are the drivers' own: the named barriers of
+//! `platform::barrier` (loom fences in this build) and the relaxed ring-word accesses around them.
+//!
+//! A model drops DMA memory only on its main thread, after the device thread's `DmaView` is
+//! gone: the unmap takes the software IOMMU's write lock, and loom's threads share one OS
+//! thread, so a wait for it while another holds the view would never end.
 //!
 //! Run with `scripts/loom`; the normal build compiles none of this.
 
@@ -32,6 +39,9 @@ use crate::platform::mmio::Mmio;
 pub(crate) fn model(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(preemptions);
+    // (A driver's burst is a few hundred loom steps, and a model's threads poll each other:
+    // loom's default bound of 1,000 branches per run is too few for three threads.)
+    b.max_branches = 20_000;
     let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let r = runs.clone();
     let t = std::time::Instant::now();
@@ -46,10 +56,11 @@ pub(crate) fn model(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
     );
 }
 
-/// A device's registers as loom atomics: what a driver's [`Mmio`] reaches. A register write
-/// is a relaxed store (it orders nothing by itself: the driver's doorbell barrier does, as on
-/// the hardware), a register read an acquire load (the device's models read their registers
-/// so, `SimRegs::get_off`).
+/// A device's registers as loom atomics: what a driver's [`Mmio`] reaches. The driver's
+/// register accesses are relaxed (Linux's `readl_relaxed`/`writel_relaxed`: they order nothing
+/// by themselves; the barriers of `Mmio::doorbell` and `Mmio::read_ordered` do, and those are
+/// what the models check); the device's are acquire loads and release stores, as the software
+/// devices' own (`SimRegs::get_off`, `set_off`).
 struct Regs(Box<[AtomicU32]>);
 
 impl Regs {
@@ -72,7 +83,7 @@ impl Regs {
 
 impl Mmio for Regs {
     fn read32(&self, offset: usize) -> u32 {
-        self.get(offset)
+        self.0[offset / 4].load(Ordering::Relaxed)
     }
     fn write32(&self, offset: usize, value: u32) {
         self.0[offset / 4].store(value, Ordering::Relaxed)

@@ -10,18 +10,26 @@
 //!   used entry once, with the bytes the device wrote into its buffer (the buffer copies are
 //!   loom-checked: a harvest not ordered after the device's write is a data race);
 //! - no lost wake-up: when the driver has published its last chain, either the device saw it
-//!   or the driver rang the doorbell for it. That rests on the two full fences of the
-//!   store-buffering pattern: `SplitRing::publish`'s between the available index store and the
-//!   used flags load (Linux `virtqueue_kick_prepare_split`), and the device's between clearing
-//!   `VIRTQ_USED_F_NO_NOTIFY` and reading the available index again (QEMU
-//!   `virtio_queue_split_set_notification`'s `smp_mb()`).
+//!   or the driver rang the doorbell for it. That rests on the two full barriers of the
+//!   store-buffering pattern: `SplitRing::publish`'s `virtio_mb` between the available index
+//!   store and the used flags load (Linux `virtqueue_kick_prepare_split`), and the device's
+//!   between clearing `VIRTQ_USED_F_NO_NOTIFY` and reading the available index again (QEMU
+//!   `virtio_queue_split_set_notification`'s `smp_mb()`);
+//! - the device reads a chain's descriptor and available entry only after the driver wrote
+//!   them: `publish`'s `virtio_wmb` before its relaxed store of the available index, and the
+//!   device's acquire load of it (QEMU `vring_avail_idx` then `smp_rmb()`);
+//! - the driver reads a used entry and its buffer only after the device wrote them:
+//!   `used_pending`'s relaxed load of the used index followed by `virtio_rmb` (Linux
+//!   `virtqueue_get_buf_ctx_split`), against the device's release store of it.
 //!
-//! Weakened by hand once each (and put back): `SplitRing::publish`'s `fence(SeqCst)` made a
-//! release fence, loom finds the lost wake-up in both models ("virtio: lost wake-up: ..."
-//! below); its release store of the available index made relaxed, loom finds the device
-//! reading a descriptor the driver had not written yet, as a stale buffer address (a software
-//! IOMMU fault) or a data race on the buffer; `used_pending`'s acquire load made relaxed,
-//! loom reports the harvest's read of the buffer racing the device's write of it.
+//! The rings use the barriers of their default [`VirtioOrder::Smp`](crate::platform::barrier::VirtioOrder::Smp) (QEMU's virtio-net does not
+//! offer `VIRTIO_F_ORDER_PLATFORM`): `smp_wmb`, `smp_rmb`, `smp_mb`. Without each the check fails
+//! (the `_fails_without_` tests): without the driver's `smp_mb`, or the device's, loom finds the
+//! lost wake-up ("virtio: lost wake-up"); without `smp_wmb` the device reads an available
+//! entry the driver has not written yet, and sends the wrong chain's frame ("virtio: the bytes
+//! of chain ..."; a descriptor read early is caught as "the device read a descriptor the driver
+//! had not written"); without `smp_rmb` the harvest reads a used entry before the device wrote
+//! it ("virtio: used length of chain ..."; or the buffer's bytes racing the device's write).
 //!
 //! The ring's indices start at 2 (`start_indices_at`, as the host tests do for the 16-bit
 //! wrap): loom's location is an aligned 8-byte word (`platform/dma/shadow.rs`), and from 2 on
@@ -37,6 +45,7 @@ use loom::sync::Arc;
 use super::model;
 use crate::devices::virtio::model::virtqueue::{device_writes, Desc, DeviceQueue};
 use crate::devices::virtio::ring::{SplitRing, DESC_F_WRITE, USED_F_NO_NOTIFY};
+use crate::platform::barrier::loom_model::{omitting, Barrier};
 use crate::platform::dma::{DmaMemory, DmaView, SoftIommu};
 
 /// Descriptors per ring.
@@ -84,7 +93,8 @@ fn buffers(iommu: &StdArc<SoftIommu>, n: usize) -> StdArc<DmaMemory> {
 /// `smp_mb()` "before caller checks the avail idx". (The model's device, which runs inside the
 /// doorbell, keeps the flags 0; a device on a thread of its own suppresses doorbells so. The
 /// software IOMMU stores 32-bit words: the flags go with the used index already published.)
-fn set_notification(v: &DmaView<'_>, q: &DeviceQueue, enable: bool) {
+/// `mb`: the device's `smp_mb()` (false only to show the model fails without it).
+fn set_notification(v: &DmaView<'_>, q: &DeviceQueue, enable: bool, mb: bool) {
     let flags = if enable {
         0
     } else {
@@ -92,7 +102,7 @@ fn set_notification(v: &DmaView<'_>, q: &DeviceQueue, enable: bool) {
     };
     v.store_u32(q.used, flags | u32::from(q.used_idx) << 16, Relaxed)
         .unwrap();
-    if enable {
+    if enable && mb {
         loom::sync::atomic::fence(SeqCst);
     }
 }
@@ -102,7 +112,12 @@ fn set_notification(v: &DmaView<'_>, q: &DeviceQueue, enable: bool) {
 /// flushes the queue, turns doorbells on, and flushes again: "flush anything that may have
 /// come in while we weren't looking"). `each` handles one chain and returns the bytes to
 /// report in its used entry; the used index is published after each flush.
-fn device_round(v: &DmaView<'_>, q: &mut DeviceQueue, mut each: impl FnMut(u16, &[Desc]) -> u32) {
+fn device_round(
+    v: &DmaView<'_>,
+    q: &mut DeviceQueue,
+    mb: bool,
+    mut each: impl FnMut(u16, &[Desc]) -> u32,
+) {
     let mut chain = Vec::new();
     let mut flush = |q: &mut DeviceQueue| {
         let mut n = 0;
@@ -115,9 +130,9 @@ fn device_round(v: &DmaView<'_>, q: &mut DeviceQueue, mut each: impl FnMut(u16, 
         n
     };
     loop {
-        set_notification(v, q, false);
+        set_notification(v, q, false, mb);
         flush(q);
-        set_notification(v, q, true);
+        set_notification(v, q, true, mb);
         if flush(q) == 0 {
             return;
         }
@@ -132,11 +147,12 @@ fn device_thread(
     q: &mut DeviceQueue,
     v: &DmaView<'_>,
     bell: &Doorbell,
+    mb: bool,
     mut each: impl FnMut(u16, &[Desc]) -> u32,
 ) {
     let mut seen = 0;
     loop {
-        device_round(v, q, &mut each);
+        device_round(v, q, mb, &mut each);
         loop {
             let rung = bell.rung.load(Acquire);
             if rung != seen {
@@ -201,12 +217,11 @@ fn harvest(ring: &mut SplitRing, bufs: &DmaMemory, len: u32, got: &mut Vec<u16>)
     }
 }
 
-/// Two threads: the driver posts two receive buffers, one publish each (a doorbell when the
+/// Two threads (`device_mb`: the device's `smp_mb`): the driver posts two receive buffers, one publish each (a doorbell when the
 /// device asks for one), then harvests what came back; the device fills each with its frame.
 /// After both, every buffer came back once with its frame, and no wake-up was lost.
-#[test]
-fn loom_virtio_receive_publish_consume_harvest_two_threads() {
-    model(2, || {
+fn receive(device_mb: bool) {
+    model(2, move || {
         let iommu = StdArc::new(SoftIommu::new("loom"));
         let (mut ring, mut q) = ring(&iommu);
         let bufs = buffers(&iommu, usize::from(FRAMES));
@@ -225,9 +240,13 @@ fn loom_virtio_receive_publish_consume_harvest_two_threads() {
         });
         {
             let v = iommu.view();
-            device_thread(&mut q, &v, &bell, |head, chain| {
+            device_thread(&mut q, &v, &bell, device_mb, |head, chain| {
                 let (addr, len, flags) = chain[0];
-                assert!(device_writes(flags) && len as usize >= FRAME);
+                assert!(
+                    device_writes(flags) && len as usize == BUF,
+                    "virtio: the device read a descriptor the driver had not written \
+                     (flags {flags:#x}, length {len})"
+                );
                 v.write(addr, &frame(head)).unwrap();
                 FRAME as u32
             });
@@ -239,14 +258,13 @@ fn loom_virtio_receive_publish_consume_harvest_two_threads() {
     });
 }
 
-/// Three threads: a transmit thread publishes two frames on one ring, the device thread
+/// Three threads (`device_mb`: the device's `smp_mb`): a transmit thread publishes two frames on one ring, the device thread
 /// sends each into a receive buffer of a second ring (posted before, as the wired pair of
 /// the model delivers), and a receive thread harvests them. A frame's bytes go from the
 /// transmit thread's copy through the device's two copies to the receive thread's read, each
 /// ordered by the rings' indices; no wake-up is lost; both rings give back every chain once.
-#[test]
-fn loom_virtio_transmit_to_receive_three_threads() {
-    model(2, || {
+fn transmit_to_receive(device_mb: bool) {
+    model(2, move || {
         let iommu = StdArc::new(SoftIommu::new("loom"));
         let (mut tx, mut txq) = ring(&iommu);
         let (mut rx, mut rxq) = ring(&iommu);
@@ -296,8 +314,12 @@ fn loom_virtio_transmit_to_receive_three_threads() {
         {
             let v = iommu.view();
             let mut chain = Vec::new();
-            device_thread(&mut txq, &v, &bell, |_, desc| {
+            device_thread(&mut txq, &v, &bell, device_mb, |_, desc| {
                 let (addr, len, _) = desc[0];
+                assert_eq!(
+                    len as usize, FRAME,
+                    "virtio: the device read a descriptor the driver had not written"
+                );
                 let mut bytes = vec![0u8; len as usize];
                 v.read(addr, &mut bytes).unwrap();
                 let head = rxq
@@ -323,4 +345,38 @@ fn loom_virtio_transmit_to_receive_three_threads() {
         );
         assert_eq!(iommu.faults(), 0);
     });
+}
+
+#[test]
+fn loom_virtio_receive_publish_consume_harvest_two_threads() {
+    receive(true);
+}
+
+#[test]
+#[should_panic(expected = "virtio: lost wake-up")]
+fn loom_virtio_receive_fails_without_the_drivers_smp_mb() {
+    omitting(&[Barrier::SmpMb], || receive(true));
+}
+
+#[test]
+#[should_panic(expected = "virtio: lost wake-up")]
+fn loom_virtio_receive_fails_without_the_devices_smp_mb() {
+    receive(false);
+}
+
+#[test]
+#[should_panic(expected = "virtio: used length of chain")]
+fn loom_virtio_receive_fails_without_smp_rmb() {
+    omitting(&[Barrier::SmpRmb], || receive(true));
+}
+
+#[test]
+fn loom_virtio_transmit_to_receive_three_threads() {
+    transmit_to_receive(true);
+}
+
+#[test]
+#[should_panic(expected = "virtio: the bytes of chain")]
+fn loom_virtio_transmit_fails_without_smp_wmb() {
+    omitting(&[Barrier::SmpWmb], || transmit_to_receive(true));
 }

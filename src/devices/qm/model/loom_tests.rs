@@ -11,21 +11,22 @@
 //!   driver wrote before its doorbell, whole, with the valid bit of its pass (the ring starts
 //!   one entry before its wrap, so the second entry carries the flipped valid bit over an
 //!   entry of the previous pass): no stale entry is counted, each frame goes out once with
-//!   its bytes, and its buffer comes back to its pool. This rests on the doorbell's release
-//!   fence (`Mmio::doorbell`; the model's trigger store is relaxed, as a register write) and
-//!   the device's acquire load of the producer index (`Inner::poll`);
+//!   its bytes, and its buffer comes back to its pool. This rests on the doorbell's `dma_wmb`
+//!   (`Mmio::doorbell`; DPDK's `dma_wmb()` before the EQCR_PI write; the model's trigger
+//!   store is relaxed in this build, as a register write, `region.rs`) and the device's
+//!   acquire load of the producer index (`Inner::poll`);
 //! - pull results: the driver sees a result only once its first word carries the pull's token,
 //!   and reads the frame descriptor and the frame after it; this rests on the device's release
-//!   store of the first word, written last (`engine::pull`), and the driver's acquire load of
-//!   it (`QmRx::harvest`);
+//!   store of the first word, written last (`engine::pull`), and the driver's relaxed load of
+//!   it followed by `dma_rmb` (`QmRx::harvest`);
 //! - with three threads (a transmit and a receive queue on their own portals, as a port has
 //!   them), a frame enqueued on one portal to the receive queue is pulled on the other, its
 //!   bytes written by the one thread and read by the other.
 //!
-//! Weakened by hand once each (and put back): `Mmio::doorbell` without its fence, loom finds
-//! the device reading the entry before the driver's words (a stale entry counted, or a frame
-//! descriptor of zeros: "qm: ..." below); `engine::pull`'s release store of the first word made
-//! relaxed, loom finds the driver reading a descriptor the device had not written yet.
+//! Without its barrier each fails (the `_fails_without_` tests): without `dma_wmb` the device
+//! reads the entry before the driver's words ("qm: the device read a stale enqueue entry"; or
+//! the frame's bytes racing the driver's write); without `dma_rmb` the driver reads the frame
+//! descriptor before the device wrote it ("qm: FD of frame ...").
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::{Arc, Mutex};
@@ -36,6 +37,8 @@ use super::*;
 use crate::devices::qm::layout::{dq, eq, Fd, EQCR_SIZE, VALID_BIT};
 use crate::devices::qm::portal::SwPortal;
 use crate::devices::worker::Polled;
+use crate::platform::barrier::dma_rmb;
+use crate::platform::barrier::loom_model::{omitting, Barrier};
 use crate::platform::dma::DmaMemory;
 use state::{rx_fqid, tx_fqid};
 
@@ -132,7 +135,16 @@ fn fd(bufs: &DmaMemory, k: usize) -> Fd {
 fn device(soc: &Inner, stop: &LoomBool) {
     loop {
         let last = stop.load(Acquire);
-        if !soc.poll() {
+        let busy = soc.poll();
+        // An entry behind the producer index with the valid bit of the previous pass: the
+        // device read it before the driver's words (the model counts it and waits, which
+        // loom would explore for ever).
+        assert_eq!(
+            soc.lock().faults.stale_commands,
+            0,
+            "qm: the device read a stale enqueue entry behind the producer index"
+        );
+        if !busy {
             if last {
                 return;
             }
@@ -142,8 +154,8 @@ fn device(soc: &Inner, stop: &LoomBool) {
 }
 
 /// Reads the results of the pull with token `tok` from `storage` as `QmRx::harvest` does,
-/// waiting for each (loom's turn to the others): the first word with an acquire load until it
-/// carries a token, zeroed again, then (for a frame) the four FD words; until the result
+/// waiting for each (loom's turn to the others): the first word (a relaxed load, then
+/// `dma_rmb`) until it carries a token, zeroed again, then (for a frame) the four FD words; until the result
 /// marked EXPIRED. The FDs of the frames.
 fn read_results(storage: &DmaMemory, tok: u8) -> Vec<Fd> {
     let results = storage.words::<u64>(0, 2 * dq::SIZE / 8);
@@ -151,7 +163,8 @@ fn read_results(storage: &DmaMemory, tok: u8) -> Vec<Fd> {
     for next in 0.. {
         let at = next * dq::SIZE / 8;
         let w0 = loop {
-            let w0 = results.load(at, Acquire);
+            let w0 = results.load(at, Relaxed);
+            dma_rmb();
             if dq::tok(w0) != 0 {
                 break w0;
             }
@@ -204,8 +217,7 @@ fn check_faults(soc: &Inner, released: usize) {
 /// transmit queue (an entry and an EQCR_PI doorbell each), across the ring's wrap (entry 31,
 /// then entry 0 with the other valid bit, over an entry of the previous pass); the device
 /// thread consumes them. Each goes out once with its bytes, its buffer back in the pool.
-#[test]
-fn loom_qm_enqueue_ring_two_threads() {
+fn enqueue_ring() {
     crate::devices::loom::model(3, || {
         let soc = soc(EQCR_SIZE - 1);
         // Entry 0 as the previous pass left it: a valid entry of that pass.
@@ -236,8 +248,7 @@ fn loom_qm_enqueue_ring_two_threads() {
 /// Two threads, pull results: two frames wait on the receive queue; the driver pulls them
 /// (the VDQCR command and its read trigger) and reads the results as they come; the device
 /// thread answers the pull. Each frame arrives once, with its descriptor and its bytes.
-#[test]
-fn loom_qm_pull_results_two_threads() {
+fn pull_results() {
     crate::devices::loom::model(3, || {
         let soc = soc(0);
         let bufs = buffers(&soc, 2);
@@ -316,4 +327,26 @@ fn loom_qm_enqueue_to_pull_three_threads() {
             "qm: the frame is received or still queued"
         );
     });
+}
+
+#[test]
+fn loom_qm_enqueue_ring_two_threads() {
+    enqueue_ring();
+}
+
+#[test]
+#[should_panic(expected = "qm: the device read")]
+fn loom_qm_enqueue_ring_fails_without_dma_wmb() {
+    omitting(&[Barrier::DmaWmb], enqueue_ring);
+}
+
+#[test]
+fn loom_qm_pull_results_two_threads() {
+    pull_results();
+}
+
+#[test]
+#[should_panic(expected = "qm: FD of frame")]
+fn loom_qm_pull_results_fails_without_dma_rmb() {
+    omitting(&[Barrier::DmaRmb], pull_results);
 }
