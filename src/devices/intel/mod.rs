@@ -17,6 +17,7 @@
 //! | `stats.rs` | read-to-clear counters accumulated to 64 bits, from the chip's `[stats]` table |
 //! | `vlan.rs` | [`VlanShadow`]: the VLAN filter table, TPID and switches kept in software, written back after a reset |
 //! | `rss.rs` | the RSS key and redirection table contents |
+//! | `recovery.rs` | faults in the field: the watch thread (link changes, hot unplug, PCIe errors), the restore after a function reset, what a queue does when its port was reset or removed |
 //!
 //! Register facts are cited as "notes N.N": section N.N of `docs/intel-nics.md`, which names
 //! the datasheet section or driver source of each.
@@ -27,6 +28,7 @@ pub mod irq;
 pub mod offload;
 pub mod port;
 pub mod queue;
+pub mod recovery;
 pub(crate) mod rss;
 pub mod rx;
 pub mod rxq;

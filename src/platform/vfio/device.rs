@@ -76,9 +76,9 @@ pub fn command_with_bus_master(command: u16, enable: bool) -> u16 {
 }
 
 /// The state shared by a device handle and its BAR mappings. Fields drop in declaration order.
-struct Inner {
-    fd: File,
-    addr: PciAddress,
+pub(super) struct Inner {
+    pub(super) fd: File,
+    pub(super) addr: PciAddress,
     flags: u32,
     num_regions: u32,
     config: RegionInfo,
@@ -89,7 +89,7 @@ struct Inner {
 
 /// An open VFIO PCI device (re-exported as `vfio::VfioDevice`).
 pub struct Device {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 impl fmt::Debug for Device {
