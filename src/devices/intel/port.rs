@@ -197,7 +197,8 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
         if port.cfg.interrupts.is_some() {
             port.irqs = Some(Arc::new(port.enable_interrupts()?));
         }
-        C::init(&mut port, ShellOnly(()))?;
+        let locked = crate::platform::memlock::locked();
+        C::init(&mut port, ShellOnly(())).map_err(|e| memlock_for_port(e, locked, &port.cfg))?;
         port.health = Arc::new(Health::new(&port.name, port.read_link()?));
         port.start_watch();
         Ok(port)
@@ -479,6 +480,38 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
     /// The filter switch as the shadow says (CFIEN cleared).
     fn write_filter(&self) {
         write_filter::<C, _>(&*self.regs, &self.vlan);
+    }
+}
+
+/// A refused DMA mapping as the port sees it: the limit must allow everything the port maps
+/// (its pools and rings, [`IntelConfig::dma_allocations`]) on top of what was locked before
+/// it opened, not just the one mapping that was refused. Each allocation is counted in whole
+/// pages of the size the refused one used (2 MiB huge pages, or 4 KiB when none were left).
+fn memlock_for_port<C: Chip>(e: Error, locked_before: u64, cfg: &IntelConfig<C>) -> Error {
+    let Error::MemlockLimit {
+        bytes,
+        limit,
+        locked,
+        needed,
+        ..
+    } = e
+    else {
+        return e;
+    };
+    let page = crate::platform::dma::HUGE_PAGE as u64;
+    let page = if bytes % page == 0 { page } else { 4096 };
+    let all: u64 = cfg
+        .dma_allocations()
+        .iter()
+        .map(|&len| (len as u64).div_ceil(page) * page)
+        .sum();
+    let needed = needed.max(locked_before + all);
+    Error::MemlockLimit {
+        bytes,
+        limit,
+        locked,
+        needed,
+        needed_kib: needed.div_ceil(1024),
     }
 }
 

@@ -207,7 +207,7 @@ impl<C: IntelChip, M: Mmio + Send + Sync + 'static> WatchCtx<C, M> {
     /// The kernel asks for the device back: DMA off now, the port marked removed, sleepers
     /// woken so that their next burst sees it.
     fn removed(&mut self) {
-        if let Err(e) = self.events.stop_dma() {
+        if let Err(e) = self.events.removal_requested() {
             tracing::error!(port = %self.port.name, error = %e, "could not clear Bus Master Enable of a device being removed");
         }
         self.port.health.mark_removed();
@@ -234,7 +234,8 @@ impl<C: IntelChip, M: Mmio + Send + Sync + 'static> WatchCtx<C, M> {
         }
         if status.uncorrectable != 0 && !self.events.has_error() {
             // No error eventfd (a conventional PCI function, an old kernel): the status is all
-            // we learn, so it starts the recovery itself.
+            // we learn, so it starts the recovery itself, and clears the status.
+            let _ = self.events.clear_uncorrectable(status.uncorrectable);
             self.recover_from(Some(status), (Severity::NonFatal, Vec::new()));
         }
     }
@@ -280,7 +281,7 @@ impl<C: IntelChip, M: Mmio + Send + Sync + 'static> WatchCtx<C, M> {
             _ => kernel,
         };
         let what = if what.is_empty() {
-            "signalled by the kernel's AER driver; the device's status was already cleared"
+            "signalled by the kernel's AER driver; neither the device's AER status nor the kernel's counters name it (cleared already)"
                 .to_string()
         } else {
             what.join(", ")

@@ -85,6 +85,23 @@ pub(super) struct Inner {
     group: Arc<Group>,
     container: Arc<Container>,
     _claim: Claim,
+    /// The kernel asked for the device back (set by [`DeviceEvents`](super::DeviceEvents)):
+    /// when the last handle goes, its group leaves the container too, so that the removal can
+    /// complete (see `Drop`).
+    pub(super) removed: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for Inner {
+    /// A device being removed takes its group out of the container as it closes (the device
+    /// fd closes right after this, then the group fd): Linux completes the removal of a
+    /// group's last device only once the group has left its container, and the container
+    /// otherwise keeps every group it attached until the process's last DMA buffer is gone.
+    /// DPDK does the same (`rte_vfio_release_device` closes the group with its last device).
+    fn drop(&mut self) {
+        if self.removed.load(std::sync::atomic::Ordering::Acquire) {
+            self.container.release_group(&self.group, self.addr);
+        }
+    }
 }
 
 /// An open VFIO PCI device (re-exported as `vfio::VfioDevice`).
@@ -158,6 +175,7 @@ impl Device {
                 group,
                 container,
                 _claim: claim,
+                removed: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }

@@ -201,6 +201,7 @@ impl Device {
             if ctl & PCI_EXP_AER_FLAGS != PCI_EXP_AER_FLAGS {
                 self.config_write_u16(cap + PCI_EXP_DEVCTL, ctl | PCI_EXP_AER_FLAGS)?;
             }
+            tracing::debug!(%addr, cap = format_args!("{cap:#x}"), before = format_args!("{ctl:#06x}"), after = format_args!("{:#06x}", self.config_read_u16(cap + PCI_EXP_DEVCTL)?), "PCIe Device Control: error reporting on");
         }
         tracing::info!(
             %addr,
@@ -267,9 +268,14 @@ impl DeviceEvents {
         }
     }
 
-    /// Stops the device's DMA at once: clears Bus Master Enable. (For a removal: the device
-    /// may be gone any moment, and nothing it does may reach memory from now on.)
-    pub fn stop_dma(&self) -> Result<()> {
+    /// The kernel asked for the device back: stops its DMA at once (clears Bus Master Enable:
+    /// the device may be gone any moment, and nothing it does may reach memory from now on),
+    /// and marks it so that its group leaves the container when its last handle closes
+    /// (`Drop` of the device), which the kernel waits for.
+    pub fn removal_requested(&self) -> Result<()> {
+        self.device
+            .removed
+            .store(true, std::sync::atomic::Ordering::Release);
         device(&self.device).disable_bus_master()
     }
 
@@ -295,8 +301,9 @@ impl DeviceEvents {
         }
     }
 
-    /// Reads the AER status registers and clears the bits read (they are write-one-to-clear);
-    /// `None` when the function has no AER capability.
+    /// Reads the AER status registers and clears the correctable bits read (write-one-to-clear;
+    /// the uncorrectable ones are the kernel's AER driver's to read and clear, see
+    /// [`DeviceEvents::clear_uncorrectable`]); `None` when the function has no AER capability.
     pub fn take_aer(&self) -> Result<Option<AerStatus>> {
         let Some(cap) = self.aer else {
             return Ok(None);
@@ -310,21 +317,51 @@ impl DeviceEvents {
         if s.correctable != 0 {
             dev.config_write_u32(cap + PCI_ERR_COR_STATUS, s.correctable)?;
         }
-        if s.uncorrectable != 0 {
-            dev.config_write_u32(cap + PCI_ERR_UNCOR_STATUS, s.uncorrectable)?;
-        }
         Ok(Some(s))
     }
 
-    /// The kernel's AER counters of the device (sysfs `aer_dev_correctable`, `aer_dev_nonfatal`,
-    /// `aer_dev_fatal`: one "Name count" line per error), all three lists in that order; empty
-    /// where the kernel keeps none (no AER driver, or an older kernel).
+    /// Clears uncorrectable status bits (for a driver that handled the error itself, no
+    /// kernel AER driver having seen it).
+    pub fn clear_uncorrectable(&self, bits: u32) -> Result<()> {
+        match self.aer {
+            Some(cap) if bits != 0 => {
+                device(&self.device).config_write_u32(cap + PCI_ERR_UNCOR_STATUS, bits)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The kernel's AER counters of the device and of the port above it (sysfs
+    /// `aer_dev_correctable`, `aer_dev_nonfatal`, `aer_dev_fatal`: one "Name count" line per
+    /// error; the port's names end in `@` and its address), all three lists in that order;
+    /// empty where the kernel keeps none (no AER driver, or an older kernel). The port counts
+    /// errors it detected on the link to the device (a completion timeout, say), which Linux
+    /// reports to every driver below the port (drivers/pci/pcie/err.c `pcie_do_recovery`).
     pub fn kernel_aer_counters(&self, sysfs: &Sysfs) -> [Vec<(String, u64)>; 3] {
         let dir = sysfs.device_dir(self.device.addr);
+        // The device's directory sits in its upstream port's (/sys/devices/pci0000:00/...).
+        let port = std::fs::canonicalize(&dir)
+            .ok()
+            .and_then(|d| d.parent().map(|p| p.to_path_buf()));
+        let port_name = port
+            .as_ref()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         ["aer_dev_correctable", "aer_dev_nonfatal", "aer_dev_fatal"].map(|f| {
-            std::fs::read_to_string(dir.join(f))
+            let mut all = std::fs::read_to_string(dir.join(f))
                 .map(|t| parse_counters(&t))
-                .unwrap_or_default()
+                .unwrap_or_default();
+            if let Some(p) = &port {
+                if let Ok(t) = std::fs::read_to_string(p.join(f)) {
+                    all.extend(
+                        parse_counters(&t)
+                            .into_iter()
+                            .map(|(n, v)| (format!("{n}@{port_name}"), v)),
+                    );
+                }
+            }
+            all
         })
     }
 }
