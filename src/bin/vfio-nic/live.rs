@@ -301,3 +301,42 @@ fn unique(names: &[String]) -> Vec<&str> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vfio_nic::device::LinkStatus;
+
+    #[test]
+    fn a_port_whose_link_changed_shows_on_the_status_line() {
+        let run = RunOpts {
+            duration: None,
+            stats_period: 1.0,
+        };
+        let mut live = Live::new(vec!["p tx".into()], &run, false, Arc::default());
+        let up = LinkStatus {
+            up: true,
+            speed_mbps: 1000,
+            full_duplex: true,
+        };
+        let h = Arc::new(Health::new("p", up));
+        live.watch_links([("p".into(), Some(h.clone())), ("q".into(), None)]);
+        assert!(
+            live.link_parts().is_empty(),
+            "an untouched link is not shown"
+        );
+        h.observe_link(LinkStatus::default());
+        let parts = live.link_parts();
+        assert_eq!(parts.len(), 1);
+        assert!(
+            parts[0].starts_with("p link down since ")
+                && parts[0].ends_with("(1 change(s) since open)"),
+            "{parts:?}"
+        );
+        h.observe_link(up);
+        assert!(live.link_parts()[0].starts_with("p link up, 1000 Mb/s, full duplex since "));
+        h.mark_removed();
+        assert_eq!(live.link_parts(), ["p removed"]);
+        assert_eq!(live.links_json()[0]["changes"], 2);
+    }
+}

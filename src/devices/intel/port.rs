@@ -674,3 +674,59 @@ impl<C: IntelChip, B: Bus> VlanHardware for IntelPort<C, B> {
         IntelPort::set_extended_vlan(self, on, outer_tpid.get())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::devices::igb::IgbConfig;
+    use crate::platform::dma::PoolConfig;
+
+    #[test]
+    fn a_refused_mapping_names_what_the_whole_port_needs() {
+        let cfg = IgbConfig {
+            rx_queues: 2,
+            tx_queues: 2,
+            rx_ring: 256,
+            tx_ring: 256,
+            pool: PoolConfig {
+                buffers: 1024,
+                buf_size: 2048,
+                ..PoolConfig::default()
+            },
+            ..IgbConfig::default()
+        };
+        // Two pools of 2 MiB, four rings of 4 KiB: six allocations.
+        assert_eq!(cfg.dma_allocations().len(), 6);
+        let refused = |bytes| Error::MemlockLimit {
+            bytes,
+            limit: 1 << 20,
+            locked: 0,
+            needed: bytes,
+            needed_kib: bytes / 1024,
+        };
+        // On huge pages every allocation takes whole 2 MiB pages: 6 of them, on top of the
+        // 1 MiB locked before the port opened.
+        let Error::MemlockLimit {
+            needed, needed_kib, ..
+        } = memlock_for_port(refused(2 << 20), 1 << 20, &cfg)
+        else {
+            panic!("still a memlock error")
+        };
+        assert_eq!(needed, (1 << 20) + 6 * (2 << 20));
+        assert_eq!(needed_kib, needed / 1024);
+        // On 4 KiB pages: the pools and the rings as they are.
+        let Error::MemlockLimit { needed, .. } = memlock_for_port(refused(4096), 0, &cfg) else {
+            panic!("still a memlock error")
+        };
+        assert_eq!(needed, 2 * (2 << 20) + 4 * 4096);
+        // Other errors pass through.
+        let other = memlock_for_port(Error::InvalidConfig("x".into()), 0, &cfg);
+        assert!(matches!(other, Error::InvalidConfig(_)));
+        // The message names the limit and both ways to set it.
+        let msg = memlock_for_port(refused(4096), 0, &cfg).to_string();
+        assert!(
+            msg.contains("ulimit -l 4112") && msg.contains("LimitMEMLOCK=4210688"),
+            "{msg}"
+        );
+    }
+}
