@@ -146,6 +146,40 @@ pub fn link_flap_driver(ctx: &Ctx) -> Outcome {
     })
 }
 
+/// Starts `vfio-nic ARGS` with a status line every half second (for at most a minute) and
+/// waits until it serves (its first status line).
+fn serving(bin: &str, args: &[&str]) -> Res<Bounded> {
+    let what = format!("`vfio-nic {}`", args.join(" "));
+    let mut child = Bounded::spawn(
+        what.clone(),
+        Command::new(bin)
+            .args(args)
+            .args(["--stats-period", "0.5", "--duration", "60"]),
+    )
+    .or_fail()?;
+    wait_serving(&mut child, &what).or_fail()?;
+    Ok(child)
+}
+
+/// Pulls A's cable for a second while `tool` runs: the tool's status lines that show A's link
+/// down, then up again (each with the time the driver saw it).
+fn flap_on_status_lines(inj: &Injector, tool: &mut Bounded, a: &str) -> Res<(String, String)> {
+    inj.ask(&["link", a, "down"])?;
+    let down = tool
+        .wait_line("a status line with A's link down", LINK_SEEN, |l| {
+            l.contains(&format!("{a} link down since "))
+        })
+        .or_fail()?;
+    std::thread::sleep(Duration::from_secs(1));
+    inj.ask(&["link", a, "up"])?;
+    let up = tool
+        .wait_line("a status line with A's link up again", LINK_SEEN, |l| {
+            l.contains(&format!("{a} link up, ")) && l.contains(" since ")
+        })
+        .or_fail()?;
+    Ok((down, up))
+}
+
 /// `vfio-nic fwd A C` (two wires: B sends into A, C's partner D receives) while A's cable is
 /// pulled and put back: the status lines show A's link down and up with the times seen,
 /// forwarding resumes, and the summary lists the changes.
@@ -156,20 +190,7 @@ pub fn link_flap_fwd(ctx: &Ctx) -> Outcome {
         let (a_addr, b_addr) = pair(ctx)?;
         let (c_addr, d_addr) = second_pair(ctx)?;
         let (a_s, c_s) = (a_addr.to_string(), c_addr.to_string());
-        let mut fwd = Bounded::spawn(
-            "`vfio-nic fwd`",
-            Command::new(&bin).args([
-                "fwd",
-                &a_s,
-                &c_s,
-                "--stats-period",
-                "0.5",
-                "--duration",
-                "60",
-            ]),
-        )
-        .or_fail()?;
-        wait_serving(&mut fwd, "vfio-nic fwd").or_fail()?;
+        let mut fwd = serving(&bin, &["fwd", &a_s, &c_s])?;
         let mut b = open(b_addr)?;
         let mut d = open(d_addr)?;
         let (b_rx, b_tx) = queues(&mut b)?;
@@ -182,19 +203,7 @@ pub fn link_flap_fwd(ctx: &Ctx) -> Outcome {
             test_frame(MacAddr([0x02, 0, 0, 0, 0, 0x0d]), mb, s)
         });
         flow.wait_more(200, RESUME)?;
-        inj.ask(&["link", &a_s, "down"])?;
-        let down_line = fwd
-            .wait_line("a status line with A's link down", LINK_SEEN, |l| {
-                l.contains(&format!("{a_s} link down since "))
-            })
-            .or_fail()?;
-        std::thread::sleep(Duration::from_secs(1));
-        inj.ask(&["link", &a_s, "up"])?;
-        let up_line = fwd
-            .wait_line("a status line with A's link up again", LINK_SEEN, |l| {
-                l.contains(&format!("{a_s} link up, ")) && l.contains(" since ")
-            })
-            .or_fail()?;
+        let (down_line, up_line) = flap_on_status_lines(&inj, &mut fwd, &a_s)?;
         let resumed = flow.wait_more(200, RESUME)?;
         let report = flow.stop();
         let out = interrupt(fwd, "vfio-nic fwd").or_fail()?;
@@ -238,21 +247,7 @@ pub fn link_flap_respond(ctx: &Ctx) -> Outcome {
         let bin = cli().ok_or_else(|| Outcome::Skip("no vfio-nic binary".into()))?;
         let (a_addr, b_addr) = pair(ctx)?;
         let a_s = a_addr.to_string();
-        let mut respond = Bounded::spawn(
-            "`vfio-nic respond`",
-            Command::new(&bin).args([
-                "respond",
-                &a_s,
-                "--ip",
-                "10.39.0.1/24",
-                "--stats-period",
-                "0.5",
-                "--duration",
-                "60",
-            ]),
-        )
-        .or_fail()?;
-        wait_serving(&mut respond, "vfio-nic respond").or_fail()?;
+        let mut respond = serving(&bin, &["respond", &a_s, "--ip", "10.39.0.1/24"])?;
         let mut b = open(b_addr)?;
         let (mut b_rx, b_tx) = queues(&mut b)?;
         drv::drain(&mut b_rx, Duration::from_millis(50)).or_fail()?;
@@ -284,30 +279,12 @@ pub fn link_flap_respond(ctx: &Ctx) -> Outcome {
             Err(o) => return Err(o),
         };
         got.clear();
-        // Echo replies (IPv4, ICMP type 0) that came back.
-        let is_reply =
-            |d: &[u8]| d.len() > 34 && d[12..14] == [0x08, 0x00] && d[23] == 1 && d[34] == 0;
+        // Pings from B; what comes back on A's wire are A's echo replies.
         let flow = Flow::start("B (echo replies)", b_tx, b_rx, pool.clone(), move |s| {
-            let f = echo_request(mb, ma, us, them, 0x3939, s as u16, b"link flap");
-            if is_reply(&f) {
-                unreachable!("a request is not a reply")
-            }
-            f
+            echo_request(mb, ma, us, them, 0x3939, s as u16, b"link flap")
         });
         flow.wait_more(50, RESUME)?;
-        inj.ask(&["link", &a_s, "down"])?;
-        let down_line = respond
-            .wait_line("a status line with A's link down", LINK_SEEN, |l| {
-                l.contains(&format!("{a_s} link down since "))
-            })
-            .or_fail()?;
-        std::thread::sleep(Duration::from_secs(1));
-        inj.ask(&["link", &a_s, "up"])?;
-        let up_line = respond
-            .wait_line("a status line with A's link up again", LINK_SEEN, |l| {
-                l.contains(&format!("{a_s} link up, ")) && l.contains(" since ")
-            })
-            .or_fail()?;
+        let (down_line, up_line) = flap_on_status_lines(&inj, &mut respond, &a_s)?;
         let resumed = flow.wait_more(50, RESUME)?;
         let report = flow.stop();
         let out = interrupt(respond, "vfio-nic respond").or_fail()?;
@@ -693,22 +670,7 @@ pub fn hot_unplug_fwd(ctx: &Ctx) -> Outcome {
         let (a_addr, b_addr) = pair(ctx)?;
         let (c_addr, d_addr) = second_pair(ctx)?;
         let (a_s, c_s) = (a_addr.to_string(), c_addr.to_string());
-        let mut fwd = Bounded::spawn(
-            "`vfio-nic fwd --topology loop`",
-            Command::new(&bin).args([
-                "fwd",
-                "--topology",
-                "loop",
-                &a_s,
-                &c_s,
-                "--stats-period",
-                "0.5",
-                "--duration",
-                "60",
-            ]),
-        )
-        .or_fail()?;
-        wait_serving(&mut fwd, "vfio-nic fwd").or_fail()?;
+        let mut fwd = serving(&bin, &["fwd", "--topology", "loop", &a_s, &c_s])?;
         let mut b = open(b_addr)?;
         let mut d = open(d_addr)?;
         let (mut b_rx, b_tx) = queues(&mut b)?;

@@ -29,12 +29,7 @@ pub(super) fn restore<M: Mmio + ?Sized>(m: &M, p: &Restore<'_, Chip82576>) -> Re
 
     // The port's MAC back in receive address 0 (the reset reloads the EEPROM's, which is the
     // same on a healthy card; written anyway, as Linux's igb_reset does with igb_rar_set).
-    let a = p.mac.0;
-    m.write(r::RAL.at(0), u32::from_le_bytes([a[0], a[1], a[2], a[3]]));
-    m.write(
-        r::RAH.at(0),
-        u32::from_le_bytes([a[4], a[5], 0, 0]) | r::rah::AV.bit(),
-    );
+    crate::devices::intel::write_mac(m, r::RAL.at(0), r::RAH.at(0), r::rah::AV.bit(), p.mac);
     for i in 0..r::MTA.count() {
         m.write(r::MTA.at(i), 0);
     }

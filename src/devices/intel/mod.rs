@@ -68,3 +68,11 @@ pub(crate) fn read_mac<M: Mmio + ?Sized>(
     }
     mac
 }
+
+/// Writes `mac` into receive address 0 (RAL0/RAH0) with the address-valid bit `av`: a port
+/// restored after a reset keeps its address (Linux's `igb_rar_set`/`ixgbe_set_rar` at reset).
+pub(crate) fn write_mac<M: Mmio + ?Sized>(m: &M, ral: Reg, rah: Reg, av: u32, mac: MacAddr) {
+    let a = mac.0;
+    m.write(ral, u32::from_le_bytes([a[0], a[1], a[2], a[3]]));
+    m.write(rah, u32::from_le_bytes([a[4], a[5], 0, 0]) | av);
+}

@@ -2,7 +2,7 @@
 //! that goes and comes back, a hot unplug, and PCIe errors with the recovery an uncorrectable
 //! one needs.
 //!
-//! A port opened through VFIO gets a watch thread ([`Watch`]) that sleeps on the device's
+//! A port opened through VFIO gets a watch thread (`Watch`) that sleeps on the device's
 //! request and error eventfds ([`DeviceEvents`]) and wakes every [`LINK_POLL`] to read the
 //! link register, so that [`Health::link`] says when the link changed within that time,
 //! whatever the application does. It reacts like Linux's igb and DPDK do:
@@ -21,7 +21,7 @@
 //!   resets the function (`VFIO_DEVICE_RESET`: FLR, config space saved and restored by the
 //!   kernel) and restores the port as it was: the chip's [`IntelChip::restore`] (reset, MAC,
 //!   VLAN filter table, TPID and switch, strip, promiscuous mode, link, interrupt routing, RSS,
-//!   receive and transmit on) from the state the port published ([`Snapshot`]). Each queue
+//!   receive and transmit on) from the state the port published (`Snapshot`). Each queue
 //!   then puts its own ring back at its next burst (base, length, thresholds; receive slots
 //!   re-armed, transmit buffers in flight released and counted dropped). Linux's igb does the
 //!   same from its `pci_error_handlers` (`igb_io_error_detected`, `igb_io_slot_reset`,

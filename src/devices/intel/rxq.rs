@@ -133,7 +133,7 @@ impl<B: Bus> IntelRx<B> {
     }
 
     /// Stops the queue and starts it again on the same ring: ENABLE cleared and polled, then
-    /// what [`IntelRx::resync`] does. Frames the device finished that were not received yet
+    /// what `IntelRx::resync` does. Frames the device finished that were not received yet
     /// are dropped (counted in the queue's `dropped`). For an application that restarts a
     /// queue (a soak test, a reconfiguration); the port goes on.
     pub fn restart(&mut self) -> Result<()> {

@@ -77,8 +77,17 @@ impl<B: Bus> IntelTx<B> {
 
     /// Stops the queue and starts it again on the same ring: what was queued may leave
     /// (briefly), ENABLE is cleared and polled, what the device sent is taken back, then
-    /// [`IntelTx::resync`]. Packets queued but not sent are dropped (counted in `dropped`).
+    /// `IntelTx::resync`. Packets queued but not sent are dropped (counted in `dropped`).
     pub fn restart(&mut self) -> Result<()> {
+        self.stop();
+        // A device that stopped answering is reported by the resync's enable.
+        let _ = self.ring.reclaim_by_head();
+        self.resync()
+    }
+
+    /// Lets what is queued leave (briefly), clears ENABLE and polls it
+    /// (`QueueCtl::stop_tx`).
+    fn stop(&self) {
         self.ctl().stop_tx(
             &*self.regs,
             &self.name,
@@ -87,9 +96,6 @@ impl<B: Bus> IntelTx<B> {
             self.ring.tail_slot() as u32,
             self.timeout,
         );
-        // A device that stopped answering is reported by the resync's enable.
-        let _ = self.ring.reclaim_by_head();
-        self.resync()
     }
 
     /// Programs the queue's ring again and enables it, for a ring the device lost (after the
@@ -206,13 +212,6 @@ impl<B: Bus> Drop for IntelTx<B> {
     /// Let what is queued leave (briefly), clear ENABLE and poll it; the ring frees the buffers
     /// afterwards (datasheets: 82576 4.5.10, 82599 4.6.8.1).
     fn drop(&mut self) {
-        self.ctl().stop_tx(
-            &*self.regs,
-            &self.name,
-            self.queue,
-            self.rr.head.at(self.queue),
-            self.ring.tail_slot() as u32,
-            self.timeout,
-        );
+        self.stop();
     }
 }

@@ -26,12 +26,7 @@ use super::Chip82599;
 /// The restore (module doc).
 pub(super) fn restore<M: Mmio + ?Sized>(m: &M, p: &Restore<'_, Chip82599>) -> Result<()> {
     reset_chip(m, p.name, p.cfg.reg_timeout)?;
-    let a = p.mac.0;
-    m.write(r::RAL.at(0), u32::from_le_bytes([a[0], a[1], a[2], a[3]]));
-    m.write(
-        r::RAH.at(0),
-        u32::from_le_bytes([a[4], a[5], 0, 0]) | r::rah::AV.bit(),
-    );
+    crate::devices::intel::write_mac(m, r::RAL.at(0), r::RAH.at(0), r::rah::AV.bit(), p.mac);
     setup_link(m, p.name, p.cfg.loopback, sfp_part(p.pci_id.1))?;
     rx_global(m, p.cfg, p.promiscuous);
     restore_vlan::<Chip82599, M>(m, p.vlan);
