@@ -257,7 +257,7 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
     /// Runs a setter of what a restore puts back (VLAN, strip, promiscuous mode) under the
     /// snapshot's lock, then publishes the new state: a restore running meanwhile finishes
     /// first, and the next one sees the change.
-    fn published<T>(&mut self, set: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+    pub(crate) fn published<T>(&mut self, set: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         let Some(shared) = self.shared.clone() else {
             return set(self);
         };
@@ -651,7 +651,9 @@ impl<C: IntelChip, B: Bus> VlanHardware for IntelPort<C, B> {
     }
 
     fn set_rx_strip(&mut self, queue: u16, on: bool) -> Result<()> {
-        self.published(|p| C::set_rx_strip(p, queue, on))
+        // The chip publishes its strip state itself (the 82576's setter is public on its own;
+        // the 82599's queues share theirs with the port).
+        C::set_rx_strip(self, queue, on)
     }
 
     fn set_vlan_filter(&mut self, on: bool) -> Result<()> {
