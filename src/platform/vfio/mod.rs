@@ -11,8 +11,9 @@
 //!
 //! Handles are `Arc`-linked downwards (device -> group -> container; BAR mappings and DMA memory
 //! hold the device or group), so they are torn down in the order the kernel needs whatever order
-//! the user drops them in. Only the type1 IOMMU backend exists today; it sits behind a small
-//! internal seam so an iommufd/cdev backend can be added later.
+//! the user drops them in. Three DMA backends sit behind that seam: the type1 container, iommufd
+//! with the device cdev, and VFIO's no-IOMMU mode; `select.rs` says which opens a device
+//! ([`assess`], [`choose`]) and why the others cannot.
 //!
 //! A driver that handles faults takes the device's request and error notifications, its AER
 //! registers and its function reset from [`DeviceEvents`] (`events.rs`).
@@ -26,7 +27,10 @@ mod device;
 mod events;
 mod group;
 mod ioctl;
+mod iommufd;
+mod noiommu;
 mod registry;
+mod select;
 
 pub use container::{iova_alignment, Container, CONTAINER_PATH, GROUP_DIR};
 pub use device::{
@@ -36,4 +40,9 @@ pub use device::{
 pub use events::{
     bit_names, counter_growth, parse_counters, AerStatus, DeviceEvents, Signals, COR_NAMES,
     UNCOR_NAMES,
+};
+pub use iommufd::{CDEV_DIR, IOMMU_PATH};
+pub use select::{
+    assess, choose, Assessment, DmaBackend, GroupKind, Host, VfioOptions, ENV_ALLOW_NOIOMMU,
+    ENV_BACKEND,
 };
