@@ -1,7 +1,7 @@
 //! The soak: minutes of mixed traffic from A to B while everything an appliance changes at run
 //! time changes, then the books are checked.
 //!
-//! For `VFIO_NIC_SOAK_SECS` seconds (default 60; the note of issue 39 reports a 10-minute
+//! For `VFIO_NIC_SOAK_SECS` seconds (default 60; docs/faults.md has the figures of a 10-minute
 //! run): frames of every size from 60 to 1514 bytes, a third of them tagged (VIDs 100, 200,
 //! 300, priorities 0 to 7), sent from A and checked at B in order with their tags; every
 //! second the VLAN modes switch (B's receive mode hardware -> software -> deferred, A's
