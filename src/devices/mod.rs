@@ -19,6 +19,9 @@ pub mod igb;
 pub mod intel;
 pub mod ixgbe;
 pub mod kinds;
+// The rings in DMA memory under the loom model checker (`scripts/loom`; `--cfg loom` only).
+#[cfg(all(test, loom))]
+mod loom;
 pub mod null;
 pub mod offload;
 pub mod pool_rule;

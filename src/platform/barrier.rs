@@ -59,25 +59,38 @@ compile_error!(
      another architecture needs its own dma_wmb/dma_rmb/mb, after Linux's arch/*/include/asm/barrier.h"
 );
 
-#[cfg(target_arch = "aarch64")]
+#[cfg(all(target_arch = "aarch64", not(loom)))]
 use std::arch::asm;
-#[cfg(target_arch = "x86_64")]
-use std::sync::atomic::{fence, Ordering};
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+use std::sync::atomic::fence;
+#[cfg(any(target_arch = "x86_64", loom))]
+use std::sync::atomic::Ordering;
+
+// The model-checking build (`--cfg loom`, `scripts/loom`): every barrier is loom's fence of the
+// strength the x86-64 build compiles it to, and a model may leave named ones out
+// (`barrier_loom.rs`). No other build compiles it.
+#[cfg(loom)]
+#[path = "barrier_loom.rs"]
+pub(crate) mod loom_model;
+#[cfg(loom)]
+use loom_model::Barrier;
 
 /// Linux's `dma_wmb()`: stores to DMA memory made before it are seen by the device before any
 /// store made after it (arm64 `dmb oshst`; x86-64: no instruction, a release fence for the
 /// compiler).
 #[inline(always)]
 pub fn dma_wmb() {
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", not(loom)))]
     // SAFETY: a barrier instruction: it reads and writes no memory or register of ours and
     // leaves the stack and flags alone; without `nomem` the compiler keeps memory accesses on
     // their side of it, as Linux's "memory" clobber does.
     unsafe {
         asm!("dmb oshst", options(nostack, preserves_flags))
     };
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
     fence(Ordering::Release);
+    #[cfg(loom)]
+    loom_model::fence(Barrier::DmaWmb, Ordering::Release);
 }
 
 /// Linux's `dma_rmb()`: a load of DMA memory made before it (a done bit, a valid bit, a used
@@ -85,65 +98,75 @@ pub fn dma_wmb() {
 /// an acquire fence for the compiler).
 #[inline(always)]
 pub fn dma_rmb() {
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", not(loom)))]
     // SAFETY: as in `dma_wmb`: a barrier instruction, no memory or register of ours changed.
     unsafe {
         asm!("dmb oshld", options(nostack, preserves_flags))
     };
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
     fence(Ordering::Acquire);
+    #[cfg(loom)]
+    loom_model::fence(Barrier::DmaRmb, Ordering::Acquire);
 }
 
 /// Linux's `mb()`: every load and store before it, device registers included, completes
 /// before any after it (arm64 `dsb sy`; x86-64 `mfence`).
 #[inline(always)]
 pub fn mb() {
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", not(loom)))]
     // SAFETY: as in `dma_wmb`: a barrier instruction, no memory or register of ours changed.
     unsafe {
         asm!("dsb sy", options(nostack, preserves_flags))
     };
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
     fence(Ordering::SeqCst);
+    #[cfg(loom)]
+    loom_model::fence(Barrier::Mb, Ordering::SeqCst);
 }
 
 /// Linux's `smp_wmb()` (`virt_wmb()`): [`dma_wmb`] towards other CPUs only (arm64 `dmb ishst`;
 /// x86-64: no instruction).
 #[inline(always)]
 pub fn smp_wmb() {
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", not(loom)))]
     // SAFETY: as in `dma_wmb`: a barrier instruction, no memory or register of ours changed.
     unsafe {
         asm!("dmb ishst", options(nostack, preserves_flags))
     };
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
     fence(Ordering::Release);
+    #[cfg(loom)]
+    loom_model::fence(Barrier::SmpWmb, Ordering::Release);
 }
 
 /// Linux's `smp_rmb()` (`virt_rmb()`): [`dma_rmb`] towards other CPUs only (arm64 `dmb ishld`;
 /// x86-64: no instruction).
 #[inline(always)]
 pub fn smp_rmb() {
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", not(loom)))]
     // SAFETY: as in `dma_wmb`: a barrier instruction, no memory or register of ours changed.
     unsafe {
         asm!("dmb ishld", options(nostack, preserves_flags))
     };
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
     fence(Ordering::Acquire);
+    #[cfg(loom)]
+    loom_model::fence(Barrier::SmpRmb, Ordering::Acquire);
 }
 
 /// Linux's `smp_mb()` (`virt_mb()`): [`mb`] towards other CPUs only (arm64 `dmb ish`; x86-64
 /// `mfence`, where Linux has the equivalent `lock addl`).
 #[inline(always)]
 pub fn smp_mb() {
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", not(loom)))]
     // SAFETY: as in `dma_wmb`: a barrier instruction, no memory or register of ours changed.
     unsafe {
         asm!("dmb ish", options(nostack, preserves_flags))
     };
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
     fence(Ordering::SeqCst);
+    #[cfg(loom)]
+    loom_model::fence(Barrier::SmpMb, Ordering::SeqCst);
 }
 
 /// Which barriers a virtio device asks for (Linux `vring_virtqueue::weak_barriers`): the SMP
@@ -163,12 +186,12 @@ pub enum VirtioOrder {
 /// even read.
 #[inline(always)]
 pub fn virtio_wmb(order: VirtioOrder) {
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(any(target_arch = "aarch64", loom))]
     match order {
         VirtioOrder::Smp => smp_wmb(),
         VirtioOrder::Platform => dma_wmb(),
     }
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
     {
         let _ = order;
         dma_wmb()
@@ -179,12 +202,12 @@ pub fn virtio_wmb(order: VirtioOrder) {
 /// index), before the entries behind it. On x86-64 both kinds are the same compiler fence.
 #[inline(always)]
 pub fn virtio_rmb(order: VirtioOrder) {
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(any(target_arch = "aarch64", loom))]
     match order {
         VirtioOrder::Smp => smp_rmb(),
         VirtioOrder::Platform => dma_rmb(),
     }
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
     {
         let _ = order;
         dma_rmb()
@@ -196,12 +219,12 @@ pub fn virtio_rmb(order: VirtioOrder) {
 /// are `mfence`.
 #[inline(always)]
 pub fn virtio_mb(order: VirtioOrder) {
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(any(target_arch = "aarch64", loom))]
     match order {
         VirtioOrder::Smp => smp_mb(),
         VirtioOrder::Platform => mb(),
     }
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
     {
         let _ = order;
         mb()

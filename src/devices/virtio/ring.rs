@@ -194,6 +194,16 @@ impl SplitRing {
         check_size(size, "virtqueue")?;
         let layout = Layout::new(size, extra);
         let mem = DmaMemory::allocate(layout.total, mapper)?;
+        // The model-checking build: the words the device shares (the descriptor table, the
+        // available and used rings) and the driver's area, which it copies plainly.
+        #[cfg(loom)]
+        {
+            let n = usize::from(size);
+            mem.loom_words(0, 16 * n);
+            mem.loom_words(layout.avail, 6 + 2 * n);
+            mem.loom_words(layout.used, 6 + 8 * n);
+            mem.loom_bytes(layout.extra, extra);
+        }
         mem.store_u16(layout.avail, AVAIL_F_NO_INTERRUPT, Relaxed);
         Ok(SplitRing {
             mem,

@@ -8,10 +8,11 @@
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::memory::{DmaMapper, DmaMemory};
+use super::word;
 use crate::error::{Error, Result};
 
 /// Bytes per descriptor (Intel advanced descriptors, both directions).
@@ -35,6 +36,9 @@ impl DescTable {
         let mem = DmaMemory::allocate(n * DESC_BYTES, mapper)?;
         // The allocation is rounded up to whole pages, never down.
         assert!(mem.len() >= n * DESC_BYTES);
+        // The model-checking build: every descriptor word is shared with the device.
+        #[cfg(loom)]
+        mem.loom_words(0, n * DESC_BYTES);
         Ok(DescTable { mem, mask: n - 1 })
     }
 
@@ -93,14 +97,14 @@ impl DescTable {
     pub fn load(&self, i: usize, q: usize, order: Ordering) -> u64 {
         // SAFETY: in bounds and aligned (see `qword`); memory shared with a device is only ever
         // accessed through atomics or volatile operations.
-        unsafe { AtomicU64::from_ptr(self.qword(i, q)) }.load(order)
+        unsafe { word::load(self.qword(i, q), order) }
     }
 
     /// Atomically stores qword `q` of descriptor `i`.
     #[inline(always)]
     pub fn store(&self, i: usize, q: usize, value: u64, order: Ordering) {
         // SAFETY: as in `load`.
-        unsafe { AtomicU64::from_ptr(self.qword(i, q)) }.store(value, order)
+        unsafe { word::store(self.qword(i, q), value, order) }
     }
 
     /// Atomically loads 32-bit word `d` (0..=3, masked) of descriptor `i`: the status word of a
@@ -109,7 +113,7 @@ impl DescTable {
     pub fn load_dword(&self, i: usize, d: usize, order: Ordering) -> u32 {
         let p = self.qword(i, (d >> 1) & 1).cast::<u32>();
         // SAFETY: `p` plus 0 or 1 u32 stays inside the 8-byte word `qword` returned; 4-aligned.
-        unsafe { AtomicU32::from_ptr(p.add(d & 1)) }.load(order)
+        unsafe { word::load(p.add(d & 1), order) }
     }
 
     /// Atomically stores 32-bit word `d` (0..=3, masked) of descriptor `i`.
@@ -117,7 +121,7 @@ impl DescTable {
     pub fn store_dword(&self, i: usize, d: usize, value: u32, order: Ordering) {
         let p = self.qword(i, (d >> 1) & 1).cast::<u32>();
         // SAFETY: as in `load_dword`.
-        unsafe { AtomicU32::from_ptr(p.add(d & 1)) }.store(value, order)
+        unsafe { word::store(p.add(d & 1), value, order) }
     }
 }
 
@@ -129,13 +133,16 @@ impl Desc {
     /// Atomically loads word `q` (0 or 1, masked).
     #[inline(always)]
     pub fn load(&self, q: usize, order: Ordering) -> u64 {
-        self.0[q & 1].load(order)
+        // SAFETY: the word is an aligned `AtomicU64` of a descriptor in DMA memory (a `Desc` is
+        // only ever made over a table, `descs` and `DescView::at`), accessed only atomically.
+        unsafe { word::load(self.0[q & 1].as_ptr(), order) }
     }
 
     /// Atomically stores word `q` (0 or 1, masked).
     #[inline(always)]
     pub fn store(&self, q: usize, value: u64, order: Ordering) {
-        self.0[q & 1].store(value, order)
+        // SAFETY: as in `load`.
+        unsafe { word::store(self.0[q & 1].as_ptr(), value, order) }
     }
 }
 

@@ -16,13 +16,13 @@
 
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use memmap2::{MmapMut, MmapOptions};
 
 use super::contiguous::ContiguousRegion;
-
+use super::word;
 use crate::error::{Error, Result};
 
 /// Size of a huge page on x86-64.
@@ -155,7 +155,7 @@ impl<T> Clone for DmaWords<'_, T> {
 impl<T> Copy for DmaWords<'_, T> {}
 
 macro_rules! dma_words {
-    ($t:ty, $atomic:ty) => {
+    ($t:ty) => {
         impl DmaWords<'_, $t> {
             /// Atomically loads word `i` (modulo the array's length).
             #[inline(always)]
@@ -163,22 +163,21 @@ macro_rules! dma_words {
                 // SAFETY: `i & mask` is below the length, whose words all lie inside the live
                 // mapping and are aligned (checked by `DmaMemory::words`); the borrow keeps
                 // the mapping alive; memory shared with a device is only accessed atomically.
-                unsafe { <$atomic>::from_ptr(self.base.as_ptr().add(i & self.mask)) }.load(order)
+                unsafe { word::load(self.base.as_ptr().add(i & self.mask), order) }
             }
 
             /// Atomically stores word `i` (modulo the array's length).
             #[inline(always)]
             pub fn store(&self, i: usize, value: $t, order: Ordering) {
                 // SAFETY: as in `load`.
-                unsafe { <$atomic>::from_ptr(self.base.as_ptr().add(i & self.mask)) }
-                    .store(value, order)
+                unsafe { word::store(self.base.as_ptr().add(i & self.mask), value, order) }
             }
         }
     };
 }
-dma_words!(u16, AtomicU16);
-dma_words!(u32, AtomicU32);
-dma_words!(u64, AtomicU64);
+dma_words!(u16);
+dma_words!(u32);
+dma_words!(u64);
 
 impl DmaMemory {
     /// Allocates at least `len` zeroed bytes and maps them through `mapper`.
@@ -199,12 +198,18 @@ impl DmaMemory {
             return Self::map_through(Backing::Contiguous(region), ptr, huge, mapper);
         }
         let huge_len = len.div_ceil(HUGE_PAGE) * HUGE_PAGE;
-        let (mut map, huge, len) = match MmapOptions::new()
-            .len(huge_len)
-            .huge(Some(21))
-            .populate()
-            .map_anon()
-        {
+        // (The model-checking build makes a few small memories per run, thousands of runs:
+        // not a 2 MiB page to zero each time.)
+        let first = if cfg!(loom) {
+            Err(std::io::ErrorKind::Unsupported.into())
+        } else {
+            MmapOptions::new()
+                .len(huge_len)
+                .huge(Some(21))
+                .populate()
+                .map_anon()
+        };
+        let (mut map, huge, len) = match first {
             Ok(m) => (m, true, huge_len),
             Err(e) => {
                 static WARNED: std::sync::atomic::AtomicBool =
@@ -255,6 +260,9 @@ impl DmaMemory {
         // lives in the returned DmaMemory until after `Drop` has called `unmap`.
         let iova = unsafe { mapper.map(ptr.as_ptr(), len)? };
         tracing::debug!(len, huge, iova = format_args!("{iova:#x}"), mapper = %mapper.describe(), "DMA memory mapped");
+        // (The model-checking build: no shadow of an earlier mapping at these addresses.)
+        #[cfg(loom)]
+        super::shadow::forget(ptr.as_ptr() as usize, len);
         Ok(DmaMemory {
             ptr,
             len,
@@ -343,7 +351,7 @@ impl DmaMemory {
         let p = self.word::<u64>(offset);
         // SAFETY: `p` is aligned and inside the live mapping (checked by `word`); memory shared
         // with a device or another thread is only ever accessed through atomics or volatile ops.
-        unsafe { AtomicU64::from_ptr(p) }.load(order)
+        unsafe { word::load(p, order) }
     }
 
     /// Atomically stores the aligned 64-bit word at `offset`.
@@ -351,7 +359,7 @@ impl DmaMemory {
     pub fn store_u64(&self, offset: usize, value: u64, order: Ordering) {
         let p = self.word::<u64>(offset);
         // SAFETY: as in `load_u64`.
-        unsafe { AtomicU64::from_ptr(p) }.store(value, order)
+        unsafe { word::store(p, value, order) }
     }
 
     /// Atomically loads the aligned 32-bit word at `offset`.
@@ -359,7 +367,7 @@ impl DmaMemory {
     pub fn load_u32(&self, offset: usize, order: Ordering) -> u32 {
         let p = self.word::<u32>(offset);
         // SAFETY: as in `load_u64`.
-        unsafe { AtomicU32::from_ptr(p) }.load(order)
+        unsafe { word::load(p, order) }
     }
 
     /// Atomically stores the aligned 32-bit word at `offset`.
@@ -367,7 +375,7 @@ impl DmaMemory {
     pub fn store_u32(&self, offset: usize, value: u32, order: Ordering) {
         let p = self.word::<u32>(offset);
         // SAFETY: as in `load_u64`.
-        unsafe { AtomicU32::from_ptr(p) }.store(value, order)
+        unsafe { word::store(p, value, order) }
     }
 
     /// Atomically loads the aligned 16-bit word at `offset` (virtio ring indices).
@@ -376,7 +384,7 @@ impl DmaMemory {
         let p = self.word::<u16>(offset);
         // SAFETY: `p` is 2-byte aligned and inside the live mapping (checked by `word`); the
         // word is shared with the device, so it is only ever accessed atomically.
-        unsafe { AtomicU16::from_ptr(p) }.load(order)
+        unsafe { word::load(p, order) }
     }
 
     /// Atomically stores the aligned 16-bit word at `offset`.
@@ -384,7 +392,7 @@ impl DmaMemory {
     pub fn store_u16(&self, offset: usize, value: u16, order: Ordering) {
         let p = self.word::<u16>(offset);
         // SAFETY: as in `load_u16`: aligned, inside the mapping, accessed only atomically.
-        unsafe { AtomicU16::from_ptr(p) }.store(value, order)
+        unsafe { word::store(p, value, order) }
     }
 
     /// Copies `src` into the memory at `offset`: a plain (non-atomic) copy.
@@ -413,7 +421,9 @@ impl DmaMemory {
         // SAFETY: the range is inside the allocation (checked above) and `src` is ordinary memory,
         // so the two cannot overlap.
         unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
+            let to = self.ptr.as_ptr().add(offset);
+            word::copied_to(to, src.len());
+            std::ptr::copy_nonoverlapping(src.as_ptr(), to, src.len())
         }
     }
 
@@ -436,11 +446,9 @@ impl DmaMemory {
         );
         // SAFETY: as in `write_bytes`.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.ptr.as_ptr().add(offset),
-                dst.as_mut_ptr(),
-                dst.len(),
-            )
+            let from = self.ptr.as_ptr().add(offset);
+            word::copied_from(from, dst.len());
+            std::ptr::copy_nonoverlapping(from, dst.as_mut_ptr(), dst.len())
         }
     }
 
@@ -449,6 +457,35 @@ impl DmaMemory {
         let off = iova.checked_sub(self.iova)?;
         (off.checked_add(len as u64)? <= self.len as u64).then_some(off as usize)
     }
+
+    /// The model-checking build: declares `offset..offset + len` as words a driver and a
+    /// device share, shadowed by loom atomics (`shadow.rs` says why a declaration, made where
+    /// the memory is made, before another thread can reach it). Every atomic access to the
+    /// memory must be to declared words.
+    ///
+    /// # Panics
+    /// If the range is not inside the memory.
+    #[cfg(loom)]
+    pub(crate) fn loom_words(&self, offset: usize, len: usize) {
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len),
+            "loom words outside the allocation"
+        );
+        // SAFETY: inside the live mapping (checked above; `len` is whole pages, so widening
+        // the range to whole 8-byte words stays inside).
+        unsafe { super::shadow::declare_words(self.ptr.as_ptr() as usize + offset, len) }
+    }
+
+    /// The model-checking build: declares `offset..offset + len` as bytes copied plainly
+    /// (frames), each copy checked by loom against the other threads' accesses.
+    #[cfg(loom)]
+    pub(crate) fn loom_bytes(&self, offset: usize, len: usize) {
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len),
+            "loom bytes outside the allocation"
+        );
+        super::shadow::declare_bytes(self.ptr.as_ptr() as usize + offset, len)
+    }
 }
 
 impl Drop for DmaMemory {
@@ -456,6 +493,17 @@ impl Drop for DmaMemory {
         // Unmap first: after this the device cannot reach the pages, then `map` returns them.
         // If the unmap failed, the device may still write them: returning them to the kernel
         // would let it corrupt whatever reuses them, so they are leaked instead.
+        #[cfg(loom)]
+        {
+            super::shadow::forget(self.ptr.as_ptr() as usize, self.len);
+            // A loom model that failed unwinds its threads one by one on one OS thread: the
+            // unmap would wait for the software IOMMU's write lock while another of them holds
+            // a view, for ever. Its memory is leaked instead (a failed model's only).
+            if std::thread::panicking() {
+                std::mem::forget(self.map.take());
+                return;
+            }
+        }
         let map = self.map.take();
         if let Err(e) = self.mapper.unmap(self.iova, self.len) {
             tracing::error!(error = %e, "DMA memory leaked");

@@ -12,8 +12,11 @@ mod memory;
 pub mod pagemap;
 pub mod pool;
 mod recycle;
+#[cfg(loom)]
+mod shadow;
 pub mod slots;
 mod soft_iommu;
+mod word;
 
 pub use contiguous::ContiguousRegion;
 pub use desc::{Desc, DescTable, DescView, DESC_BYTES};

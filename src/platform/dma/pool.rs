@@ -761,6 +761,8 @@ impl Packet {
     /// The frame.
     #[inline(always)]
     pub fn data(&self) -> &[u8] {
+        // (Checked by loom in the model-checking build, where the pool's bytes are declared.)
+        super::word::copied_from(self.start(), self.ln() as usize);
         // SAFETY: `data + len <= buf_size` is an invariant of every mutator; the buffer is owned
         // by this packet, so no device or other packet writes it while the slice lives.
         unsafe { std::slice::from_raw_parts(self.start(), self.ln() as usize) }
@@ -769,6 +771,7 @@ impl Packet {
     /// The frame, writable.
     #[inline(always)]
     pub fn data_mut(&mut self) -> &mut [u8] {
+        super::word::copied_to(self.start(), self.ln() as usize);
         // SAFETY: as in `data`, and `&mut self` makes the access exclusive.
         unsafe { std::slice::from_raw_parts_mut(self.start(), self.ln() as usize) }
     }

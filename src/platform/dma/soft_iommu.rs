@@ -20,11 +20,12 @@
 
 use std::cell::Cell;
 use std::fmt;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
 
 use super::iova::IovaAllocator;
 use super::memory::DmaMapper;
+use super::word;
 use crate::error::{Error, Result};
 
 /// A refused device access.
@@ -225,6 +226,7 @@ impl<'a> DmaView<'a> {
     #[inline]
     pub fn read(&self, iova: u64, dst: &mut [u8]) -> Result<(), DmaFault> {
         self.with(iova, dst.len(), false, |p| {
+            word::copied_from(p, dst.len());
             // SAFETY: `p..p+len` lies inside a live mapping (checked by `with`; the view holds
             // the read lock, so the mapping cannot be removed and freed meanwhile); `dst` is
             // ordinary memory, so the ranges do not overlap.
@@ -238,6 +240,7 @@ impl<'a> DmaView<'a> {
         dst.reserve(len);
         self.with(iova, len, false, |p| {
             let at = dst.len();
+            word::copied_from(p, len);
             // SAFETY: the source is inside a live mapping (as in `read`); the destination is
             // the `len` bytes of spare capacity reserved above, which `set_len` then declares
             // initialised because the copy wrote every one of them; the two do not overlap.
@@ -255,6 +258,7 @@ impl<'a> DmaView<'a> {
     pub fn read_prefix(&self, iova: u64, len: usize, dst: &mut [u8]) -> Result<usize, DmaFault> {
         let n = dst.len().min(len);
         self.with(iova, len, false, |p| {
+            word::copied_from(p, n);
             // SAFETY: `p..p+len` lies inside a live mapping (as in `read`) and `n <= len`; `dst`
             // is ordinary memory, so the ranges do not overlap.
             unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), n) };
@@ -307,6 +311,7 @@ impl<'a> DmaView<'a> {
     #[inline]
     pub fn write(&self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
         self.with(iova, src.len(), true, |p| {
+            word::copied_to(p, src.len());
             // SAFETY: as in `read`.
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) }
         })
@@ -321,7 +326,7 @@ impl<'a> DmaView<'a> {
         self.with(iova, 8, false, |p| {
             // SAFETY: inside a live mapping (see `read`) and 8-byte aligned (mappings start on
             // page boundaries and the IOVA is aligned); shared words are accessed atomically.
-            unsafe { AtomicU64::from_ptr(p.cast()) }.load(order)
+            unsafe { word::load(p.cast::<u64>(), order) }
         })
     }
 
@@ -333,7 +338,7 @@ impl<'a> DmaView<'a> {
         }
         self.with(iova, 8, true, |p| {
             // SAFETY: as in `load_u64`.
-            unsafe { AtomicU64::from_ptr(p.cast()) }.store(value, order)
+            unsafe { word::store(p.cast::<u64>(), value, order) }
         })
     }
 
@@ -345,7 +350,7 @@ impl<'a> DmaView<'a> {
         }
         self.with(iova, 4, true, |p| {
             // SAFETY: as in `load_u64`, for a 4-byte aligned word.
-            unsafe { AtomicU32::from_ptr(p.cast()) }.store(value, order)
+            unsafe { word::store(p.cast::<u32>(), value, order) }
         })
     }
 
@@ -357,7 +362,7 @@ impl<'a> DmaView<'a> {
         }
         self.with(iova, 4, false, |p| {
             // SAFETY: as in `load_u64`, for a 4-byte aligned word.
-            unsafe { AtomicU32::from_ptr(p.cast()) }.load(order)
+            unsafe { word::load(p.cast::<u32>(), order) }
         })
     }
 }
@@ -395,6 +400,7 @@ impl DmaWindow<'_, '_> {
         let Some(p) = self.range(iova, src.len()) else {
             return self.view.write(iova, src);
         };
+        word::copied_to(p, src.len());
         // SAFETY: inside the window, so inside a live mapping (the window borrows the view,
         // which holds the read lock); `src` is ordinary memory, so the ranges do not overlap.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
@@ -409,6 +415,7 @@ impl DmaWindow<'_, '_> {
         let Some(p) = self.range(iova, src.len()) else {
             return false;
         };
+        word::copied_to(p, src.len());
         // SAFETY: as in `write`.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
         true
@@ -421,6 +428,7 @@ impl DmaWindow<'_, '_> {
     pub fn read_prefix_inside(&self, iova: u64, len: usize, dst: &mut [u8]) -> Option<usize> {
         let p = self.range(iova, len)?;
         let n = dst.len().min(len);
+        word::copied_from(p, n);
         // SAFETY: `p..p+len` is inside the window, so inside a live mapping (as in `write`), and
         // `n <= len`; `dst` is ordinary memory, so the ranges do not overlap.
         unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), n) };
@@ -434,7 +442,7 @@ impl DmaWindow<'_, '_> {
             // SAFETY: inside the window, so inside a live mapping (the window borrows the view,
             // which holds the read lock), and 8-byte aligned: the window's host address and
             // IOVA differ by a multiple of the page size (mappings start on page boundaries).
-            Some(p) => Ok(unsafe { AtomicU64::from_ptr(p.cast()) }.load(order)),
+            Some(p) => Ok(unsafe { word::load(p.cast::<u64>(), order) }),
             None => self.view.load_u64(iova, order),
         }
     }
@@ -446,7 +454,7 @@ impl DmaWindow<'_, '_> {
             return self.view.store_u64(iova, value, order);
         };
         // SAFETY: as in `load_u64`.
-        unsafe { AtomicU64::from_ptr(p.cast()) }.store(value, order);
+        unsafe { word::store(p.cast::<u64>(), value, order) };
         Ok(())
     }
 
@@ -457,7 +465,7 @@ impl DmaWindow<'_, '_> {
             return self.view.store_u32(iova, value, order);
         };
         // SAFETY: as in `load_u64`, for a 4-byte aligned word.
-        unsafe { AtomicU32::from_ptr(p.cast()) }.store(value, order);
+        unsafe { word::store(p.cast::<u32>(), value, order) };
         Ok(())
     }
 }
@@ -503,7 +511,7 @@ impl DmaRing<'_, '_> {
         // SAFETY: the slot is inside the ring (`word` checks), which lies in a live mapping
         // (`DmaView::ring` checks; the ring borrows the view, which holds the read lock), and
         // the word is 8-byte aligned: slot 0 is 16-byte aligned and `off % 8 == 0`.
-        unsafe { AtomicU64::from_ptr(p.cast()) }.load(order)
+        unsafe { word::load(p.cast::<u64>(), order) }
     }
 
     /// Stores the 64-bit word at byte `off` (0 or 8) of slot `slot`.
@@ -511,7 +519,7 @@ impl DmaRing<'_, '_> {
     pub fn store_u64(&self, slot: usize, off: usize, value: u64, order: Ordering) {
         let p = self.word::<8>(slot, off);
         // SAFETY: as in `load_u64`.
-        unsafe { AtomicU64::from_ptr(p.cast()) }.store(value, order)
+        unsafe { word::store(p.cast::<u64>(), value, order) }
     }
 
     /// Stores the 32-bit word at byte `off` (0, 4, 8 or 12) of slot `slot`.
@@ -519,7 +527,7 @@ impl DmaRing<'_, '_> {
     pub fn store_u32(&self, slot: usize, off: usize, value: u32, order: Ordering) {
         let p = self.word::<4>(slot, off);
         // SAFETY: as in `load_u64`, for a 4-byte aligned word.
-        unsafe { AtomicU32::from_ptr(p.cast()) }.store(value, order)
+        unsafe { word::store(p.cast::<u32>(), value, order) }
     }
 }
 

@@ -3,25 +3,25 @@
 //! enqueued frame descriptor onto the wire, its buffer back to its pool), and the portal
 //! commands (enqueue ring, pull, release, acquire). All run under the model's one lock.
 
-use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::state::{rx_fqid, tx_fqid, Hot, Portal, SocState, MIN_FRAME};
+use super::CenaWord;
 use crate::devices::qm::layout::{
     acquire, cena, dq, eq, hwa, pull, release, Fd, BUFS_PER_CMD, EQCR_SIZE, VALID_BIT,
 };
 use crate::platform::dma::{DmaView, SoftIommu};
 
 /// A 32-bit word of a portal's CENA memory.
-pub fn word(mem: &[AtomicU32], byte: usize) -> u32 {
+pub fn word(mem: &[CenaWord], byte: usize) -> u32 {
     mem[byte / 4].load(Acquire)
 }
 
-fn words<const N: usize>(mem: &[AtomicU32], byte: usize) -> [u32; N] {
+fn words<const N: usize>(mem: &[CenaWord], byte: usize) -> [u32; N] {
     std::array::from_fn(|i| mem[byte / 4 + i].load(Relaxed))
 }
 
-fn fd_at(mem: &[AtomicU32], byte: usize) -> Fd {
+fn fd_at(mem: &[CenaWord], byte: usize) -> Fd {
     Fd(words::<8>(mem, byte))
 }
 
@@ -174,7 +174,7 @@ fn enqueue_one(s: &mut SocState, view: &DmaView, fqid: u32, fd: Fd) {
 /// The enqueue ring of a portal up to producer index `pi` (the last EQCR_PI doorbell):
 /// consumes the entries, then writes the consumer index back (CINH and CENA 0x1840). An entry
 /// whose valid bit is not the one of its pass stops the walk (a stale entry).
-pub fn eqcr_consume(s: &mut SocState, iommu: &SoftIommu, mem: &[AtomicU32], hot: &Hot, pi: u32) {
+pub fn eqcr_consume(s: &mut SocState, iommu: &SoftIommu, mem: &[CenaWord], hot: &Hot, pi: u32) {
     let pi = pi & (2 * EQCR_SIZE - 1);
     let mut ci = hot.device.ci.load(Relaxed);
     // One hold of the IOMMU table for the whole walk (see `DmaView`).
@@ -200,7 +200,7 @@ pub fn eqcr_consume(s: &mut SocState, iommu: &SoftIommu, mem: &[AtomicU32], hot:
 }
 
 /// The VDQCR read trigger of portal `p`: one pull, answered at once into the storage.
-pub fn pull(s: &mut SocState, iommu: &SoftIommu, mem: &[AtomicU32]) {
+pub fn pull(s: &mut SocState, iommu: &SoftIommu, mem: &[CenaWord]) {
     // Read-triggered (CFG.VPM): the command's valid bit is not looked at.
     let [w0, src, lo, hi] = words::<4>(mem, cena::VDQCR);
     let frames = ((w0 >> 8 & 0xff) + 1) as usize;
@@ -268,12 +268,12 @@ pub fn pull(s: &mut SocState, iommu: &SoftIommu, mem: &[AtomicU32]) {
 
 /// RCR_AM_RT(slot): the release command in that slot puts its buffers into their pool; the
 /// slot is free again.
-pub fn release_slot(s: &mut SocState, mem: &[AtomicU32], hot: &Hot, slot: u32) {
+pub fn release_slot(s: &mut SocState, mem: &[CenaWord], hot: &Hot, slot: u32) {
     release_cmd(s, mem, slot);
     hot.free_slot(slot);
 }
 
-fn release_cmd(s: &mut SocState, mem: &[AtomicU32], slot: u32) {
+fn release_cmd(s: &mut SocState, mem: &[CenaWord], slot: u32) {
     let at = cena::rcr(slot);
     let w0 = word(mem, at);
     let n = (w0 & 7) as usize;
@@ -292,7 +292,7 @@ fn release_cmd(s: &mut SocState, mem: &[AtomicU32], slot: u32) {
 }
 
 /// CR_RT: the management command (acquire) in the portal's CR, answered in RR.
-pub fn command(s: &mut SocState, p: usize, mem: &[AtomicU32]) {
+pub fn command(s: &mut SocState, p: usize, mem: &[CenaWord]) {
     let [w0, w1] = words::<2>(mem, cena::CR);
     let mut rsp = [0u32; 16];
     let mut rslt = 0xff;

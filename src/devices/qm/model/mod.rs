@@ -56,13 +56,23 @@
 //! restoration, congestion groups, interrupts, flow steering and RSS (one queue per port),
 //! frame lists and scatter/gather, checksum offload, timestamps.
 
+#[cfg(loom)]
+mod cena_loom;
 mod engine;
+#[cfg(all(test, loom))]
+mod loom_tests;
 mod mc;
 mod region;
 mod state;
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+
+// A portal's CENA memory: loom's words in the model-checking build (`cena_loom.rs`).
+#[cfg(loom)]
+use cena_loom::CenaWord;
+#[cfg(not(loom))]
+use std::sync::atomic::AtomicU32 as CenaWord;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 pub use crate::devices::worker::DeviceThread;
@@ -134,7 +144,7 @@ struct Inner {
     /// Set while a device thread serves the set.
     alive: Arc<AtomicBool>,
     /// CENA memory of each portal.
-    cena: Box<[Box<[AtomicU32]>]>,
+    cena: Box<[Box<[CenaWord]>]>,
     /// The MC command portal of each port.
     mcp: Box<[[AtomicU32; PORTAL_BYTES / 4]]>,
     /// Ports surprise-removed: every read returns all ones.
@@ -231,7 +241,7 @@ impl QmSoc {
             busy: Busy::default(),
             alive: Arc::new(AtomicBool::new(false)),
             cena: (0..portals)
-                .map(|_| (0..words).map(|_| AtomicU32::new(0)).collect())
+                .map(|_| (0..words).map(|_| CenaWord::new(0)).collect())
                 .collect(),
             mcp: (0..ports).map(|_| Default::default()).collect(),
             gone: (0..ports).map(|_| AtomicBool::new(false)).collect(),
