@@ -49,6 +49,11 @@ pub trait SwVlanTx: TxQueue {
 /// [`Meta::TX_VLAN`] and clears the mark; drops (and counts) the packets that cannot take it.
 /// Returns (inserted, malformed).
 pub fn insert_all(batch: &mut Vec<Packet>, tpid: Tpid) -> (u64, u64) {
+    // The usual batch asks for no tag: a pass that only ORs the flags together (no branch per
+    // packet) says so.
+    if batch.iter().fold(0, |any, p| any | p.meta.flags) & Meta::TX_VLAN == 0 {
+        return (0, 0);
+    }
     let mut inserted = 0;
     let mut failed = 0u64;
     for p in batch.iter_mut() {
