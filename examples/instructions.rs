@@ -105,8 +105,10 @@ fn measured<R: RxQueue, T: SwVlanTx>(
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let device = args.get(5).map_or("sim", String::as_str);
-    if !(args.len() == 5 || args.len() == 6 && matches!(device, "qm" | "null" | "afp" | "virtio")) {
-        eprintln!("usage: instructions RX(hw|sw|deferred) TX(hw|sw) TRAFFIC(untagged|tagged) WORK(fwd|l2|jumbo) PACKETS [qm|null|afp|virtio]");
+    if !(args.len() == 5
+        || args.len() == 6 && matches!(device, "qm" | "null" | "afp" | "virtio" | "virtio-split"))
+    {
+        eprintln!("usage: instructions RX(hw|sw|deferred) TX(hw|sw) TRAFFIC(untagged|tagged) WORK(fwd|l2|jumbo) PACKETS [qm|null|afp|virtio|virtio-split]");
         std::process::exit(2);
     }
     let rx_mode = match args[0].as_str() {
@@ -128,9 +130,9 @@ fn main() {
         "qm" => out::exit("instructions", qm(rx_mode, tx_mode, tagged, l2, packets)),
         "null" => out::exit("instructions", null(rx_mode, tx_mode, tagged, l2, packets)),
         "afp" => out::exit("instructions", afp(rx_mode, tx_mode, tagged, l2, packets)),
-        "virtio" => out::exit(
+        "virtio" | "virtio-split" => out::exit(
             "instructions",
-            virtio(rx_mode, tx_mode, tagged, l2, packets),
+            virtio(rx_mode, tx_mode, tagged, l2, packets, device == "virtio"),
         ),
         _ => {}
     }
@@ -474,17 +476,25 @@ fn virtio(
     tagged: bool,
     l2: bool,
     packets: u64,
+    packed: bool,
 ) -> vfio_nic::Result<()> {
     let iommu = Arc::new(SoftIommu::new("instructions virtio"));
     let src = source(64, tagged);
     let da = VirtioModel::new(
         ModelConfig {
             source: Some(src),
+            packed,
             ..ModelConfig::default()
         },
         iommu.clone(),
     );
-    let db = VirtioModel::new(ModelConfig::default(), iommu);
+    let db = VirtioModel::new(
+        ModelConfig {
+            packed,
+            ..ModelConfig::default()
+        },
+        iommu,
+    );
     let vcfg = VirtioConfig {
         pool: PoolConfig {
             buffers: 4 * 256,

@@ -24,7 +24,9 @@ use std::cell::Cell;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::ring::{held, SplitRing, DESC_F_NEXT, DESC_F_WRITE};
+use super::packed::held as held_state;
+use super::packed::PackedRing;
+use super::ring::{SplitRing, DESC_F_NEXT, DESC_F_WRITE};
 use super::shared::Shared;
 use super::transport::{Doorbell, NO_VECTOR};
 use crate::device::{QueueError, QueueStats, RxQueue, TxQueue};
@@ -43,11 +45,6 @@ pub const MIN_RX_BUFFER: u32 = 1526;
 /// sends the bytes it is given, so the driver pads, as Intel MACs do in hardware.
 pub const PAD_TX_LEN: usize = 60;
 
-/// A run of up to a whole ring, for [`RxSlots::harvest`], which walks a slice of descriptors:
-/// the receive queue's are in the ring's memory (never a Rust reference), so its decoder reads
-/// each used entry itself and the slice is of zero-sized placeholders.
-static RUN: [(); super::ring::MAX_SIZE as usize] = [(); super::ring::MAX_SIZE as usize];
-
 /// A receive queue of a virtio-net port.
 pub struct VirtioRx<M: Mmio> {
     /// The ring and its buffers: the device's as long as it runs, so a dropped queue leaves
@@ -64,9 +61,45 @@ pub struct VirtioRx<M: Mmio> {
     shared: Arc<Shared<M>>,
 }
 
+/// A queue's ring: split (virtio 1.2, 2.7) or packed (2.8, VIRTIO_F_RING_PACKED), as the
+/// device and the driver agreed.
+pub(crate) enum Vring {
+    Split(SplitRing),
+    Packed(PackedRing),
+}
+
+impl Vring {
+    /// Makes what was queued the device's; whether it wants a doorbell.
+    fn publish(&mut self) -> bool {
+        match self {
+            Vring::Split(r) => r.publish(),
+            Vring::Packed(r) => r.publish(),
+        }
+    }
+
+    /// Descriptors (split) or slots (packed) the device holds.
+    fn in_flight(&self) -> u16 {
+        match self {
+            Vring::Split(r) => r.in_flight(),
+            Vring::Packed(r) => r.in_flight(),
+        }
+    }
+
+    fn set_interrupts(&self, on: bool) -> bool {
+        match self {
+            Vring::Split(r) => r.set_interrupts(on),
+            Vring::Packed(r) => r.set_interrupts(on),
+        }
+    }
+}
+
+/// What one receive burst did: frames taken, their bytes, frames dropped, and whether the
+/// device wants a doorbell for the buffers posted again.
+pub(super) type RxDone = (usize, u64, u64, bool);
+
 /// What a receive queue lends the device.
 struct RxParts {
-    ring: SplitRing,
+    ring: Vring,
     slots: RxSlots,
 }
 
@@ -74,17 +107,18 @@ struct RxParts {
 const LIVE: &str = "a virtio queue has its ring until it is dropped";
 
 impl<M: Mmio> VirtioRx<M> {
-    /// Sets up queue `q` with `size` descriptors and one buffer of `pool` each, all posted;
-    /// with `irq`, on that MSI-X vector (interrupt mode; it stays quiet until armed).
+    /// Sets up queue `q` with `size` descriptors and one buffer of `pool` each, all posted, on
+    /// a packed ring when `packed` (VIRTIO_F_RING_PACKED negotiated) or a split one; with
+    /// `irq`, on that MSI-X vector (interrupt mode; it stays quiet until armed).
     pub(crate) fn new(
         shared: Arc<Shared<M>>,
         q: u16,
         size: u16,
         pool: Pool,
         irq: Option<Interrupt>,
+        packed: bool,
     ) -> Result<Self> {
         let mapper = pool.mapper().clone();
-        let ring = SplitRing::new(size, 0, mapper)?;
         let slots = RxSlots::new(pool, usize::from(size))?;
         let desc_len = u32::from(slots.max_len()) + NET_HDR_LEN as u32;
         if desc_len < MIN_RX_BUFFER {
@@ -93,7 +127,16 @@ impl<M: Mmio> VirtioRx<M> {
             )));
         }
         let vector = irq.as_ref().map_or(NO_VECTOR, Interrupt::vector);
-        let bell = shared.transport.setup_queue(q, &ring, vector)?;
+        let t = &shared.transport;
+        let (ring, bell) = if packed {
+            let ring = PackedRing::new(size, size, 0, mapper)?;
+            let bell = t.setup_queue(q, &ring, vector)?;
+            (Vring::Packed(ring), bell)
+        } else {
+            let ring = SplitRing::new(size, 0, mapper)?;
+            let bell = t.setup_queue(q, &ring, vector)?;
+            (Vring::Split(ring), bell)
+        };
         let mut rx = VirtioRx {
             parts: Some(RxParts { ring, slots }),
             bell,
@@ -105,8 +148,13 @@ impl<M: Mmio> VirtioRx<M> {
         let p = rx.parts.as_mut().expect(LIVE);
         for id in 0..size {
             let at = p.slots.data_iova(usize::from(id)) - NET_HDR_LEN as u64;
-            p.ring.set_desc(id, at, desc_len, DESC_F_WRITE, 0);
-            p.ring.push(id);
+            match &mut p.ring {
+                Vring::Split(r) => {
+                    r.set_desc(id, at, desc_len, DESC_F_WRITE, 0);
+                    r.push(id);
+                }
+                Vring::Packed(r) => r.post(id, &[(at, desc_len, DESC_F_WRITE)]),
+            }
         }
         Ok(rx)
     }
@@ -138,80 +186,11 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
         let RxParts { ring, slots } = self.parts.as_mut().expect(LIVE);
         let have = slots.reserve(max, 2 * max);
         let want = max.min(have);
-        let pending = usize::from(ring.used_pending()?).min(want);
-        let size = usize::from(ring.size());
-        let fast = u32::from(slots.fast_len());
-        let (mut got, mut bytes, mut dropped) = (0usize, 0u64, 0u64);
-        let (v, st) = ring.burst();
-        while got + (dropped as usize) < pending {
-            let first = st.next_in_order();
-            let run = (pending - got - dropped as usize).min(size - usize::from(first));
-            // Entries decoded in this run (the decoder and the re-arm share it), and what the
-            // loop reads, as values it keeps in registers across the ring's atomic stores.
-            let k = Cell::new(0u16);
-            let (_, epoch, state) = st.reader();
-            let used = v.used();
-            let (n, b) = slots.harvest(
-                usize::from(first),
-                &RUN[..run],
-                batch,
-                |_| {
-                    // In a run `first + k` is below the ring size: it is both the used slot
-                    // (the next used index modulo the size) and the descriptor expected there.
-                    let want = first + k.get();
-                    let pos = 2 * usize::from(want);
-                    let (id, len) = (used.load(pos, Relaxed), used.load(pos + 1, Relaxed));
-                    let frame = len.wrapping_sub(NET_HDR_LEN as u32);
-                    if id != u32::from(want) || frame > fast || !held(state, epoch, id) {
-                        return None;
-                    }
-                    k.set(k.get() + 1);
-                    Some((frame as u16, Meta::default()))
-                },
-                // The length, flags and next of a receive descriptor never change.
-                |_, new| v.set_addr(first + k.get() - 1, new - NET_HDR_LEN as u64),
-            );
-            st.requeue_run(&v, first, n as u16);
-            got += n;
-            bytes += b;
-            if n == run {
-                continue;
-            }
-            // The careful path: one entry.
-            let (id, len) = st.used_at(&v, 0);
-            let id = match st.take_used(id, len) {
-                Ok(id) => id,
-                // The frames already taken are delivered; the broken ring refuses the next call.
-                Err(e) if got == 0 && dropped == 0 => return Err(e),
-                Err(_) => break,
-            };
-            let frame = (len as usize).wrapping_sub(NET_HDR_LEN);
-            if len as usize > desc_len as usize || (len as usize) < NET_HDR_LEN {
-                // A length the buffer cannot have: the frame is dropped and the buffer posted
-                // again as it is.
-                st.push(&v, id);
-                dropped += 1;
-                continue;
-            }
-            let taken = slots.take(
-                usize::from(id),
-                frame as u16,
-                Meta::default(),
-                batch,
-                |new| v.set_addr(id, new - NET_HDR_LEN as u64),
-            );
-            // The reserve covers `pending`, and the length was checked: a slot is always taken.
-            debug_assert!(taken, "virtio receive: a checked frame was not taken");
-            if !taken {
-                st.push(&v, id);
-                dropped += 1;
-                continue;
-            }
-            st.push(&v, id);
-            got += 1;
-            bytes += frame as u64;
-        }
-        if ring.publish() {
+        let (got, bytes, dropped, bell) = match ring {
+            Vring::Split(r) => rx_split(r, slots, batch, want, desc_len)?,
+            Vring::Packed(r) => super::queue_packed::rx(r, slots, batch, want, desc_len)?,
+        };
+        if bell {
             self.bell.ring();
         }
         if want < max && got == want {
@@ -263,6 +242,99 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
     }
 }
 
+/// The split ring's receive burst (see [`VirtioRx::rx_burst`]).
+#[inline(always)]
+fn rx_split(
+    ring: &mut SplitRing,
+    slots: &mut RxSlots,
+    batch: &mut Vec<Packet>,
+    want: usize,
+    desc_len: u32,
+) -> Result<RxDone, QueueError> {
+    let pending = usize::from(ring.used_pending()?).min(want);
+    let size = usize::from(ring.size());
+    let fast = u32::from(slots.fast_len());
+    let (mut got, mut bytes, mut dropped) = (0usize, 0u64, 0u64);
+    let (v, st) = ring.burst();
+    while got + (dropped as usize) < pending {
+        let first = st.next_in_order();
+        let run = (pending - got - dropped as usize).min(size - usize::from(first));
+        // Entries decoded in this run (the decoder and the re-arm share it), and what the
+        // loop reads, as values it keeps in registers across the ring's atomic stores.
+        let k = Cell::new(0u16);
+        // Each chain taken is queued again at once (its state stamped, its head in the next
+        // available slot), in the same pass.
+        let (at, epoch, states) = st.requeue_parts(first, run);
+        let (used, avail) = (v.used(), v.avail());
+        // The harvest walks the run's chain states (one per slot, as cells): each decode gets
+        // its own.
+        let states = Cell::from_mut(states).as_slice_of_cells();
+        let (n, b) = slots.harvest(
+            usize::from(first),
+            states,
+            batch,
+            |s| {
+                // In a run `first + k` is below the ring size: it is both the used slot
+                // (the next used index modulo the size) and the descriptor expected there.
+                let i = k.get();
+                let want = first + i;
+                let pos = 2 * usize::from(want);
+                let (id, len) = (used.load(pos, Relaxed), used.load(pos + 1, Relaxed));
+                let frame = len.wrapping_sub(NET_HDR_LEN as u32);
+                if id != u32::from(want) || frame > fast || !held_state(s.get(), epoch) {
+                    return None;
+                }
+                s.set(epoch);
+                avail.store(at + usize::from(i), want, Relaxed);
+                k.set(i + 1);
+                Some((frame as u16, Meta::default()))
+            },
+            // The length, flags and next of a receive descriptor never change.
+            |_, new| v.set_addr(first + k.get() - 1, new - NET_HDR_LEN as u64),
+        );
+        st.requeued(n as u16);
+        got += n;
+        bytes += b;
+        if n == run {
+            continue;
+        }
+        // The careful path: one entry.
+        let (id, len) = st.used_at(&v, 0);
+        let id = match st.take_used(id, len) {
+            Ok(id) => id,
+            // The frames already taken are delivered; the broken ring refuses the next call.
+            Err(e) if got == 0 && dropped == 0 => return Err(e),
+            Err(_) => break,
+        };
+        let frame = (len as usize).wrapping_sub(NET_HDR_LEN);
+        if len as usize > desc_len as usize || (len as usize) < NET_HDR_LEN {
+            // A length the buffer cannot have: the frame is dropped and the buffer posted
+            // again as it is.
+            st.push(&v, id);
+            dropped += 1;
+            continue;
+        }
+        let taken = slots.take(
+            usize::from(id),
+            frame as u16,
+            Meta::default(),
+            batch,
+            |new| v.set_addr(id, new - NET_HDR_LEN as u64),
+        );
+        // The reserve covers `pending`, and the length was checked: a slot is always taken.
+        debug_assert!(taken, "virtio receive: a checked frame was not taken");
+        if !taken {
+            st.push(&v, id);
+            dropped += 1;
+            continue;
+        }
+        st.push(&v, id);
+        got += 1;
+        bytes += frame as u64;
+    }
+    Ok((got, bytes, dropped, ring.publish()))
+}
+
 impl<M: Mmio> Drop for VirtioRx<M> {
     /// Leaves the ring and its buffers to the port: the device may still write them until
     /// it is reset, when the port's last handle goes.
@@ -295,37 +367,49 @@ pub struct VirtioTx<M: Mmio> {
 
 /// What a transmit queue lends the device.
 struct TxParts {
-    ring: SplitRing,
+    ring: Vring,
     slots: TxSlots,
 }
 
 impl<M: Mmio> VirtioTx<M> {
-    /// Sets up queue `q` with `size` descriptors: `size / 2` frames in flight.
+    /// Sets up queue `q` with `size` descriptors, on a packed ring when `packed` or a split
+    /// one: `size / 2` frames in flight.
     pub(crate) fn new(
         shared: Arc<Shared<M>>,
         q: u16,
         size: u16,
         mapper: Arc<dyn DmaMapper>,
+        packed: bool,
     ) -> Result<Self> {
         if size < 2 {
             return Err(Error::InvalidConfig(format!(
                 "a transmit queue of {size} descriptors; it takes two per frame"
             )));
         }
-        let ring = SplitRing::new(size, 64, mapper.clone())?;
-        ring.write_extra(0, &[0u8; NET_HDR_LEN]);
         let n = size / 2;
-        for k in 0..n {
-            ring.set_desc(
-                2 * k,
-                ring.extra_iova(0),
-                NET_HDR_LEN as u32,
-                DESC_F_NEXT,
-                2 * k + 1,
-            );
-            ring.set_desc(2 * k + 1, 0, 0, 0, 0);
-        }
-        let bell = shared.transport.setup_queue(q, &ring, NO_VECTOR)?;
+        let t = &shared.transport;
+        let (ring, bell) = if packed {
+            // Pair `k` at slots 2k and 2k + 1 (written per frame), buffer id `k`.
+            let ring = PackedRing::new(size, n, 64, mapper.clone())?;
+            ring.write_extra(0, &[0u8; NET_HDR_LEN]);
+            let bell = t.setup_queue(q, &ring, NO_VECTOR)?;
+            (Vring::Packed(ring), bell)
+        } else {
+            let ring = SplitRing::new(size, 64, mapper.clone())?;
+            ring.write_extra(0, &[0u8; NET_HDR_LEN]);
+            for k in 0..n {
+                ring.set_desc(
+                    2 * k,
+                    ring.extra_iova(0),
+                    NET_HDR_LEN as u32,
+                    DESC_F_NEXT,
+                    2 * k + 1,
+                );
+                ring.set_desc(2 * k + 1, 0, 0, 0, 0);
+            }
+            let bell = t.setup_queue(q, &ring, NO_VECTOR)?;
+            (Vring::Split(ring), bell)
+        };
         Ok(VirtioTx {
             parts: Some(TxParts {
                 ring,
@@ -355,30 +439,71 @@ impl<M: Mmio> VirtioTx<M> {
         let TxParts { ring, slots } = self.parts.as_mut().expect(LIVE);
         let tail = slots.tail();
         let mut head = tail.wrapping_sub(slots.queued());
-        let pending = ring.used_pending()?;
+        let ring = match ring {
+            Vring::Split(r) => r,
+            Vring::Packed(r) => {
+                let r = super::queue_packed::reclaim(
+                    r,
+                    &mut head,
+                    slots.queued(),
+                    mask,
+                    &mut self.done,
+                    &mut self.early,
+                );
+                return self.release_done(head, tail, r);
+            }
+        };
+        let mut pending = ring.used_pending()?;
         let (v, st) = ring.burst();
-        let (done, early) = (&mut self.done, &mut self.early);
-        let r = st.take_used_heads(&v, pending, |id| {
-            // Only heads (even descriptors) are held, so anything else was refused.
-            let pair = usize::from(id / 2);
-            if pair == head & mask {
+        if self.early == 0 {
+            // Every pair the FIFO holds is the device's: those it returns in send order (what
+            // QEMU does) cost one compare each.
+            let k = st.take_heads_in_order(&v, pending, head, mask);
+            head = head.wrapping_add(usize::from(k));
+            pending -= k;
+        }
+        // Any other entry is checked against the FIFO: it must name the head of a pair the
+        // FIFO holds (from `head` to `tail`, published by the burst that queued it) that has
+        // not come back yet.
+        let mut r = Ok(());
+        for _ in 0..pending {
+            let (id, len) = st.used_at(&v, 0);
+            let pair = (id / 2) as usize;
+            let ahead = pair.wrapping_sub(head) & mask;
+            if id % 2 != 0 || pair > mask || ahead >= tail.wrapping_sub(head) || self.done[pair] {
+                r = Err(st.refuse(id, len));
+                break;
+            }
+            st.took_untracked();
+            if ahead == 0 {
                 head = head.wrapping_add(1);
             } else {
-                done[pair] = true;
-                *early += 1;
+                self.done[pair] = true;
+                self.early += 1;
             }
-        });
-        if let Err(e) = r {
-            slots.release(head);
-            return Err(e);
         }
-        while self.early > 0 && head != tail && self.done[head & mask] {
-            self.done[head & mask] = false;
-            self.early -= 1;
-            head = head.wrapping_add(1);
+        self.release_done(head, tail, r)
+    }
+
+    /// Releases the buffers of the pairs before `head` (returned in send order), and of the
+    /// ones after it that came back early, up to the first still out (or all the FIFO holds,
+    /// `tail`); then reports `r` (a violation found, after releasing what came before it).
+    fn release_done(
+        &mut self,
+        mut head: usize,
+        tail: usize,
+        r: Result<(), QueueError>,
+    ) -> Result<(), QueueError> {
+        let mask = self.done.len() - 1;
+        if r.is_ok() {
+            while self.early > 0 && head != tail && self.done[head & mask] {
+                self.done[head & mask] = false;
+                self.early -= 1;
+                head = head.wrapping_add(1);
+            }
         }
-        slots.release(head);
-        Ok(())
+        self.parts.as_mut().expect(LIVE).slots.release(head);
+        r
     }
 
     /// Replaces the packet at the front of `batch`, whose pool the device cannot reach, by a
@@ -409,23 +534,32 @@ impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
                 break;
             }
             let first = slots.tail() & (cap - 1);
-            let (v, st) = ring.burst();
             let pairs = &self.pairs[first..first + n];
             // The walk stops before a chain or an offload request (marked pool pointer), a pool
             // the device cannot reach, and (here) a frame shorter than 60 bytes: each is
             // handled below and the walk resumes, so a burst of plain frames costs no pass of
             // its own for any of them.
-            // The walk writes each frame's descriptor; the chain heads are queued after it in
-            // one pass (`push_heads`).
-            let desc = &v;
-            let (k, bytes) = slots.send(batch, pairs, |&pair, p, len| {
-                if len < PAD_TX_LEN as u32 {
-                    return false;
+            let (k, bytes) = match ring {
+                Vring::Split(ring) => {
+                    // The walk writes each frame's descriptor and queues its chain's head (no
+                    // chain states: the FIFO says which pairs the device holds).
+                    let (v, st) = ring.burst();
+                    let avail = v.avail();
+                    let mut i = st.push_slot();
+                    let (k, bytes) = slots.send(batch, pairs, move |&pair, p, len| {
+                        if len < PAD_TX_LEN as u32 {
+                            return false;
+                        }
+                        v.set_desc(2 * pair + 1, p.data_iova(), len, 0);
+                        avail.store(i, 2 * pair, Relaxed);
+                        i += 1;
+                        true
+                    });
+                    st.pushed_untracked(k as u16);
+                    (k, bytes)
                 }
-                desc.set_desc(2 * pair + 1, p.data_iova(), len, 0);
-                true
-            });
-            st.push_heads(&v, &pairs[..k]);
+                Vring::Packed(ring) => super::queue_packed::send(ring, slots, batch, pairs)?,
+            };
             sent += k;
             bytes_all += bytes;
             if k == n {

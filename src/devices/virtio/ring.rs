@@ -99,6 +99,35 @@ pub fn held(state: &[u32], epoch: u32, id: u32) -> bool {
         .is_some_and(|&s| s.wrapping_sub(1) < epoch.wrapping_sub(1))
 }
 
+/// What the transport tells the device of a virtqueue (virtio 1.2, 4.1.4.3): its size and the
+/// bus addresses of its descriptor, driver and device areas (split: the descriptor table, the
+/// available ring, the used ring; packed: the ring and the two event suppression words).
+pub trait Virtqueue {
+    /// Descriptors (queue_size).
+    fn size(&self) -> u16;
+    /// queue_desc.
+    fn desc_iova(&self) -> u64;
+    /// queue_driver.
+    fn driver_iova(&self) -> u64;
+    /// queue_device.
+    fn device_iova(&self) -> u64;
+}
+
+impl Virtqueue for SplitRing {
+    fn size(&self) -> u16 {
+        self.layout.size
+    }
+    fn desc_iova(&self) -> u64 {
+        SplitRing::desc_iova(self)
+    }
+    fn driver_iova(&self) -> u64 {
+        self.avail_iova()
+    }
+    fn device_iova(&self) -> u64 {
+        self.used_iova()
+    }
+}
+
 /// One split virtqueue.
 pub struct SplitRing {
     mem: DmaMemory,
@@ -134,6 +163,7 @@ pub struct RingState {
 
 /// A ring's descriptor table and rings as word arrays, checked once per burst instead of once
 /// per access ([`DmaWords`]): what the burst paths read and write.
+#[derive(Clone, Copy)]
 pub struct RingView<'m> {
     /// The descriptor table as 64-bit words: the address of descriptor `id` at word `2 id`,
     /// its length, flags and next at word `2 id + 1` (little-endian: length in the low half).
@@ -144,7 +174,7 @@ pub struct RingView<'m> {
     used: DmaWords<'m, u32>,
 }
 
-impl RingView<'_> {
+impl<'m> RingView<'m> {
     /// Writes descriptor `id` whole with no chain (`next` 0): two 64-bit stores. The caller
     /// owns it (the device does not hold its chain).
     #[inline(always)]
@@ -164,8 +194,14 @@ impl RingView<'_> {
 
     /// The used ring's entries (a copy, for a loop to keep in registers).
     #[inline(always)]
-    pub fn used(&self) -> DmaWords<'_, u32> {
+    pub fn used(&self) -> DmaWords<'m, u32> {
         self.used
+    }
+
+    /// The available ring's entries (a copy, for a loop to keep in registers).
+    #[inline(always)]
+    pub fn avail(&self) -> DmaWords<'m, u16> {
+        self.avail
     }
 }
 
@@ -487,74 +523,6 @@ impl RingState {
         self.avail_idx = self.avail_idx.wrapping_add(1);
     }
 
-    /// What a loop over used entries needs, as values it can keep in registers: the position
-    /// of the next used entry, the current epoch and the chain states (see [`held`]).
-    #[inline(always)]
-    pub fn reader(&self) -> (u16, u32, &[u32]) {
-        (self.last_used, self.epoch, &self.state)
-    }
-
-    /// Takes the next `n` used entries (`n` at most [`SplitRing::used_pending`]'s count),
-    /// checking that the device held each chain they name, and gives each head to `each`; the
-    /// lengths are not read (the transmit queue's entries carry none it needs). One pass with
-    /// the indices in registers. At an entry naming a chain the device does not hold, the ring
-    /// breaks: the entries before it are taken, it and those after are not.
-    #[inline(always)]
-    pub fn take_used_heads(
-        &mut self,
-        v: &RingView<'_>,
-        n: u16,
-        mut each: impl FnMut(u16),
-    ) -> Result<(), QueueError> {
-        let (used, epoch) = (v.used, self.epoch);
-        let state = &mut self.state[..];
-        let mut pos = self.last_used;
-        let mut bad = None;
-        let mut k = 0u16;
-        while k < n {
-            let at = 2 * usize::from(pos);
-            let id = used.load(at, Relaxed);
-            match state.get_mut(id as usize) {
-                // Held: as in `held`.
-                Some(s) if s.wrapping_sub(1) < epoch.wrapping_sub(1) => *s = FREE,
-                _ => {
-                    bad = Some((id, used.load(at + 1, Relaxed)));
-                    break;
-                }
-            }
-            each(id as u16);
-            pos = pos.wrapping_add(1);
-            k += 1;
-        }
-        self.last_used = pos;
-        self.in_flight -= k;
-        match bad {
-            Some((id, len)) => Err(self.not_held(id, len)),
-            None => Ok(()),
-        }
-    }
-
-    /// Queues the chains headed by `2 p` for each pair number `p` of `pairs`, in order: the
-    /// transmit queue's pairs after a walk, in one pass that keeps the ring's indices in
-    /// registers.
-    ///
-    /// # Panics
-    /// As [`push`](Self::push), if a chain is already queued or held.
-    #[inline(always)]
-    pub fn push_heads(&mut self, v: &RingView<'_>, pairs: &[u16]) {
-        let (epoch, at) = (self.epoch, usize::from(self.avail_idx));
-        let avail = v.avail;
-        let state = &mut self.state[..];
-        for (k, &pair) in pairs.iter().enumerate() {
-            let id = 2 * pair;
-            let st = &mut state[usize::from(id)];
-            assert!(*st == FREE, "virtqueue: descriptor {id} posted twice");
-            *st = epoch;
-            avail.store(at + k, id, Relaxed);
-        }
-        self.avail_idx = self.avail_idx.wrapping_add(pairs.len() as u16);
-    }
-
     /// The descriptor the next used entry names when the device returns chains in the order
     /// they were made available and the driver queues each again at once, in the same order,
     /// as the receive queue does (virtio 1.2, 2.7.13: in order is what devices do, though
@@ -564,30 +532,98 @@ impl RingState {
         self.last_used & self.mask
     }
 
-    /// Takes back the chains the next `n` used entries name, which are descriptors
-    /// `first..first + n` and held by the device (the caller checked each with
-    /// [`holds`](Self::holds)), and queues them again in that order: the receive queue's
-    /// re-post of a run it harvested in order. One pass, no state test per chain.
+    /// What a receive run that takes back the chains of descriptors `first..first + n` in
+    /// order and queues each again at once needs, as values a loop keeps in registers: the
+    /// available slot of the first (`avail_idx`), the epoch, and those descriptors' states
+    /// (each checked with [`held`]`(s, epoch)` and stamped with the epoch, queued again, by the
+    /// loop itself). [`requeued`](Self::requeued) then moves the indices.
     ///
     /// # Panics
     /// If the run leaves the ring or exceeds the chains held (a driver bug).
     #[inline(always)]
-    pub fn requeue_run(&mut self, v: &RingView<'_>, first: u16, n: u16) {
-        let avail = v.avail;
+    pub fn requeue_parts(&mut self, first: u16, n: usize) -> (usize, u32, &mut [u32]) {
+        let end = usize::from(first) + n;
         assert!(
-            usize::from(first) + usize::from(n) <= self.state.len() && n <= self.in_flight,
+            end <= self.state.len() && n <= usize::from(self.in_flight),
             "virtqueue: a run beyond the ring"
         );
-        let epoch = self.epoch;
-        let at = usize::from(self.avail_idx);
-        let state = &mut self.state[usize::from(first)..usize::from(first + n)];
-        for (k, st) in state.iter_mut().enumerate() {
-            *st = epoch;
-            avail.store(at + k, first + k as u16, Relaxed);
-        }
+        (
+            usize::from(self.avail_idx),
+            self.epoch,
+            &mut self.state[usize::from(first)..end],
+        )
+    }
+
+    /// `n` chains of a [`requeue_parts`](Self::requeue_parts) run were taken back and queued
+    /// again: the next used entry, the chains held and the next available slot move on.
+    #[inline(always)]
+    pub fn requeued(&mut self, n: u16) {
         self.in_flight -= n;
         self.last_used = self.last_used.wrapping_add(n);
         self.avail_idx = self.avail_idx.wrapping_add(n);
+    }
+
+    /// Takes the next used entries (at most `n`, [`SplitRing::used_pending`]'s count) while
+    /// each names the head `2 ((first + k) & mask)`, the order the transmit queue sent its
+    /// pairs in; returns how many. The transmit queue keeps no chain states (see
+    /// [`pushed_untracked`](Self::pushed_untracked)): it calls this only while every pair its
+    /// FIFO holds is the device's (none returned early), so an entry naming the next one in send
+    /// order names a chain the device holds, at one compare per entry; it checks any other
+    /// against its FIFO ([`used_at`](Self::used_at), [`took_untracked`](Self::took_untracked)).
+    #[inline(always)]
+    pub fn take_heads_in_order(
+        &mut self,
+        v: &RingView<'_>,
+        n: u16,
+        first: usize,
+        mask: usize,
+    ) -> u16 {
+        let used = v.used;
+        let mut pos = self.last_used;
+        let mut k = 0u16;
+        while k < n {
+            let id = used.load(2 * usize::from(pos), Relaxed);
+            if id as usize != 2 * (first.wrapping_add(usize::from(k)) & mask) {
+                break;
+            }
+            pos = pos.wrapping_add(1);
+            k += 1;
+        }
+        self.last_used = pos;
+        self.in_flight -= k;
+        k
+    }
+
+    /// The next used entry was taken by a queue that keeps no chain states (it checked the
+    /// entry itself).
+    #[inline(always)]
+    pub fn took_untracked(&mut self) {
+        self.last_used = self.last_used.wrapping_add(1);
+        self.in_flight -= 1;
+    }
+
+    /// The available slot the next chain queued goes to: for a transmit walk that writes the
+    /// heads of its pairs there as it writes their descriptors; then
+    /// [`pushed_untracked`](Self::pushed_untracked).
+    #[inline(always)]
+    pub fn push_slot(&self) -> usize {
+        usize::from(self.avail_idx)
+    }
+
+    /// `n` chains were queued from [`push_slot`](Self::push_slot) on, by a queue that keeps
+    /// no chain states: it knows which chains the device holds by other means (the transmit
+    /// queue's FIFO: every pair it holds was published by the burst that queued it, and a
+    /// used entry is checked against it), so their states stay FREE.
+    #[inline(always)]
+    pub fn pushed_untracked(&mut self, n: u16) {
+        self.avail_idx = self.avail_idx.wrapping_add(n);
+    }
+
+    /// Breaks the ring for a used entry naming chain `id` (`len` bytes) that the device does
+    /// not hold, as a queue that keeps no chain states found.
+    #[cold]
+    pub fn refuse(&mut self, id: u32, len: u32) -> QueueError {
+        self.not_held(id, len)
     }
 
     /// Starts the next publish epoch. Before the 32-bit epoch would wrap (after 4 billion

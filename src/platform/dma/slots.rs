@@ -569,31 +569,15 @@ impl TxSlots {
         let n1 = n.min(cap - first);
         let packets = g.batch[..n].as_ptr();
         let mut bytes = 0u64;
-        // One part: `walk` over three arrays; a packet of another pool ends a walk, the new
-        // run is recorded here and the walk resumes.
-        let mut part = |descs: &[D], slots: &mut [u32], from: usize, g: &mut Taken| {
-            let m = descs.len().min(slots.len());
-            let mut k = 0;
-            loop {
-                // SAFETY: `from + m <= n <= len`; the packets stay in the vector (borrowed,
-                // not moved) until the guard removes them.
-                let ps = unsafe { std::slice::from_raw_parts(packets.add(from), m) };
-                let (done, b) = walk(&descs[k..m], &mut slots[k..m], &ps[k..], *cur, &mut put);
-                bytes += b;
-                k += done;
-                g.taken = from + k;
-                if k == m {
-                    return true;
-                }
-                if ps[k].pool == *cur
-                    || !new_run(runs, cur, ps[k].pool, tail0.wrapping_add(from + k))
-                {
-                    return false;
-                }
-            }
+        let mut at = Part {
+            packets,
+            runs,
+            cur,
+            tail0,
+            bytes: &mut bytes,
         };
-        if part(&descs[..n1], &mut fifo_b[..n1], 0, &mut g) && n > n1 {
-            part(&descs[n1..], &mut fifo_a[..n - n1], n1, &mut g);
+        if at.part(&descs[..n1], &mut fifo_b[..n1], 0, &mut g, &mut put) && n > n1 {
+            at.part(&descs[n1..], &mut fifo_a[..n - n1], n1, &mut g, &mut put);
         }
         (g.taken, bytes)
     }
@@ -693,6 +677,56 @@ impl TxSlots {
             self.head = end;
             if end == run_end && self.runs.q.len() > 1 {
                 self.runs.q.pop_front();
+            }
+        }
+    }
+}
+
+/// What the parts of one [`TxSlots::send`] share.
+struct Part<'a> {
+    /// The batch's packets (borrowed, not moved, until the guard removes them).
+    packets: *const Packet,
+    runs: &'a mut Runs,
+    cur: &'a mut NonNull<Shared>,
+    tail0: usize,
+    bytes: &'a mut u64,
+}
+
+impl Part<'_> {
+    /// One part of a send, the packets `from..` into FIFO slots `slots`: `walk` over three
+    /// arrays; a packet of another pool ends a walk, the new run is recorded here and the walk
+    /// resumes. Whether the part went whole.
+    #[inline(always)]
+    fn part<D>(
+        &mut self,
+        descs: &[D],
+        slots: &mut [u32],
+        from: usize,
+        g: &mut Taken,
+        put: &mut impl FnMut(&D, &Packet, u32) -> bool,
+    ) -> bool {
+        let m = descs.len().min(slots.len());
+        let mut k = 0;
+        loop {
+            // SAFETY: `from + m <= n <= len`; the packets stay in the vector (borrowed, not
+            // moved) until the guard removes them.
+            let ps = unsafe { std::slice::from_raw_parts(self.packets.add(from), m) };
+            let (done, b) = walk(&descs[k..m], &mut slots[k..m], &ps[k..], *self.cur, put);
+            *self.bytes += b;
+            k += done;
+            g.taken = from + k;
+            if k == m {
+                return true;
+            }
+            if ps[k].pool == *self.cur
+                || !new_run(
+                    self.runs,
+                    self.cur,
+                    ps[k].pool,
+                    self.tail0.wrapping_add(from + k),
+                )
+            {
+                return false;
             }
         }
     }
