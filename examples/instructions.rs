@@ -105,10 +105,8 @@ fn measured<R: RxQueue, T: SwVlanTx>(
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let device = args.get(5).map_or("sim", String::as_str);
-    if !(args.len() == 5
-        || args.len() == 6 && matches!(device, "qm" | "null" | "afp" | "virtio" | "virtio-split"))
-    {
-        eprintln!("usage: instructions RX(hw|sw|deferred) TX(hw|sw) TRAFFIC(untagged|tagged) WORK(fwd|l2|jumbo) PACKETS [qm|null|afp|virtio|virtio-split]");
+    if !(args.len() == 5 || args.len() == 6 && matches!(device, "qm" | "null" | "afp" | "virtio")) {
+        eprintln!("usage: instructions RX(hw|sw|deferred) TX(hw|sw) TRAFFIC(untagged|tagged) WORK(fwd|l2|jumbo) PACKETS [qm|null|afp|virtio]");
         std::process::exit(2);
     }
     let rx_mode = match args[0].as_str() {
@@ -130,9 +128,9 @@ fn main() {
         "qm" => out::exit("instructions", qm(rx_mode, tx_mode, tagged, l2, packets)),
         "null" => out::exit("instructions", null(rx_mode, tx_mode, tagged, l2, packets)),
         "afp" => out::exit("instructions", afp(rx_mode, tx_mode, tagged, l2, packets)),
-        "virtio" | "virtio-split" => out::exit(
+        "virtio" => out::exit(
             "instructions",
-            virtio(rx_mode, tx_mode, tagged, l2, packets, device == "virtio"),
+            virtio(rx_mode, tx_mode, tagged, l2, packets),
         ),
         _ => {}
     }
@@ -476,25 +474,17 @@ fn virtio(
     tagged: bool,
     l2: bool,
     packets: u64,
-    packed: bool,
 ) -> vfio_nic::Result<()> {
     let iommu = Arc::new(SoftIommu::new("instructions virtio"));
     let src = source(64, tagged);
     let da = VirtioModel::new(
         ModelConfig {
             source: Some(src),
-            packed,
             ..ModelConfig::default()
         },
         iommu.clone(),
     );
-    let db = VirtioModel::new(
-        ModelConfig {
-            packed,
-            ..ModelConfig::default()
-        },
-        iommu,
-    );
+    let db = VirtioModel::new(ModelConfig::default(), iommu);
     let vcfg = VirtioConfig {
         pool: PoolConfig {
             buffers: 4 * 256,

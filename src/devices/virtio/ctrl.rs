@@ -9,8 +9,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::packed::PackedRing;
-use super::queue::Vring;
 use super::ring::{SplitRing, DESC_F_NEXT, DESC_F_WRITE};
 use super::transport::{Doorbell, Transport};
 use crate::error::{Error, Result};
@@ -41,7 +39,7 @@ const MAX_DATA: usize = ACK - DATA;
 
 /// The control queue.
 pub struct Ctrl<M: Mmio> {
-    ring: Vring,
+    ring: SplitRing,
     bell: Doorbell<M>,
     name: Arc<str>,
     timeout: Duration,
@@ -50,33 +48,25 @@ pub struct Ctrl<M: Mmio> {
 }
 
 impl<M: Mmio> Ctrl<M> {
-    /// Sets up queue `q` as the control queue (at most 64 descriptors: three are used), on a
-    /// packed ring when `packed` (every queue of a device is packed or none is).
+    /// Sets up queue `q` as the control queue (at most 64 descriptors: three are used).
     pub fn new(
         t: &Transport<M>,
         q: u16,
         mapper: Arc<dyn DmaMapper>,
         timeout: Duration,
-        packed: bool,
     ) -> Result<Ctrl<M>> {
         let max = super::transport::check_queue_max(t, q, "control")?;
-        let size = max.min(64);
-        if size < 4 {
+        let ring = SplitRing::new(max.min(64), AREA, mapper)?;
+        if ring.size() < 4 {
             return Err(Error::DeviceState {
                 device: t.name.to_string(),
-                what: format!("its control queue has {size} descriptors; a command needs 3"),
+                what: format!(
+                    "its control queue has {} descriptors; a command needs 3",
+                    ring.size()
+                ),
             });
         }
-        let no = super::transport::NO_VECTOR;
-        let (ring, bell) = if packed {
-            let ring = PackedRing::new(size, 1, AREA, mapper)?;
-            let bell = t.setup_queue(q, &ring, no)?;
-            (Vring::Packed(ring), bell)
-        } else {
-            let ring = SplitRing::new(size, AREA, mapper)?;
-            let bell = t.setup_queue(q, &ring, no)?;
-            (Vring::Split(ring), bell)
-        };
+        let bell = t.setup_queue(q, &ring, super::transport::NO_VECTOR)?;
         Ok(Ctrl {
             ring,
             bell,
@@ -90,7 +80,7 @@ impl<M: Mmio> Ctrl<M> {
     pub fn command(&mut self, class: u8, cmd: u8, data: &[u8], what: &'static str) -> Result<()> {
         assert!(data.len() <= MAX_DATA, "control command data too long");
         if let Some(prev) = self.pending {
-            if self.pop()?.is_none() {
+            if self.ring.pop_used()?.is_none() {
                 return Err(Error::DeviceState {
                     device: self.name.to_string(),
                     what: format!(
@@ -100,37 +90,21 @@ impl<M: Mmio> Ctrl<M> {
             }
             self.pending = None;
         }
-        let published = match &mut self.ring {
-            Vring::Split(r) => {
-                r.write_extra(HDR, &[class, cmd]);
-                r.write_extra(DATA, data);
-                r.write_extra(ACK, &[0xff]);
-                r.set_desc(0, r.extra_iova(HDR), 2, DESC_F_NEXT, 1);
-                r.set_desc(1, r.extra_iova(DATA), data.len() as u32, DESC_F_NEXT, 2);
-                r.set_desc(2, r.extra_iova(ACK), 1, DESC_F_WRITE, 0);
-                r.push(0);
-                r.publish()
-            }
-            Vring::Packed(r) => {
-                r.write_extra(HDR, &[class, cmd]);
-                r.write_extra(DATA, data);
-                r.write_extra(ACK, &[0xff]);
-                let chain = [
-                    (r.extra_iova(HDR), 2, DESC_F_NEXT),
-                    (r.extra_iova(DATA), data.len() as u32, DESC_F_NEXT),
-                    (r.extra_iova(ACK), 1, DESC_F_WRITE),
-                ];
-                r.post(0, &chain);
-                r.publish()
-            }
-        };
-        if published {
+        let r = &mut self.ring;
+        r.write_extra(HDR, &[class, cmd]);
+        r.write_extra(DATA, data);
+        r.write_extra(ACK, &[0xff]);
+        r.set_desc(0, r.extra_iova(HDR), 2, DESC_F_NEXT, 1);
+        r.set_desc(1, r.extra_iova(DATA), data.len() as u32, DESC_F_NEXT, 2);
+        r.set_desc(2, r.extra_iova(ACK), 1, DESC_F_WRITE, 0);
+        r.push(0);
+        if r.publish() {
             self.bell.ring();
         }
         let start = Instant::now();
         let mut pause = Duration::from_micros(1);
         loop {
-            if let Some(id) = self.pop()? {
+            if let Some((id, _)) = self.ring.pop_used()? {
                 debug_assert_eq!(id, 0);
                 break;
             }
@@ -148,10 +122,7 @@ impl<M: Mmio> Ctrl<M> {
             pause = (pause * 2).min(Duration::from_millis(1));
         }
         let mut ack = [0u8];
-        match &self.ring {
-            Vring::Split(r) => r.read_extra(ACK, &mut ack),
-            Vring::Packed(r) => r.read_extra(ACK, &mut ack),
-        }
+        self.ring.read_extra(ACK, &mut ack);
         if ack[0] != ACK_OK {
             return Err(Error::DeviceState {
                 device: self.name.to_string(),
@@ -163,13 +134,5 @@ impl<M: Mmio> Ctrl<M> {
         }
         tracing::debug!(port = %self.name, command = what, "virtio control command done");
         Ok(())
-    }
-
-    /// The command's chain back from the device (its head, 0), if it is.
-    fn pop(&mut self) -> std::result::Result<Option<u16>, crate::device::QueueError> {
-        Ok(match &mut self.ring {
-            Vring::Split(r) => r.pop_used()?.map(|(id, _)| id),
-            Vring::Packed(r) => r.pop_used(3)?.map(|(id, _)| id),
-        })
     }
 }

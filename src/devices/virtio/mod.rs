@@ -26,10 +26,8 @@
 pub mod caps;
 pub mod ctrl;
 pub mod model;
-pub mod packed;
 pub mod port;
 pub mod queue;
-mod queue_packed;
 pub mod ring;
 mod shared;
 pub mod transport;
@@ -69,12 +67,12 @@ pub mod feature {
     pub const VERSION_1: u64 = 1 << 32;
     /// VIRTIO_F_ACCESS_PLATFORM: the device's DMA goes through the platform's IOMMU.
     pub const ACCESS_PLATFORM: u64 = 1 << 33;
-    /// VIRTIO_F_RING_PACKED: packed virtqueues (taken when offered; split otherwise).
+    /// VIRTIO_F_RING_PACKED: packed virtqueues (not taken: split).
     pub const RING_PACKED: u64 = 1 << 34;
 
     /// What the driver takes when offered.
     pub const WANTED: u64 =
-        VERSION_1 | ACCESS_PLATFORM | MAC | STATUS | CTRL_VQ | CTRL_RX | CTRL_VLAN | RING_PACKED;
+        VERSION_1 | ACCESS_PLATFORM | MAC | STATUS | CTRL_VQ | CTRL_RX | CTRL_VLAN;
 
     const NAMES: [(u64, &str); 11] = [
         (MTU, "MTU"),

@@ -210,11 +210,10 @@ impl<M: Mmio + 'static> VirtioPort<M> {
         let rx_size = check_queue_max(t, RX_QUEUE, "receive")?.min(cfg.rx_ring);
         let tx_size = check_queue_max(t, TX_QUEUE, "transmit")?.min(cfg.tx_ring);
         let pool = Pool::new(cfg.pool, mapper.clone())?;
-        let packed = features & feature::RING_PACKED != 0;
-        let mut rx = VirtioRx::new(shared.clone(), RX_QUEUE, rx_size, pool, rx_irq, packed)?;
-        let tx = VirtioTx::new(shared.clone(), TX_QUEUE, tx_size, mapper.clone(), packed)?;
+        let mut rx = VirtioRx::new(shared.clone(), RX_QUEUE, rx_size, pool, rx_irq)?;
+        let tx = VirtioTx::new(shared.clone(), TX_QUEUE, tx_size, mapper.clone())?;
         if features & feature::CTRL_VQ != 0 {
-            let c = Ctrl::new(t, CTRL_QUEUE, mapper, cfg.timeout, packed)?;
+            let c = Ctrl::new(t, CTRL_QUEUE, mapper, cfg.timeout)?;
             *shared.ctrl.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
         }
         t.add_status(status::DRIVER_OK);
@@ -233,10 +232,7 @@ impl<M: Mmio + 'static> VirtioPort<M> {
         let info = PortInfo {
             name: name.to_string(),
             driver: "virtio",
-            model: format!(
-                "virtio-net (virtio 1.x, {} virtqueues)",
-                if packed { "packed" } else { "split" }
-            ),
+            model: "virtio-net (virtio 1.x, split virtqueues)".into(),
             pci_id,
             mac,
             rx_queues: 1,

@@ -12,7 +12,16 @@
 //! - transmit: descriptor pairs. The first of pair `k` (descriptor `2k`) always points at one
 //!   shared zeroed header in the ring's driver area, and chains to `2k + 1`, which takes the
 //!   frame. Pairs go in send order ([`TxSlots`] is a FIFO); a pair the device returns early is
-//!   marked done and released when every older one is.
+//!   marked done and released when every older one is. The ring keeps no chain states for
+//!   them: every pair the FIFO holds was published by the burst that queued it, so a used
+//!   entry must name one of them that has not come back yet (checked against the FIFO), and
+//!   one naming the next in send order (what QEMU returns) costs one compare.
+//!
+//! Split rings only: packed ones (VIRTIO_F_RING_PACKED) were built and measured against them
+//! on the instruction count of the burst paths (commit e0eca3d: 150.4 against 135.4 per
+//! forwarded packet, `bench/instructions`), and lost: a packed ring rewrites a whole
+//! descriptor (two words) per buffer posted, where the split ring's descriptors keep their
+//! length and flags and take one available entry. See bench/README.md.
 //!
 //! A virtio device cannot stop one queue without VIRTIO_F_RING_RESET, so a dropped queue does
 //! not free its ring and buffers: it leaves them to the port's shared state, which frees them
@@ -24,9 +33,7 @@ use std::cell::Cell;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::packed::held as held_state;
-use super::packed::PackedRing;
-use super::ring::{SplitRing, DESC_F_NEXT, DESC_F_WRITE};
+use super::ring::{held_state, SplitRing, DESC_F_NEXT, DESC_F_WRITE};
 use super::shared::Shared;
 use super::transport::{Doorbell, NO_VECTOR};
 use crate::device::{QueueError, QueueStats, RxQueue, TxQueue};
@@ -61,45 +68,13 @@ pub struct VirtioRx<M: Mmio> {
     shared: Arc<Shared<M>>,
 }
 
-/// A queue's ring: split (virtio 1.2, 2.7) or packed (2.8, VIRTIO_F_RING_PACKED), as the
-/// device and the driver agreed.
-pub(crate) enum Vring {
-    Split(SplitRing),
-    Packed(PackedRing),
-}
-
-impl Vring {
-    /// Makes what was queued the device's; whether it wants a doorbell.
-    fn publish(&mut self) -> bool {
-        match self {
-            Vring::Split(r) => r.publish(),
-            Vring::Packed(r) => r.publish(),
-        }
-    }
-
-    /// Descriptors (split) or slots (packed) the device holds.
-    fn in_flight(&self) -> u16 {
-        match self {
-            Vring::Split(r) => r.in_flight(),
-            Vring::Packed(r) => r.in_flight(),
-        }
-    }
-
-    fn set_interrupts(&self, on: bool) -> bool {
-        match self {
-            Vring::Split(r) => r.set_interrupts(on),
-            Vring::Packed(r) => r.set_interrupts(on),
-        }
-    }
-}
-
 /// What one receive burst did: frames taken, their bytes, frames dropped, and whether the
 /// device wants a doorbell for the buffers posted again.
-pub(super) type RxDone = (usize, u64, u64, bool);
+type RxDone = (usize, u64, u64, bool);
 
 /// What a receive queue lends the device.
 struct RxParts {
-    ring: Vring,
+    ring: SplitRing,
     slots: RxSlots,
 }
 
@@ -107,18 +82,17 @@ struct RxParts {
 const LIVE: &str = "a virtio queue has its ring until it is dropped";
 
 impl<M: Mmio> VirtioRx<M> {
-    /// Sets up queue `q` with `size` descriptors and one buffer of `pool` each, all posted, on
-    /// a packed ring when `packed` (VIRTIO_F_RING_PACKED negotiated) or a split one; with
-    /// `irq`, on that MSI-X vector (interrupt mode; it stays quiet until armed).
+    /// Sets up queue `q` with `size` descriptors and one buffer of `pool` each, all posted;
+    /// with `irq`, on that MSI-X vector (interrupt mode; it stays quiet until armed).
     pub(crate) fn new(
         shared: Arc<Shared<M>>,
         q: u16,
         size: u16,
         pool: Pool,
         irq: Option<Interrupt>,
-        packed: bool,
     ) -> Result<Self> {
         let mapper = pool.mapper().clone();
+        let ring = SplitRing::new(size, 0, mapper)?;
         let slots = RxSlots::new(pool, usize::from(size))?;
         let desc_len = u32::from(slots.max_len()) + NET_HDR_LEN as u32;
         if desc_len < MIN_RX_BUFFER {
@@ -127,16 +101,7 @@ impl<M: Mmio> VirtioRx<M> {
             )));
         }
         let vector = irq.as_ref().map_or(NO_VECTOR, Interrupt::vector);
-        let t = &shared.transport;
-        let (ring, bell) = if packed {
-            let ring = PackedRing::new(size, size, 0, mapper)?;
-            let bell = t.setup_queue(q, &ring, vector)?;
-            (Vring::Packed(ring), bell)
-        } else {
-            let ring = SplitRing::new(size, 0, mapper)?;
-            let bell = t.setup_queue(q, &ring, vector)?;
-            (Vring::Split(ring), bell)
-        };
+        let bell = shared.transport.setup_queue(q, &ring, vector)?;
         let mut rx = VirtioRx {
             parts: Some(RxParts { ring, slots }),
             bell,
@@ -148,13 +113,8 @@ impl<M: Mmio> VirtioRx<M> {
         let p = rx.parts.as_mut().expect(LIVE);
         for id in 0..size {
             let at = p.slots.data_iova(usize::from(id)) - NET_HDR_LEN as u64;
-            match &mut p.ring {
-                Vring::Split(r) => {
-                    r.set_desc(id, at, desc_len, DESC_F_WRITE, 0);
-                    r.push(id);
-                }
-                Vring::Packed(r) => r.post(id, &[(at, desc_len, DESC_F_WRITE)]),
-            }
+            p.ring.set_desc(id, at, desc_len, DESC_F_WRITE, 0);
+            p.ring.push(id);
         }
         Ok(rx)
     }
@@ -176,20 +136,17 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
     /// One burst, as DPDK's `virtio_recv_pkts` and `virtqueue_enqueue_recv_refill`: the used
     /// index read once, then the entries. While the device returns buffers in the order they
     /// were posted (QEMU does), the entries name consecutive descriptors and a run is harvested
-    /// in one pass ([`RxSlots::harvest`]: each slot re-armed with a fresh buffer) and posted
-    /// again as a batch ([`RingState::requeue_run`](super::ring::RingState::requeue_run)). An entry out of that order, or with a
-    /// length the buffer cannot have, ends the run and goes through the careful path of one
-    /// entry; every entry is checked either way. One publish and at most one doorbell end the
-    /// burst.
+    /// in one pass ([`RxSlots::harvest`]: each slot re-armed with a fresh buffer, its chain
+    /// queued again in the same pass: [`RingState::requeue_parts`](super::ring::RingState::requeue_parts)).
+    /// An entry out of that order, or with a length the buffer cannot have, ends the run and
+    /// goes through the careful path of one entry; every entry is checked either way. One
+    /// publish and at most one doorbell end the burst.
     fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
         let desc_len = self.desc_len;
         let RxParts { ring, slots } = self.parts.as_mut().expect(LIVE);
         let have = slots.reserve(max, 2 * max);
         let want = max.min(have);
-        let (got, bytes, dropped, bell) = match ring {
-            Vring::Split(r) => rx_split(r, slots, batch, want, desc_len)?,
-            Vring::Packed(r) => super::queue_packed::rx(r, slots, batch, want, desc_len)?,
-        };
+        let (got, bytes, dropped, bell) = rx_split(ring, slots, batch, want, desc_len)?;
         if bell {
             self.bell.ring();
         }
@@ -367,49 +324,37 @@ pub struct VirtioTx<M: Mmio> {
 
 /// What a transmit queue lends the device.
 struct TxParts {
-    ring: Vring,
+    ring: SplitRing,
     slots: TxSlots,
 }
 
 impl<M: Mmio> VirtioTx<M> {
-    /// Sets up queue `q` with `size` descriptors, on a packed ring when `packed` or a split
-    /// one: `size / 2` frames in flight.
+    /// Sets up queue `q` with `size` descriptors: `size / 2` frames in flight.
     pub(crate) fn new(
         shared: Arc<Shared<M>>,
         q: u16,
         size: u16,
         mapper: Arc<dyn DmaMapper>,
-        packed: bool,
     ) -> Result<Self> {
         if size < 2 {
             return Err(Error::InvalidConfig(format!(
                 "a transmit queue of {size} descriptors; it takes two per frame"
             )));
         }
+        let ring = SplitRing::new(size, 64, mapper.clone())?;
+        ring.write_extra(0, &[0u8; NET_HDR_LEN]);
         let n = size / 2;
-        let t = &shared.transport;
-        let (ring, bell) = if packed {
-            // Pair `k` at slots 2k and 2k + 1 (written per frame), buffer id `k`.
-            let ring = PackedRing::new(size, n, 64, mapper.clone())?;
-            ring.write_extra(0, &[0u8; NET_HDR_LEN]);
-            let bell = t.setup_queue(q, &ring, NO_VECTOR)?;
-            (Vring::Packed(ring), bell)
-        } else {
-            let ring = SplitRing::new(size, 64, mapper.clone())?;
-            ring.write_extra(0, &[0u8; NET_HDR_LEN]);
-            for k in 0..n {
-                ring.set_desc(
-                    2 * k,
-                    ring.extra_iova(0),
-                    NET_HDR_LEN as u32,
-                    DESC_F_NEXT,
-                    2 * k + 1,
-                );
-                ring.set_desc(2 * k + 1, 0, 0, 0, 0);
-            }
-            let bell = t.setup_queue(q, &ring, NO_VECTOR)?;
-            (Vring::Split(ring), bell)
-        };
+        for k in 0..n {
+            ring.set_desc(
+                2 * k,
+                ring.extra_iova(0),
+                NET_HDR_LEN as u32,
+                DESC_F_NEXT,
+                2 * k + 1,
+            );
+            ring.set_desc(2 * k + 1, 0, 0, 0, 0);
+        }
+        let bell = shared.transport.setup_queue(q, &ring, NO_VECTOR)?;
         Ok(VirtioTx {
             parts: Some(TxParts {
                 ring,
@@ -439,20 +384,6 @@ impl<M: Mmio> VirtioTx<M> {
         let TxParts { ring, slots } = self.parts.as_mut().expect(LIVE);
         let tail = slots.tail();
         let mut head = tail.wrapping_sub(slots.queued());
-        let ring = match ring {
-            Vring::Split(r) => r,
-            Vring::Packed(r) => {
-                let r = super::queue_packed::reclaim(
-                    r,
-                    &mut head,
-                    slots.queued(),
-                    mask,
-                    &mut self.done,
-                    &mut self.early,
-                );
-                return self.release_done(head, tail, r);
-            }
-        };
         let mut pending = ring.used_pending()?;
         let (v, st) = ring.burst();
         if self.early == 0 {
@@ -539,27 +470,21 @@ impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
             // the device cannot reach, and (here) a frame shorter than 60 bytes: each is
             // handled below and the walk resumes, so a burst of plain frames costs no pass of
             // its own for any of them.
-            let (k, bytes) = match ring {
-                Vring::Split(ring) => {
-                    // The walk writes each frame's descriptor and queues its chain's head (no
-                    // chain states: the FIFO says which pairs the device holds).
-                    let (v, st) = ring.burst();
-                    let avail = v.avail();
-                    let mut i = st.push_slot();
-                    let (k, bytes) = slots.send(batch, pairs, move |&pair, p, len| {
-                        if len < PAD_TX_LEN as u32 {
-                            return false;
-                        }
-                        v.set_desc(2 * pair + 1, p.data_iova(), len, 0);
-                        avail.store(i, 2 * pair, Relaxed);
-                        i += 1;
-                        true
-                    });
-                    st.pushed_untracked(k as u16);
-                    (k, bytes)
+            // The walk writes each frame's descriptor and queues its chain's head (no chain
+            // states: the FIFO says which pairs the device holds).
+            let (v, st) = ring.burst();
+            let avail = v.avail();
+            let mut i = st.push_slot();
+            let (k, bytes) = slots.send(batch, pairs, move |&pair, p, len| {
+                if len < PAD_TX_LEN as u32 {
+                    return false;
                 }
-                Vring::Packed(ring) => super::queue_packed::send(ring, slots, batch, pairs)?,
-            };
+                v.set_desc(2 * pair + 1, p.data_iova(), len, 0);
+                avail.store(i, 2 * pair, Relaxed);
+                i += 1;
+                true
+            });
+            st.pushed_untracked(k as u16);
             sent += k;
             bytes_all += bytes;
             if k == n {

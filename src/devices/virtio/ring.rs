@@ -92,40 +92,18 @@ pub fn check_size(size: u16, what: &str) -> Result<()> {
 /// earlier epoch, so published and not returned ([`RingState::holds`] for one id).
 #[inline(always)]
 pub fn held(state: &[u32], epoch: u32, id: u32) -> bool {
-    // Stamps never exceed the current epoch, so `FREE < s < epoch` is one unsigned compare:
-    // `s - 1` wraps to the largest value for FREE and equals `epoch - 1` for the current one.
     state
         .get(id as usize)
-        .is_some_and(|&s| s.wrapping_sub(1) < epoch.wrapping_sub(1))
+        .is_some_and(|&s| held_state(s, epoch))
 }
 
-/// What the transport tells the device of a virtqueue (virtio 1.2, 4.1.4.3): its size and the
-/// bus addresses of its descriptor, driver and device areas (split: the descriptor table, the
-/// available ring, the used ring; packed: the ring and the two event suppression words).
-pub trait Virtqueue {
-    /// Descriptors (queue_size).
-    fn size(&self) -> u16;
-    /// queue_desc.
-    fn desc_iova(&self) -> u64;
-    /// queue_driver.
-    fn driver_iova(&self) -> u64;
-    /// queue_device.
-    fn device_iova(&self) -> u64;
-}
-
-impl Virtqueue for SplitRing {
-    fn size(&self) -> u16 {
-        self.layout.size
-    }
-    fn desc_iova(&self) -> u64 {
-        SplitRing::desc_iova(self)
-    }
-    fn driver_iova(&self) -> u64 {
-        self.avail_iova()
-    }
-    fn device_iova(&self) -> u64 {
-        self.used_iova()
-    }
+/// Whether a chain in state `s` is held by the device in publish epoch `epoch` ([`held`] of
+/// one state).
+#[inline(always)]
+pub fn held_state(s: u32, epoch: u32) -> bool {
+    // Stamps never exceed the current epoch, so `FREE < s < epoch` is one unsigned compare:
+    // `s - 1` wraps to the largest value for FREE and equals `epoch - 1` for the current one.
+    s.wrapping_sub(1) < epoch.wrapping_sub(1)
 }
 
 /// One split virtqueue.

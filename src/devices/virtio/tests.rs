@@ -208,10 +208,7 @@ impl Fake {
                     0,
                     "queues are enabled before DRIVER_OK"
                 );
-                if v & 1 == 1 {
-                    let packed = s.driver_features & feature::RING_PACKED != 0;
-                    s.queues[sel].enable(packed);
-                }
+                s.queues[sel].enabled = v & 1 == 1
             }
             (o @ 0x20..=0x34, 4) => {
                 let q = &mut s.queues[sel];
@@ -352,7 +349,7 @@ fn frame(n: usize, seq: u8) -> Vec<u8> {
 
 #[test]
 fn bring_up_follows_the_spec_order_and_reads_the_mac() {
-    let fake = Fake::new(GOOD | feature::MRG_RXBUF | feature::MQ, [8, 8, 0]);
+    let fake = Fake::new(GOOD | feature::MRG_RXBUF | feature::RING_PACKED, [8, 8, 0]);
     let port = open(&fake).unwrap();
     let s = fake.st();
     assert_eq!(

@@ -15,7 +15,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::ring::Virtqueue;
+use super::ring::SplitRing;
 use crate::device::MacAddr;
 use crate::error::{Error, Result};
 use crate::platform::mmio::Mmio;
@@ -316,14 +316,14 @@ impl<M: Mmio> Transport<M> {
     /// Gives queue `q` the ring `ring` (whose size the caller chose within
     /// [`queue_max`](Self::queue_max)) and MSI-X vector `vector` ([`NO_VECTOR`]: none), and
     /// enables it. Returns its doorbell.
-    pub fn setup_queue(&self, q: u16, ring: &impl Virtqueue, vector: u16) -> Result<Doorbell<M>> {
+    pub fn setup_queue(&self, q: u16, ring: &SplitRing, vector: u16) -> Result<Doorbell<M>> {
         let cm = &self.common;
         cm.write(c::QUEUE_SELECT, q);
         cm.write(c::QUEUE_SIZE, ring.size());
         for (lo, hi, a) in [
             (c::QUEUE_DESC_LO, c::QUEUE_DESC_HI, ring.desc_iova()),
-            (c::QUEUE_DRIVER_LO, c::QUEUE_DRIVER_HI, ring.driver_iova()),
-            (c::QUEUE_DEVICE_LO, c::QUEUE_DEVICE_HI, ring.device_iova()),
+            (c::QUEUE_DRIVER_LO, c::QUEUE_DRIVER_HI, ring.avail_iova()),
+            (c::QUEUE_DEVICE_LO, c::QUEUE_DEVICE_HI, ring.used_iova()),
         ] {
             cm.write(lo, a as u32);
             cm.write(hi, (a >> 32) as u32);

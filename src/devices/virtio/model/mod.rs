@@ -86,9 +86,6 @@ pub struct ModelConfig {
     /// Frames the device receives whenever the driver posts buffers (None: only what a wired
     /// peer sends).
     pub source: Option<Source>,
-    /// Offer packed virtqueues (VIRTIO_F_RING_PACKED), as QEMU's `packed=on`; split only
-    /// otherwise (QEMU's default).
-    pub packed: bool,
 }
 
 impl Default for ModelConfig {
@@ -99,7 +96,6 @@ impl Default for ModelConfig {
             queue_max: 256,
             link_up: true,
             source: None,
-            packed: true,
         }
     }
 }
@@ -165,7 +161,7 @@ pub struct VirtioModel {
     peer: Mutex<Option<Weak<VirtioModel>>>,
 }
 
-/// The features the device offers (and VIRTIO_F_RING_PACKED when its configuration says).
+/// The features the device offers.
 const OFFERED: u64 = feature::VERSION_1 | feature::ACCESS_PLATFORM | feature::MAC | feature::STATUS;
 
 impl VirtioModel {
@@ -250,15 +246,6 @@ impl VirtioModel {
             ),
             timeout,
         )
-    }
-
-    /// The features the device offers.
-    fn offered(&self) -> u64 {
-        if self.cfg.packed {
-            OFFERED | feature::RING_PACKED
-        } else {
-            OFFERED
-        }
     }
 
     /// Counts a register access.
@@ -480,8 +467,8 @@ impl VirtioModel {
         match () {
             _ if is(c::DEVICE_FEATURE_SELECT.offset(), 4) => s.dfsel,
             _ if is(c::DEVICE_FEATURE.offset(), 4) => match s.dfsel {
-                0 => self.offered() as u32,
-                1 => (self.offered() >> 32) as u32,
+                0 => OFFERED as u32,
+                1 => (OFFERED >> 32) as u32,
                 _ => 0,
             },
             _ if is(c::DRIVER_FEATURE_SELECT.offset(), 4) => s.gfsel,
@@ -549,7 +536,7 @@ impl VirtioModel {
                 }
                 let mut st = st;
                 // FEATURES_OK stays set only for features the device offered.
-                if st & status::FEATURES_OK != 0 && s.driver_features & !self.offered() != 0 {
+                if st & status::FEATURES_OK != 0 && s.driver_features & !OFFERED != 0 {
                     st &= !status::FEATURES_OK;
                 }
                 let starting = st & status::DRIVER_OK != 0 && s.status & status::DRIVER_OK == 0;
@@ -563,14 +550,7 @@ impl VirtioModel {
                 tracing::warn!(queue = sel, "virtio model: a write to a queue it lacks")
             }
             _ if is(c::QUEUE_SIZE.offset(), 2) => s.queues[sel].size = v as u16,
-            _ if is(c::QUEUE_ENABLE.offset(), 2) => {
-                if v & 1 == 1 {
-                    let packed = s.driver_features & feature::RING_PACKED != 0;
-                    s.queues[sel].enable(packed);
-                } else {
-                    s.queues[sel].enabled = false;
-                }
-            }
+            _ if is(c::QUEUE_ENABLE.offset(), 2) => s.queues[sel].enabled = v & 1 == 1,
             _ if width == 4
                 && (c::QUEUE_DESC_LO.offset()..=c::QUEUE_DEVICE_HI.offset()).contains(&off) =>
             {

@@ -1,31 +1,21 @@
-//! The device's side of a virtqueue, split (virtio 1.2, 2.7) or packed (2.8, when the driver
-//! took VIRTIO_F_RING_PACKED), through a software IOMMU.
+//! The device's side of a split virtqueue (virtio 1.2, 2.7), through a software IOMMU.
 //!
 //! What QEMU's `virtqueue_pop` and `virtqueue_push` (hw/virtio/virtio.c) do, on the bus
-//! addresses the driver wrote into the common configuration. Split: the device reads the
-//! available index with an acquire load, the ring slot and the descriptors after it, and
-//! returns a chain by writing a used entry and then the used index with a release store.
-//! Packed (`virtqueue_packed_pop`, `virtqueue_packed_fill_desc`): the device reads a slot's id
-//! and flags with an acquire load (available when AVAIL is its wrap counter and USED is not),
-//! then the rest, follows NEXT through the next slots (the buffer id is the last
-//! descriptor's), and returns the buffer by writing its length, then its id with both flags set
-//! to its own wrap counter (one release store), in the next slot of its own, which then moves
-//! as many slots as the chain had. Every access goes
+//! addresses the driver wrote into the common configuration: the device reads the available
+//! index with an acquire load, the ring slot and the descriptors after it, and returns a chain
+//! by writing a used entry and then the used index with a release store. Every access goes
 //! through [`SoftIommu`], so a driver that hands over a pointer, or frees a ring the device
 //! still uses, faults instead of working by accident. A [`DmaFault`] is returned to the caller,
 //! which stops the queue (the device needs a reset then, as virtio 1.2, 2.1.2 describes).
 //!
 //! The software IOMMU has 32- and 64-bit words only, so the 16-bit fields (available index,
-//! ring entries, a packed descriptor's id and flags) are read as the 32-bit word that holds
-//! them; the used ring's flags and index are one 32-bit store (the device keeps the flags at 0:
-//! it wants every doorbell; on a packed ring its event suppression word stays ENABLE, the 0 the
-//! driver's memory starts with).
+//! ring entries) are read as the 32-bit word that holds them; the used ring's flags and index
+//! are one 32-bit store (the device keeps the flags at 0: it wants every doorbell).
 //!
 //! Shared by the software device ([`super::VirtioModel`]) and the host tests' fake.
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
-use crate::devices::virtio::packed::{DESC_F_AVAIL, DESC_F_USED};
 use crate::devices::virtio::ring::{DESC_F_NEXT, DESC_F_WRITE};
 use crate::platform::dma::{DmaFault, DmaView, SoftIommu};
 
@@ -50,20 +40,10 @@ pub struct DeviceQueue {
     pub enabled: bool,
     /// MSI-X vector (0xffff: none).
     pub vector: u16,
-    /// The next available entry the device reads (Linux: `last_avail_idx` in QEMU); packed:
-    /// the next slot it reads.
+    /// The next available entry the device reads (Linux: `last_avail_idx` in QEMU).
     pub last_avail: u16,
-    /// The device's used index (the next used entry it writes); packed: the next slot it
-    /// writes a used element into.
+    /// The device's used index (the next used entry it writes).
     pub used_idx: u16,
-    /// A packed ring (VIRTIO_F_RING_PACKED taken when the queue was enabled).
-    pub packed: bool,
-    /// Packed: the wrap counter of `last_avail` (true on the first pass).
-    pub avail_wrap: bool,
-    /// Packed: the wrap counter of `used_idx`.
-    pub used_wrap: bool,
-    /// Packed: the descriptors of the chain popped last, which its used element skips.
-    pub popped: u16,
 }
 
 impl DeviceQueue {
@@ -73,25 +53,10 @@ impl DeviceQueue {
     }
 
     /// Chains the driver made available that the device has not taken yet (0 when the
-    /// available index cannot be read); packed: 1 when the next slot is available, else 0.
+    /// available index cannot be read).
     pub fn available(&self, v: &DmaView<'_>) -> Result<u16, DmaFault> {
-        if self.packed {
-            let w = v.load_u32(self.desc + 16 * u64::from(self.last_avail) + 12, Acquire)?;
-            return Ok(u16::from(is_avail((w >> 16) as u16, self.avail_wrap)));
-        }
         let idx = (v.load_u32(self.avail, Acquire)? >> 16) as u16;
         Ok(idx.wrapping_sub(self.last_avail))
-    }
-
-    /// Starts a queue the driver enabled: a packed ring when `packed`, with both wrap counters
-    /// at 1 and both slots at 0.
-    pub fn enable(&mut self, packed: bool) {
-        self.enabled = true;
-        self.packed = packed;
-        self.avail_wrap = true;
-        self.used_wrap = true;
-        self.last_avail = 0;
-        self.used_idx = 0;
     }
 
     /// Takes the next available chain: its head descriptor, and its descriptors appended to
@@ -107,9 +72,6 @@ impl DeviceQueue {
         chain.clear();
         if self.available(v)? == 0 {
             return Ok(None);
-        }
-        if self.packed {
-            return self.pop_packed(v, chain).map(Some);
         }
         let slot = self.avail + 4 + 2 * u64::from(self.last_avail & (self.size - 1));
         let w = v.load_u32(slot & !3, Relaxed)?;
@@ -136,46 +98,6 @@ impl DeviceQueue {
         }
     }
 
-    /// The packed ring's pop, once its next slot is available: the chain from there, and its
-    /// buffer id (the last descriptor's).
-    fn pop_packed(&mut self, v: &DmaView<'_>, chain: &mut Vec<Desc>) -> Result<u16, DmaFault> {
-        let fault = |at: u64| DmaFault {
-            iova: at,
-            len: 16,
-            write: false,
-        };
-        let mut n = 0u16;
-        loop {
-            let at = self.desc + 16 * u64::from(self.last_avail);
-            if n >= self.size {
-                // A chain as long as the ring: a loop (QEMU: "Looped descriptor").
-                return Err(fault(at));
-            }
-            let w = v.load_u32(at + 12, Acquire)?;
-            let (id, flags) = (w as u16, (w >> 16) as u16);
-            if n > 0 && !is_avail(flags, self.avail_wrap) {
-                // A chain's later descriptors are written before its head: one that is not
-                // available is the driver's mistake.
-                return Err(fault(at));
-            }
-            chain.push((
-                v.load_u64(at, Relaxed)?,
-                v.load_u32(at + 8, Relaxed)?,
-                flags,
-            ));
-            n += 1;
-            self.last_avail += 1;
-            if self.last_avail == self.size {
-                self.last_avail = 0;
-                self.avail_wrap = !self.avail_wrap;
-            }
-            if flags & DESC_F_NEXT == 0 {
-                self.popped = n;
-                return Ok(id);
-            }
-        }
-    }
-
     /// [`pop_into`](Self::pop_into) with a chain of its own (the host tests' form).
     ///
     /// # Panics
@@ -191,24 +113,6 @@ impl DeviceQueue {
     /// Writes the used entry of chain `id` with `len` bytes written, not yet visible (see
     /// [`publish`](Self::publish)).
     pub fn push_into(&mut self, v: &DmaView<'_>, id: u32, len: u32) -> Result<(), DmaFault> {
-        if self.packed {
-            // The used element of the chain popped last, in the device's next slot: the
-            // length, then id and flags (both wrap flags at the device's counter) at once.
-            let at = self.desc + 16 * u64::from(self.used_idx);
-            let flags = if self.used_wrap {
-                DESC_F_AVAIL | DESC_F_USED
-            } else {
-                0
-            };
-            v.store_u32(at + 8, len, Relaxed)?;
-            v.store_u32(at + 12, id & 0xffff | u32::from(flags) << 16, Release)?;
-            self.used_idx += self.popped;
-            if self.used_idx >= self.size {
-                self.used_idx -= self.size;
-                self.used_wrap = !self.used_wrap;
-            }
-            return Ok(());
-        }
         let at = self.used + 4 + 8 * u64::from(self.used_idx & (self.size - 1));
         v.store_u32(at, id, Relaxed)?;
         v.store_u32(at + 4, len, Relaxed)?;
@@ -219,10 +123,6 @@ impl DeviceQueue {
     /// Makes the used entries written visible: the used index (and flags 0) with a release
     /// store, after the entries and the buffers they describe.
     pub fn publish(&self, v: &DmaView<'_>) -> Result<(), DmaFault> {
-        if self.packed {
-            // Each used element was visible at its own store.
-            return Ok(());
-        }
         v.store_u32(self.used, u32::from(self.used_idx) << 16, Release)
     }
 
@@ -240,11 +140,6 @@ impl DeviceQueue {
                 .expect("virtio device: DMA fault writing the used index");
         }
     }
-}
-
-/// Whether packed descriptor flags `flags` say available in a pass of wrap counter `wrap`.
-fn is_avail(flags: u16, wrap: bool) -> bool {
-    (flags & DESC_F_AVAIL != 0) == wrap && (flags & DESC_F_USED != 0) != wrap
 }
 
 /// Whether descriptor flags say the device writes the buffer.
