@@ -222,6 +222,10 @@ fn rx_split(
         // Each chain taken is queued again at once (its state stamped, its head in the next
         // available slot), in the same pass.
         let (at, epoch, states) = st.requeue_parts(first, run);
+        // The available slot of chain `first + k` is `first + k + off`: on a receive queue
+        // that keeps all its chains posted and got them back in order, the slot of its own
+        // number, which holds it already (`at` is None: nothing to write).
+        let off = at.map(|at| at.wrapping_sub(usize::from(first)));
         let (used, avail) = (v.used(), v.avail());
         // The harvest walks the run's chain states (one per slot, as cells): each decode gets
         // its own.
@@ -235,14 +239,16 @@ fn rx_split(
                 // (the next used index modulo the size) and the descriptor expected there.
                 let i = k.get();
                 let want = first + i;
-                let pos = 2 * usize::from(want);
-                let (id, len) = (used.load(pos, Relaxed), used.load(pos + 1, Relaxed));
+                let e = used.load(usize::from(want), Relaxed);
+                let (id, len) = (e as u32, (e >> 32) as u32);
                 let frame = len.wrapping_sub(NET_HDR_LEN as u32);
                 if id != u32::from(want) || frame > fast || !held_state(s.get(), epoch) {
                     return None;
                 }
                 s.set(epoch);
-                avail.store(at + usize::from(i), want, Relaxed);
+                if let Some(off) = off {
+                    avail.store(usize::from(want).wrapping_add(off), want, Relaxed);
+                }
                 k.set(i + 1);
                 Some((frame as u16, Meta::default()))
             },
@@ -341,7 +347,7 @@ impl<M: Mmio> VirtioTx<M> {
                 "a transmit queue of {size} descriptors; it takes two per frame"
             )));
         }
-        let ring = SplitRing::new(size, 64, mapper.clone())?;
+        let mut ring = SplitRing::new(size, 64, mapper.clone())?;
         ring.write_extra(0, &[0u8; NET_HDR_LEN]);
         let n = size / 2;
         for k in 0..n {
@@ -354,6 +360,8 @@ impl<M: Mmio> VirtioTx<M> {
             );
             ring.set_desc(2 * k + 1, 0, 0, 0, 0);
         }
+        // Pair `k` goes to the available slots `k` and `k + n` (FIFO positions modulo the size).
+        ring.fix_avail(|s| 2 * (s % n));
         let bell = shared.transport.setup_queue(q, &ring, NO_VECTOR)?;
         Ok(VirtioTx {
             parts: Some(TxParts {
@@ -470,18 +478,13 @@ impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
             // the device cannot reach, and (here) a frame shorter than 60 bytes: each is
             // handled below and the walk resumes, so a burst of plain frames costs no pass of
             // its own for any of them.
-            // The walk writes each frame's descriptor and queues its chain's head (no chain
-            // states: the FIFO says which pairs the device holds).
+            // The walk writes each frame's descriptor; its chain's head is in the available
+            // slot of the FIFO position already (`fix_avail`); no chain states: the FIFO says
+            // which pairs the device holds. It stops before a frame shorter than 60 bytes
+            // (padded below).
             let (v, st) = ring.burst();
-            let avail = v.avail();
-            let mut i = st.push_slot();
-            let (k, bytes) = slots.send(batch, pairs, move |&pair, p, len| {
-                if len < PAD_TX_LEN as u32 {
-                    return false;
-                }
+            let (k, bytes) = slots.send_min(batch, pairs, PAD_TX_LEN, move |&pair, p, len| {
                 v.set_desc(2 * pair + 1, p.data_iova(), len, 0);
-                avail.store(i, 2 * pair, Relaxed);
-                i += 1;
                 true
             });
             st.pushed_untracked(k as u16);

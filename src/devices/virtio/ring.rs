@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use crate::device::{QueueError, Violation};
 use crate::error::{Error, Result};
-use crate::platform::dma::{DmaMapper, DmaMemory, DmaWords};
+use crate::platform::dma::{DmaMapper, DmaMemory, DmaSpan, DmaWords};
 
 /// `VIRTQ_DESC_F_NEXT`: the chain continues in the `next` field.
 pub const DESC_F_NEXT: u16 = 1;
@@ -51,7 +51,8 @@ pub struct Layout {
     pub size: u16,
     /// Offset of the available ring (the descriptor table is at 0, 16 bytes per descriptor).
     pub avail: usize,
-    /// Offset of the used ring (4-byte aligned; page-aligned here).
+    /// Offset of the used ring (4-byte aligned: 4 bytes into a page here, so that its
+    /// 8-byte elements are 8-byte aligned and each is read as one word).
     pub used: usize,
     /// Offset of the driver's own area behind the rings (headers, control commands).
     pub extra: usize,
@@ -64,7 +65,7 @@ impl Layout {
     pub fn new(size: u16, extra: usize) -> Layout {
         let n = usize::from(size);
         let avail = 16 * n;
-        let used = (avail + 6 + 2 * n).next_multiple_of(4096);
+        let used = (avail + 6 + 2 * n).next_multiple_of(4096) + 4;
         let used_end = used + 6 + 8 * n;
         let extra_at = used_end.next_multiple_of(64);
         Layout {
@@ -110,6 +111,9 @@ pub fn held_state(s: u32, epoch: u32) -> bool {
 pub struct SplitRing {
     mem: DmaMemory,
     layout: Layout,
+    /// The descriptor table, the available ring's entries and the used ring's elements as
+    /// word arrays, checked once here ([`burst`](Self::burst) makes their views).
+    spans: (DmaSpan<u64>, DmaSpan<u16>, DmaSpan<u64>),
     st: RingState,
 }
 
@@ -137,6 +141,11 @@ pub struct RingState {
     peeked: Option<u16>,
     /// A protocol violation was seen: every later call fails with it.
     broken: Option<Violation>,
+    /// Every available slot holds the chain of its own number (what posting descriptors
+    /// `0..size` in order leaves), so a receive run that queues chain `s` again in slot `s`
+    /// finds it there already ([`requeue_parts`](Self::requeue_parts)). Cleared when a chain
+    /// goes to a slot of another number.
+    avail_identity: bool,
 }
 
 /// A ring's descriptor table and rings as word arrays, checked once per burst instead of once
@@ -148,8 +157,9 @@ pub struct RingView<'m> {
     desc: DmaWords<'m, u64>,
     /// The available ring's entries.
     avail: DmaWords<'m, u16>,
-    /// The used ring's entries: id at word `2 slot`, length at `2 slot + 1`.
-    used: DmaWords<'m, u32>,
+    /// The used ring's elements, one word each: the id in the low half, the length in the
+    /// high half (little-endian `struct virtq_used_elem`).
+    used: DmaWords<'m, u64>,
 }
 
 impl<'m> RingView<'m> {
@@ -170,9 +180,10 @@ impl<'m> RingView<'m> {
         self.desc.store(2 * usize::from(id), addr, Relaxed);
     }
 
-    /// The used ring's entries (a copy, for a loop to keep in registers).
+    /// The used ring's elements (a copy, for a loop to keep in registers): element `slot` is
+    /// word `slot`, its id the low half and its length the high half.
     #[inline(always)]
-    pub fn used(&self) -> DmaWords<'m, u32> {
+    pub fn used(&self) -> DmaWords<'m, u64> {
         self.used
     }
 
@@ -191,9 +202,16 @@ impl SplitRing {
         let layout = Layout::new(size, extra);
         let mem = DmaMemory::allocate(layout.total, mapper)?;
         mem.store_u16(layout.avail, AVAIL_F_NO_INTERRUPT, Relaxed);
+        let n = usize::from(size);
+        let spans = (
+            mem.span(0, 2 * n),
+            mem.span(layout.avail + 4, n),
+            mem.span(layout.used + 4, n),
+        );
         Ok(SplitRing {
             mem,
             layout,
+            spans,
             st: RingState {
                 mask: size - 1,
                 avail_idx: 0,
@@ -205,6 +223,7 @@ impl SplitRing {
                 in_flight: 0,
                 peeked: None,
                 broken: None,
+                avail_identity: true,
             },
         })
     }
@@ -339,13 +358,12 @@ impl SplitRing {
     /// The ring's word arrays and its bookkeeping, to change both in a burst.
     #[inline(always)]
     pub fn burst(&mut self) -> (RingView<'_>, &mut RingState) {
-        let n = usize::from(self.layout.size);
-        let l = self.layout;
+        let (d, a, u) = &self.spans;
         (
             RingView {
-                desc: self.mem.words(0, 2 * n),
-                avail: self.mem.words(l.avail + 4, n),
-                used: self.mem.words(l.used + 4, 2 * n),
+                desc: self.mem.words_in(d),
+                avail: self.mem.words_in(a),
+                used: self.mem.words_in(u),
             },
             &mut self.st,
         )
@@ -432,6 +450,19 @@ impl SplitRing {
         self.st.broken
     }
 
+    /// Writes every available slot `s` with `head(s)` once, for a queue that only ever queues
+    /// its chains in that fixed order ([`RingState::pushed_untracked`]): the transmit queue's
+    /// pairs. DPDK's virtio transmit queues fix their available ring the same way
+    /// (`virtio_dev_tx_queue_setup_finish`).
+    pub fn fix_avail(&mut self, head: impl Fn(u16) -> u16) {
+        let size = self.layout.size;
+        let (v, st) = self.burst();
+        for s in 0..size {
+            v.avail.store(usize::from(s), head(s), Relaxed);
+        }
+        st.avail_identity = false;
+    }
+
     /// Sets the publish epoch: only for the host test of its wrap-around, on a fresh ring.
     #[cfg(test)]
     pub(crate) fn set_epoch(&mut self, epoch: u32) {
@@ -459,8 +490,10 @@ impl RingState {
     /// (unchecked: [`take_used`](Self::take_used) and [`holds`](Self::holds) check the head).
     #[inline(always)]
     pub fn used_at(&self, v: &RingView<'_>, k: u16) -> (u32, u32) {
-        let slot = 2 * usize::from(self.last_used.wrapping_add(k));
-        (v.used.load(slot, Relaxed), v.used.load(slot + 1, Relaxed))
+        let e = v
+            .used
+            .load(usize::from(self.last_used.wrapping_add(k)), Relaxed);
+        (e as u32, (e >> 32) as u32)
     }
 
     /// Whether the device holds the chain headed by `id` (published, not returned): what a
@@ -497,7 +530,9 @@ impl RingState {
         let st = &mut self.state[usize::from(id)];
         assert!(*st == FREE, "virtqueue: descriptor {id} posted twice");
         *st = epoch;
-        v.avail.store(usize::from(self.avail_idx), id, Relaxed);
+        let slot = usize::from(self.avail_idx);
+        v.avail.store(slot, id, Relaxed);
+        self.avail_identity &= slot & usize::from(self.mask) == usize::from(id);
         self.avail_idx = self.avail_idx.wrapping_add(1);
     }
 
@@ -511,22 +546,26 @@ impl RingState {
     }
 
     /// What a receive run that takes back the chains of descriptors `first..first + n` in
-    /// order and queues each again at once needs, as values a loop keeps in registers: the
-    /// available slot of the first (`avail_idx`), the epoch, and those descriptors' states
-    /// (each checked with [`held`]`(s, epoch)` and stamped with the epoch, queued again, by the
-    /// loop itself). [`requeued`](Self::requeued) then moves the indices.
+    /// order and queues each again at once needs, as values a loop keeps in registers: where
+    /// the first goes in the available ring (`None`: to the available slot of its own number,
+    /// which holds it already, see `avail_identity`; the loop writes nothing there), the epoch,
+    /// and those descriptors' states (each checked with [`held`]`(s, epoch)` and stamped with the
+    /// epoch, queued again, by the loop itself). [`requeued`](Self::requeued) then moves the
+    /// indices.
     ///
     /// # Panics
     /// If the run leaves the ring or exceeds the chains held (a driver bug).
     #[inline(always)]
-    pub fn requeue_parts(&mut self, first: u16, n: usize) -> (usize, u32, &mut [u32]) {
+    pub fn requeue_parts(&mut self, first: u16, n: usize) -> (Option<usize>, u32, &mut [u32]) {
         let end = usize::from(first) + n;
         assert!(
             end <= self.state.len() && n <= usize::from(self.in_flight),
             "virtqueue: a run beyond the ring"
         );
+        let at = usize::from(self.avail_idx);
+        let in_place = self.avail_identity && at & usize::from(self.mask) == usize::from(first);
         (
-            usize::from(self.avail_idx),
+            (!in_place).then_some(at),
             self.epoch,
             &mut self.state[usize::from(first)..end],
         )
@@ -557,17 +596,20 @@ impl RingState {
         mask: usize,
     ) -> u16 {
         let used = v.used;
-        let mut pos = self.last_used;
-        let mut k = 0u16;
-        while k < n {
-            let id = used.load(2 * usize::from(pos), Relaxed);
-            if id as usize != 2 * (first.wrapping_add(usize::from(k)) & mask) {
+        let pos = usize::from(self.last_used);
+        // The head expected next: `2 (first + k)` modulo `2 (mask + 1)`.
+        let heads = 2 * mask + 1;
+        let mut want = (2 * first) & heads;
+        let mut k = 0;
+        while k < usize::from(n) {
+            if used.load(pos + k, Relaxed) as u32 as usize != want {
                 break;
             }
-            pos = pos.wrapping_add(1);
+            want = (want + 2) & heads;
             k += 1;
         }
-        self.last_used = pos;
+        let k = k as u16;
+        self.last_used = self.last_used.wrapping_add(k);
         self.in_flight -= k;
         k
     }
@@ -580,18 +622,12 @@ impl RingState {
         self.in_flight -= 1;
     }
 
-    /// The available slot the next chain queued goes to: for a transmit walk that writes the
-    /// heads of its pairs there as it writes their descriptors; then
-    /// [`pushed_untracked`](Self::pushed_untracked).
-    #[inline(always)]
-    pub fn push_slot(&self) -> usize {
-        usize::from(self.avail_idx)
-    }
-
-    /// `n` chains were queued from [`push_slot`](Self::push_slot) on, by a queue that keeps
-    /// no chain states: it knows which chains the device holds by other means (the transmit
-    /// queue's FIFO: every pair it holds was published by the burst that queued it, and a
-    /// used entry is checked against it), so their states stay FREE.
+    /// `n` chains were queued by a queue that keeps no chain states and whose available ring
+    /// holds a fixed map ([`SplitRing::fix_avail`]): the transmit queue, whose pair heads go to
+    /// the available slots in FIFO order, so slot `s` always holds the head of pair
+    /// `s mod pairs`, written once; it knows which chains the device holds from its FIFO (every
+    /// pair there was published by the burst that queued it, and a used entry is checked
+    /// against it), so their states stay FREE.
     #[inline(always)]
     pub fn pushed_untracked(&mut self, n: u16) {
         self.avail_idx = self.avail_idx.wrapping_add(n);
@@ -776,7 +812,7 @@ mod tests {
         }
         assert_eq!(ring(256).size(), 256);
         let l = Layout::new(256, 64);
-        assert_eq!((l.avail, l.used % 4096), (4096, 0));
+        assert_eq!((l.avail, l.used % 4096, (l.used + 4) % 8), (4096, 4, 0));
         assert!(l.extra >= l.used + 6 + 8 * 256 && l.total % 4096 == 0);
     }
 

@@ -16,7 +16,7 @@ mod soft_iommu;
 pub use desc::{Desc, DescTable, DescView, DESC_BYTES};
 pub use iova::IovaAllocator;
 pub use lent::{LentBuffers, NotLent, TakeBacks, TakenRun};
-pub use memory::{DmaMapper, DmaMemory, DmaWords, IdentityMapper, HUGE_PAGE};
+pub use memory::{DmaMapper, DmaMemory, DmaSpan, DmaWords, IdentityMapper, HUGE_PAGE};
 pub use pool::{Meta, Packet, Pool, PoolConfig, PoolStats, TxOffload, MAX_BUF_SIZE};
 pub use slots::{RxSlots, TxSlots};
 pub use soft_iommu::{DmaFault, DmaRing, DmaView, DmaWindow, SoftIommu};

@@ -547,8 +547,23 @@ impl TxSlots {
         &mut self,
         batch: &mut Vec<Packet>,
         descs: &[D],
+        put: impl FnMut(&D, &Packet, u32) -> bool,
+    ) -> (usize, u64) {
+        self.send_min(batch, descs, MIN_TX_LEN, put)
+    }
+
+    /// [`send`](Self::send), stopping before a frame shorter than `min_len` (at least
+    /// [`MIN_TX_LEN`]) instead: for a ring whose own shortest frame is longer (virtio-net pads
+    /// to 60 bytes), which then tests the length once.
+    #[inline(always)]
+    pub fn send_min<D>(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        descs: &[D],
+        min_len: usize,
         mut put: impl FnMut(&D, &Packet, u32) -> bool,
     ) -> (usize, u64) {
+        let min_len = min_len.max(MIN_TX_LEN);
         let n = descs.len();
         assert!(
             n <= batch.len() && n <= self.fifo.len() - self.queued(),
@@ -571,6 +586,7 @@ impl TxSlots {
         let mut bytes = 0u64;
         let mut at = Part {
             packets,
+            min_len,
             runs,
             cur,
             tail0,
@@ -686,6 +702,8 @@ impl TxSlots {
 struct Part<'a> {
     /// The batch's packets (borrowed, not moved, until the guard removes them).
     packets: *const Packet,
+    /// The shortest frame the walk takes (see [`TxSlots::send_min`]).
+    min_len: usize,
     runs: &'a mut Runs,
     cur: &'a mut NonNull<Shared>,
     tail0: usize,
@@ -711,7 +729,14 @@ impl Part<'_> {
             // SAFETY: `from + m <= n <= len`; the packets stay in the vector (borrowed, not
             // moved) until the guard removes them.
             let ps = unsafe { std::slice::from_raw_parts(self.packets.add(from), m) };
-            let (done, b) = walk(&descs[k..m], &mut slots[k..m], &ps[k..], *self.cur, put);
+            let (done, b) = walk(
+                &descs[k..m],
+                &mut slots[k..m],
+                &ps[k..],
+                *self.cur,
+                self.min_len,
+                put,
+            );
             *self.bytes += b;
             k += done;
             g.taken = from + k;
@@ -748,6 +773,7 @@ fn walk<D>(
     slots: &mut [u32],
     packets: &[Packet],
     pool: NonNull<Shared>,
+    min_len: usize,
     put: &mut impl FnMut(&D, &Packet, u32) -> bool,
 ) -> (usize, u64) {
     let m = descs.len().min(slots.len()).min(packets.len());
@@ -761,11 +787,11 @@ fn walk<D>(
                 packets.get_unchecked(k),
             )
         };
-        // A frame shorter than MIN_TX_LEN ends the walk too (the ring pads it on its slow
+        // A frame shorter than `min_len` ends the walk too (the ring pads it on its slow
         // path): the length is read for the byte count anyway. So does a chain or an offload
         // request: its pool pointer carries a mark (`pool::EXT`), so it is not `pool`.
         let len = p.len();
-        if p.pool != pool || len < MIN_TX_LEN || !put(d, p, len as u32) {
+        if p.pool != pool || len < min_len || !put(d, p, len as u32) {
             return (k, bytes);
         }
         *slot = p.off();
