@@ -107,6 +107,7 @@ pub fn cli_info_regs_selftest(ctx: &Ctx) -> Outcome {
             }
         }
         let driver = info["driver"].as_str().unwrap_or_default().to_string();
+        let backend = dma_backend(&bin, &port, &info)?;
         if info["link"]["up"] != Value::Bool(true) {
             return Err(format!("info reports the link down: {}", info["link"]));
         }
@@ -186,10 +187,61 @@ pub fn cli_info_regs_selftest(ctx: &Ctx) -> Outcome {
         }
         let passed = text.lines().filter(|l| l.contains("PASS")).count();
         Ok(format!(
-            "info: {driver} MAC {mac} link up; regs --decode: {} registers, {fields} fields; gen: 100 sent; stats: {counters} counters; selftest: {passed} PASS lines",
+            "info: {driver} MAC {mac} link up, {backend}; regs --decode: {} registers, {fields} fields; gen: 100 sent; stats: {counters} counters; selftest: {passed} PASS lines",
             list.len()
         ))
     })
+}
+
+/// `info` and `list` name the DMA backend the port is opened through: the one the environment
+/// asks for (`VFIO_NIC_VFIO_BACKEND`, which the tool reads too), and `list` reports the group.
+fn dma_backend(bin: &str, port: &str, info: &Value) -> Result<String, String> {
+    let want = super::drv::vfio().backend.map(|b| b.name());
+    let used = info["dma"]["would_use"].as_str();
+    if want.is_some() && used != want {
+        return Err(format!(
+            "info: DMA backend {used:?}, expected {want:?}: {}",
+            info["dma"]
+        ));
+    }
+    let rows = json(&ok(bin, &["--json", "list"])?)?;
+    let row = rows
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["address"] == port))
+        .ok_or_else(|| format!("list does not show {port}: {rows}"))?;
+    if row["would_use"].as_str() != used {
+        return Err(format!(
+            "list says backend {}, info {used:?}",
+            row["would_use"]
+        ));
+    }
+    // In text too; and no-IOMMU mode says what it gives up, in one warning line.
+    let text = run(bin, &["info", port])?;
+    let dma_line = text.stdout.lines().find(|l| l.starts_with("dma "));
+    if !text.success() || !dma_line.is_some_and(|l| l.contains(used.unwrap_or("?"))) {
+        return Err(format!(
+            "info (text): no dma line naming {used:?}: {}",
+            text.stdout
+        ));
+    }
+    let warnings = text
+        .stderr
+        .lines()
+        .filter(|l| l.contains("no-IOMMU mode"))
+        .count();
+    let want_warnings = usize::from(used == Some("noiommu"));
+    if warnings != want_warnings || (want_warnings == 1 && !text.stderr.contains("ALL memory")) {
+        return Err(format!(
+            "{warnings} no-IOMMU warning line(s), expected {want_warnings}: {}",
+            text.stderr.trim()
+        ));
+    }
+    Ok(format!(
+        "backend {} ({} {}, in list too; {want_warnings} warning line)",
+        used.unwrap_or("?"),
+        row["iommu_group_kind"].as_str().unwrap_or("?"),
+        row["iommu_group"]
+    ))
 }
 
 /// Frames of a classic pcap file (our own small reader: the writer under test is the crate's).
@@ -387,7 +439,7 @@ pub fn cli_respond_and_capture_kernel_peer(ctx: &Ctx) -> Outcome {
     result
 }
 
-/// Clock ticks a second in /proc/PID/stat's times: USER_HZ, 100 on every x86-64 Linux.
+/// Clock ticks a second in /proc/PID/stat's times: USER_HZ, 100 on x86-64 and arm64 Linux alike.
 const USER_HZ: f64 = 100.0;
 /// How long the idle responder is watched.
 const IDLE_WATCH: Duration = Duration::from_secs(5);

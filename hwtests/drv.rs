@@ -19,6 +19,7 @@ use vfio_nic::devices::virtio::VirtioConfig;
 use vfio_nic::devices::{self, AnyPort, PortConfig};
 use vfio_nic::platform::dma::{Packet, Pool, PoolConfig};
 use vfio_nic::platform::pci::{PciAddress, Sysfs};
+use vfio_nic::platform::vfio::VfioOptions;
 
 use super::Outcome;
 
@@ -44,6 +45,14 @@ pub fn run(f: impl FnOnce() -> Result<String, String>) -> Outcome {
 /// An error as the tests' message text.
 pub fn text(e: impl std::fmt::Display) -> String {
     e.to_string()
+}
+
+/// How the suite opens VFIO devices: `VFIO_NIC_VFIO_BACKEND` and `VFIO_NIC_ALLOW_NOIOMMU`
+/// (the QEMU runner sets them per layout; unset on a real machine: automatic, no-IOMMU refused).
+/// A bad value stops the test with its message.
+pub fn vfio() -> VfioOptions {
+    static OPTIONS: std::sync::OnceLock<VfioOptions> = std::sync::OnceLock::new();
+    *OPTIONS.get_or_init(|| VfioOptions::from_env().unwrap_or_else(|e| panic!("{e}")))
 }
 
 /// Port settings for the tests: small rings, enough buffers for a ring plus frames in flight.
@@ -75,6 +84,7 @@ pub fn config(loopback: bool) -> PortConfig {
             pool,
             ..VirtioConfig::default()
         },
+        vfio: vfio(),
         ..PortConfig::default()
     }
 }

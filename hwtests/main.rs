@@ -12,6 +12,9 @@
 //!   opening it fails with the documented error.
 //! - `VFIO_NIC_PEER_IF=eth0`: the Linux netdev of the port wired to ours (kernel-peer layout);
 //!   the peer test configures a VLAN interface on it and pings our port.
+//! - `VFIO_NIC_VFIO_BACKEND=type1|iommufd|noiommu` (default: automatic) and
+//!   `VFIO_NIC_ALLOW_NOIOMMU=1`: how every port is opened (`backend_tests.rs`); the `vfio-nic`
+//!   tool the CLI tests run reads the same two variables.
 //!
 //! Files: `proc.rs` (child processes with deadlines), `drv.rs` (helpers for driver-level tests),
 //! `traffic.rs` (link, counters, 10,000-frame transfer, loopback, drop and reopen),
@@ -39,6 +42,7 @@
 //! reported as not run. Inside the tests every child process, shell command and receive loop
 //! is bounded as well (`proc.rs`, `drv.rs`).
 
+mod backend_tests;
 mod cli_tests;
 mod drv;
 mod ip_port;
@@ -105,6 +109,11 @@ const fn test(name: &'static str, run: TestFn, limit_s: u64) -> Test {
 /// Every test, in the order it runs.
 const TESTS: &[Test] = &[
     test("vfio_open_read_mac", vfio_open_read_mac, 30),
+    test(
+        "dma_backend_as_chosen",
+        backend_tests::dma_backend_as_chosen,
+        60,
+    ),
     test("config_space_bus_master", config_space_bus_master, 30),
     test("register_test", register_test, 60),
     test("dma_map_through_iommu", dma_map_through_iommu, 30),
@@ -127,6 +136,11 @@ const TESTS: &[Test] = &[
         "interrupt_wakes_a_sleeping_queue",
         irq_tests::interrupt_wakes_a_sleeping_queue,
         60,
+    ),
+    test(
+        "interrupt_wakes_the_steered_queue",
+        irq_tests::interrupt_wakes_the_steered_queue,
+        90,
     ),
     test(
         "drop_mid_traffic_and_reopen",
@@ -529,7 +543,7 @@ fn context(list: &str) -> Result<Ctx, String> {
 
 /// Opens a port and tells which family it is.
 fn open(addr: PciAddress) -> Result<(VfioDevice, Family), String> {
-    let dev = VfioDevice::open(addr).map_err(|e| e.to_string())?;
+    let dev = VfioDevice::open_with(addr, &drv::vfio()).map_err(|e| e.to_string())?;
     let (v, d) = dev.vendor_device().map_err(|e| e.to_string())?;
     let (family, _) = ids::lookup(v, d).ok_or_else(|| {
         format!(
@@ -721,11 +735,11 @@ fn text(e: Error) -> String {
 
 fn open_twice_fails(ctx: &Ctx) -> Outcome {
     let addr = ctx.ports[0];
-    let first = match VfioDevice::open(addr) {
+    let first = match VfioDevice::open_with(addr, &drv::vfio()) {
         Ok(d) => d,
         Err(e) => return Outcome::Fail(e.to_string()),
     };
-    let second = VfioDevice::open(addr);
+    let second = VfioDevice::open_with(addr, &drv::vfio());
     let verdict = match second {
         Err(Error::AlreadyOpen { .. }) => None,
         Err(e) => Some(format!("second open failed with the wrong error: {e}")),
@@ -736,7 +750,7 @@ fn open_twice_fails(ctx: &Ctx) -> Outcome {
         return Outcome::Fail(v);
     }
     // After the first handle is gone the port opens again.
-    match VfioDevice::open(addr) {
+    match VfioDevice::open_with(addr, &drv::vfio()) {
         Ok(_) => {
             Outcome::Pass("second open refused with AlreadyOpen; reopen after drop works".into())
         }
@@ -793,7 +807,7 @@ fn two_ports_in_one_group(ctx: &Ctx) -> Outcome {
             let (db, _) = open(b)?;
             if da.iommu_group() != db.iommu_group() || da.group_fd() != db.group_fd() {
                 return Err(format!(
-                    "group {} fd {} and group {} fd {}: the group was opened twice",
+                    "group {} fd {:?} and group {} fd {:?}: the group was opened twice",
                     da.iommu_group(),
                     da.group_fd(),
                     db.iommu_group(),
@@ -851,7 +865,7 @@ fn other_driver_refused(ctx: &Ctx) -> Outcome {
             "set VFIO_NIC_OTHER_DRIVER_PORT to a port bound to a kernel driver".into(),
         );
     };
-    match VfioDevice::open(addr) {
+    match VfioDevice::open_with(addr, &drv::vfio()) {
         Ok(_) => Outcome::Fail(format!(
             "{addr} opened although it is not bound to vfio-pci"
         )),

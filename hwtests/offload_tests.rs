@@ -24,8 +24,9 @@ use vfio_nic::device::{MacAddr, Port, QueueStats, TxQueue};
 use super::drv::{self, chain, deltas, drain, first_difference, run, WAIT};
 use super::ip_port::{Client, IpPort};
 use super::linux_peer::{
-    before_after, csum_changes, csum_quiet, kernel_peer, linux_reader, listen, rx_counts, snmp,
-    udp_socket, wait_counter, PeerIf, Reader, Snmp, TcpRmem, OUR_IP, PEER_IP,
+    before_after, csum_changes, csum_quiet, kernel_peer, linux_reader, listen, rx_counts,
+    settled_rx_counts, snmp, udp_socket, wait_counter, PeerIf, Reader, Snmp, TcpRmem, OUR_IP,
+    PEER_IP,
 };
 use super::tcp::{self, End, Seg, ACK, PSH};
 use super::{step, Ctx, Outcome};
@@ -317,7 +318,7 @@ pub fn tcp_tso_kernel_peer(ctx: &Ctx) -> Outcome {
         let expect = TSO_PAYLOAD.div_ceil(usize::from(TSO_MSS)) as u64;
         let q0 = t.c.us.tx.stats();
         let s0 = drv::stats(&mut t.c.us.port)?;
-        let (p0, pb0) = rx_counts(ifname)?;
+        let (p0, pb0) = settled_rx_counts(ifname)?;
         step(format!(
             "TSO: one {}-byte frame in {segs} buffers, MSS {TSO_MSS} (Linux window {}, scale {})",
             frame.len(),

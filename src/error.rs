@@ -198,9 +198,60 @@ pub enum Error {
     #[error("{device}: {what}")]
     DeviceState { device: String, what: String },
 
+    /// The device could be opened only through VFIO's no-IOMMU mode, and this process did not
+    /// allow it (issue 38: the mode is opt-in twice, in the kernel and here).
+    #[error(
+        "{addr} can only be opened in VFIO no-IOMMU mode (no IOMMU translates its DMA: the device can read and write ALL memory), and this process did not allow it; allow it with --allow-noiommu (PortConfig::vfio.allow_noiommu, VFIO_NIC_ALLOW_NOIOMMU=1 for the hwtests) if this machine has no IOMMU and you accept that"
+    )]
+    NoIommuNotAllowed { addr: String },
+
+    /// No-IOMMU mode was asked for, but the kernel's own switch is off (or missing).
+    #[error(
+        "{addr}: the kernel's VFIO no-IOMMU mode is off ({why}); turn it on with `echo 1 > /sys/module/vfio/parameters/enable_unsafe_noiommu_mode` (or vfio.enable_unsafe_noiommu_mode=1 on the kernel command line; needs a kernel with CONFIG_VFIO_NOIOMMU), then rebind the device to vfio-pci"
+    )]
+    NoIommuNotEnabled { addr: String, why: String },
+
+    /// Opening `/dev/iommu` was refused.
+    #[error("permission denied opening {path}: the iommufd backend needs it read-write; run as root, give your user access (`chown $USER {path}` and the device's /dev/vfio/devices/vfioN), or choose --vfio-backend type1")]
+    IommufdNotPermitted { path: PathBuf },
+
+    /// The iommufd backend was asked for a device that has no VFIO cdev.
+    #[error("{addr} has no VFIO device cdev ({why}); it needs a kernel with CONFIG_VFIO_DEVICE_CDEV and CONFIG_IOMMUFD (Linux 6.6 or later) and the device bound to vfio-pci; or choose --vfio-backend type1")]
+    NoVfioCdev { addr: String, why: String },
+
+    /// No DMA backend can open the device: each one's reason.
+    #[error("{addr}: no VFIO DMA backend can open it: {reasons}")]
+    NoDmaBackend { addr: String, reasons: String },
+
+    /// The process's DMA domain already uses another backend (one per process: a buffer has
+    /// one bus address for every port).
+    #[error("{addr} would need the {wanted} backend, but this process's ports already use {live} (one DMA backend per process, so that every buffer has one bus address for all ports); close them first, or open this device with --vfio-backend {live}")]
+    DmaBackendMismatch {
+        addr: String,
+        wanted: &'static str,
+        live: &'static str,
+    },
+
+    /// `/proc/self/pagemap` does not give physical addresses (no-IOMMU DMA needs them).
+    #[error("cannot read physical addresses from /proc/self/pagemap ({why}): no-IOMMU DMA needs them; run as root (the page frame numbers need CAP_SYS_ADMIN)")]
+    PagemapUnreadable { why: String },
+
+    /// No-IOMMU DMA memory needs huge pages (or allocations that fit in one page).
+    #[error("no-IOMMU DMA memory of {bytes} bytes needs {pages} physically contiguous 2 MiB huge page(s) ({why}): a device without an IOMMU sees physical addresses, and only a huge page is contiguous; reserve some with `echo 512 > /proc/sys/vm/nr_hugepages` (hugepages=N on the kernel command line keeps them contiguous)")]
+    HugePagesMissing {
+        bytes: usize,
+        pages: usize,
+        why: String,
+    },
+
     /// A configuration value out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+
+    /// A run stopped by its `stop` flag (Ctrl-C in the tool) before its end: what it did so far
+    /// is reported with it (the bench's rows measured).
+    #[error("{0}: interrupted (Ctrl-C) before the end")]
+    Interrupted(String),
 }
 
 impl Error {

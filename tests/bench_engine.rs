@@ -80,9 +80,15 @@ fn a_stopped_bench_says_so_and_returns_what_it_measured() {
     let stop = AtomicBool::new(true);
     let stopped = bench::run(&null_config(), &stop, |_| {}).expect_err("stop was set");
     assert!(stopped.rows.is_empty());
+    // An interruption, not a configuration the bench refused.
+    assert!(
+        matches!(stopped.error, vfio_nic::Error::Interrupted(_)),
+        "{:?}",
+        stopped.error
+    );
     assert_eq!(
         stopped.error.to_string(),
-        "invalid configuration: interrupted"
+        "bench: interrupted (Ctrl-C) before the end"
     );
 }
 

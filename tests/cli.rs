@@ -520,6 +520,64 @@ fn bench_lock() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Ctrl-C (SIGINT) during `vfio-nic bench` ends it as an interruption: the one-line error
+/// says so, not "invalid configuration".
+#[test]
+fn a_bench_stopped_by_ctrl_c_says_it_was_interrupted() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+    let _one_at_a_time = bench_lock();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vfio-nic"))
+        .args([
+            "bench",
+            "--device",
+            "null",
+            "--pairs",
+            "50",
+            "--seconds",
+            "1",
+        ])
+        .args(["--work", "fwd", "--traffic", "untagged"])
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vfio-nic bench");
+    // The first line is printed after the Ctrl-C handler is in place.
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("vfio-nic bench:"), "{first}");
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    // It stops before its next pair of one-second runs: well within 30 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().ok();
+            panic!("bench did not stop within 30 s of SIGINT");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(!status.success(), "an interrupted bench is not a success");
+    assert_eq!(
+        err.trim_end(),
+        "vfio-nic: bench: interrupted (Ctrl-C) before the end",
+        "{err}"
+    );
+}
+
 #[test]
 fn bench_reports_paired_comparisons_with_their_intervals() {
     let _one_at_a_time = bench_lock();

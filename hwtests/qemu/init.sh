@@ -5,15 +5,19 @@
 # chosen layout says, runs the test suite once, reports on the serial console with marker lines
 # that the host parses, and powers the machine off. Nothing here may depend on the host beyond
 # the initramfs: configuration comes from /etc/hwtests.env, written by the host-side runner:
-#   HWT_LAYOUT        vfio | kernel-peer | shared-group | virtio
+#   HWT_LAYOUT        vfio | kernel-peer | shared-group | virtio | arm64
 #   HWT_VFIO_PORTS    BDFs to bind to vfio-pci (space separated), or "auto": every 82576
 #                     found (then VFIO_NIC_PORTS is exported here)
 #   HWT_PEER_PORT     BDF to leave to a Linux driver (kernel-peer, virtio)
 #   HWT_PEER_DRIVER   its PCI driver: igb (default) or virtio-pci (then virtio_net makes the netdev)
-#   HWT_VFIO_MODULES  modules (file names without .ko, dependency order) for VFIO
+#   HWT_VFIO_MODULES  modules (file names without .ko, dependency order) for VFIO; empty on the
+#                     built kernel, where everything is built in (and Linux's igb and virtio_net
+#                     bind every port at boot: bind_port moves the vfio ones)
 #   HWT_PEER_MODULES  modules for the Linux peer (igb or virtio_pci + virtio_net, 8021q, and
 #                     their dependencies)
 #   HWT_VERBOSE       1 = keep kernel messages on the console
+#   HWT_HUGEPAGES     2 MiB huge pages to reserve (default 48)
+#   HWT_EXPECT_CDEV   1 = each vfio port must have its VFIO cdev (/dev/vfio/devices/vfioN)
 #   HWT_EXTRA_ENV_NAMES  names of the variables given with --env (only shown on the console)
 #   exported VFIO_NIC_* variables for the suite, and `set -- ...` with the suite's arguments.
 #
@@ -31,11 +35,13 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null || true
 mkdir -p /dev/pts /tmp /run
 mount -t tmpfs tmpfs /tmp
-# Reserve some 2 MiB huge pages so DMA memory takes the huge-page path, as on a tuned host.
-echo 48 > /proc/sys/vm/nr_hugepages 2>/dev/null || true
 exec </dev/console >/dev/console 2>&1
 
 . /etc/hwtests.env
+
+# Reserve some 2 MiB huge pages so DMA memory takes the huge-page path, as on a tuned host
+# (the no-IOMMU layouts need more: their DMA memory is physically contiguous huge pages).
+echo "${HWT_HUGEPAGES:-48}" > /proc/sys/vm/nr_hugepages 2>/dev/null || true
 
 # Keep the kernel's own console output (e.g. DMAR faults, printed at KERN_ERR) from
 # interleaving with the suite's lines; they are collected from dmesg at the end instead.
@@ -96,8 +102,19 @@ fi
 for bdf in $HWT_VFIO_PORTS; do
     bind_port "$bdf" vfio-pci
     grp=$(basename "$(readlink "/sys/bus/pci/devices/$bdf/iommu_group")")
-    [ -c "/dev/vfio/$grp" ] || setup_failed "/dev/vfio/$grp missing for $bdf"
-    echo "hwtests: $bdf -> vfio-pci, IOMMU group $grp (/dev/vfio/$grp)"
+    # A no-IOMMU group (vfio.enable_unsafe_noiommu_mode=1, no IOMMU) has a node of its own name.
+    node=/dev/vfio/$grp
+    [ -c "$node" ] || node=/dev/vfio/noiommu-$grp
+    [ -c "$node" ] || setup_failed "neither /dev/vfio/$grp nor $node for $bdf"
+    cdev=
+    for c in "/sys/bus/pci/devices/$bdf"/vfio-dev/vfio*; do
+        [ -e "$c" ] && cdev=/dev/vfio/devices/$(basename "$c")
+    done
+    if [ "${HWT_EXPECT_CDEV:-0}" = 1 ]; then
+        [ -n "$cdev" ] && [ -c "$cdev" ] || setup_failed "$bdf has no VFIO cdev under /dev/vfio/devices"
+        [ -c /dev/iommu ] || setup_failed "/dev/iommu missing (kernel without CONFIG_IOMMUFD?)"
+    fi
+    echo "hwtests: $bdf -> vfio-pci, IOMMU group $grp ($node${cdev:+, cdev $cdev})"
 done
 [ -c /dev/vfio/vfio ] || setup_failed "/dev/vfio/vfio missing"
 
@@ -140,9 +157,14 @@ echo "@@HWT suite-exit $status"
 #   DMAR: DRHD: handling fault status reg 2
 #   DMAR: [DMA Read NO_PASID] Request device [01:00.0] fault addr 0x1000 [fault reason 0x06] PTE Read access is not set
 #   DMAR: [INTR-REMAP] Request device [01:00.0] fault index 0x0 [fault reason 0x25] ...
+# and arm-smmu-v3 (the arm64 layout; Linux 6.12 arm_smmu_evtq_thread) an event line per fault
+# (rate-limited, the first always printed), followed by its raw words, counted once,
+#   arm-smmu-v3 arm-smmu-v3.0.auto: event 0x10 received:
+# or "EVTQ overflow detected -- events lost", or (arm_smmu_gerror_handler) "unexpected global
+# error reported".
 echo "@@HWT dmar-begin"
 dmesg > /tmp/dmesg.txt
-grep -E 'DMAR.*([Ff]ault|PTE (Read|Write) access|INTR-REMAP)|dmar_fault|DMAR-IR:.*[Ff]ault' /tmp/dmesg.txt > /tmp/faults.txt
+grep -E 'DMAR.*([Ff]ault|PTE (Read|Write) access|INTR-REMAP)|dmar_fault|DMAR-IR:.*[Ff]ault|arm-smmu-v3.*(event 0x[0-9a-f]+ received|EVTQ overflow|global error)' /tmp/dmesg.txt > /tmp/faults.txt
 cat /tmp/faults.txt
 echo "@@HWT dmar-faults $(wc -l < /tmp/faults.txt)"
 

@@ -29,7 +29,7 @@ use crate::platform::dma::{Packet, Pool};
 use crate::platform::irq::Interrupt;
 use crate::platform::mmio::MmioRegion;
 use crate::platform::pci::PciAddress;
-use crate::platform::vfio::VfioDevice;
+use crate::platform::vfio::{VfioDevice, VfioOptions};
 use crate::vlan::{SwVlanCounts, SwVlanTx, Tpid, Vid, VlanCaps, VlanHardware};
 
 /// A parsed port name.
@@ -112,6 +112,9 @@ pub struct PortConfig {
     pub qm: QmConfig,
     /// Settings of virtio-net ports.
     pub virtio: VirtioConfig,
+    /// How PCI ports are opened through VFIO: the DMA backend (automatic, or type1, iommufd,
+    /// noiommu) and whether no-IOMMU mode is allowed.
+    pub vfio: VfioOptions,
 }
 
 impl PortConfig {
@@ -190,7 +193,7 @@ pub fn open(name: &str, config: &PortConfig) -> Result<AnyPort> {
 
 /// Opens a PCI port through VFIO and picks the driver by PCI id.
 fn open_pci(addr: PciAddress, config: &PortConfig) -> Result<AnyPort> {
-    let dev = VfioDevice::open(addr)?;
+    let dev = VfioDevice::open_with(addr, &config.vfio)?;
     let (vendor, device) = dev.vendor_device()?;
     match ids::lookup(vendor, device) {
         Some((Family::Ixgbe, _)) => Ok(AnyPort::Ixgbe(Box::new(IxgbePort::open(

@@ -5,17 +5,25 @@
 //! so that host tests can assert an init sequence register by register. All accesses are aligned
 //! 32-bit volatile loads and stores: both Intel chips (and QEMU's model) implement nothing else.
 //!
-//! Doorbells are the one place where ordering against DMA memory matters: descriptors written with
-//! plain stores must be visible to the device before it sees the new tail. [`Mmio::doorbell`] puts
-//! a release fence in front of the store so no caller can forget it.
+//! Two register accesses are ordered against DMA memory, each as Linux's accessor of the same
+//! meaning (`platform::barrier` has the barriers and their sources):
+//! - [`Mmio::doorbell`] is `writel`: descriptors written with plain stores must be visible to
+//!   the device before it sees the new tail, so [`dma_wmb`] goes in front of the store and no
+//!   caller can forget it;
+//! - [`Mmio::read_ordered`] is `readl`: the read, then [`dma_rmb`], so that the ring a caller
+//!   looks at next is read after the register (the interrupt arm sequence's flush).
+//!
+//! Every other access is `readl_relaxed`/`writel_relaxed`: a device sees its own registers'
+//! accesses in program order (VFIO maps a BAR uncached, Device-nGnRnE on arm64), and nothing
+//! else needs ordering against them.
 
 use std::any::Any;
 use std::ptr::NonNull;
-use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::platform::barrier::{dma_rmb, dma_wmb};
 use crate::platform::regs::Reg;
 
 /// 32-bit register access to one device BAR.
@@ -37,20 +45,32 @@ pub trait Mmio: Send + Sync {
     /// enqueue ring in memory-backed mode, where the portal looks at no entry beyond the
     /// producer index it was told): one call per entry instead of one per word, as DPDK's
     /// `qbman_swp_enqueue_multiple_mem_back` copies an entry with `memcpy`. No ordering among
-    /// the words is promised beyond program order; the doorbell's fence orders them all before
-    /// the doorbell. The default writes them one by one with [`Mmio::write32`].
+    /// the words is promised beyond program order; the doorbell's [`dma_wmb`] orders them all
+    /// before the doorbell. The default writes them one by one with [`Mmio::write32`].
     fn write_block(&self, offset: usize, words: &[u32]) {
         for (i, w) in words.iter().enumerate() {
             self.write32(offset + 4 * i, *w);
         }
     }
 
-    /// Writes a doorbell (tail) register after a release fence, so that every descriptor and
-    /// buffer write made before it is visible to the device first.
+    /// Writes a doorbell (tail) register after [`dma_wmb`], so that every descriptor and
+    /// buffer write made before it is visible to the device first: Linux's `writel`
+    /// (`asm-generic/io.h`: `__io_bw()` before `__raw_writel`; arm64's `__io_bw()` is
+    /// `dma_wmb()`, `dmb oshst`; on x86-64 a compiler barrier only).
     #[inline(always)]
     fn doorbell(&self, offset: usize, value: u32) {
-        fence(Ordering::Release);
+        dma_wmb();
         self.write32(offset, value);
+    }
+
+    /// Reads a named register as Linux's `readl` does: the read, then [`dma_rmb`] (arm64's
+    /// `__io_ar()`), so that loads of DMA memory made after it are not satisfied before it.
+    /// For the read that flushes posted writes before a ring is looked at again.
+    #[inline(always)]
+    fn read_ordered(&self, reg: Reg) -> u32 {
+        let v = self.read32(reg.offset());
+        dma_rmb();
+        v
     }
 
     /// Reads the 16-bit register at byte `offset` (2-byte aligned). Devices whose registers are

@@ -293,7 +293,7 @@ pub fn run_irq(
     let mut b = [Vec::new(), Vec::new(), Vec::new()];
     for (pair, a_first) in abba(args.pairs).enumerate() {
         if stop.load(Relaxed) {
-            return Err(Error::InvalidConfig("interrupted".into()));
+            return Err(Error::Interrupted("bench --device irq".into()));
         }
         let order = if a_first {
             [Loop::Poll, Loop::Adaptive]

@@ -223,7 +223,7 @@ impl Runner<'_, '_> {
         let mut slow = [(0u64, 0u64); 2];
         for (i, a_first) in abba(args.pairs).enumerate() {
             if self.stop.load(Relaxed) {
-                return Err(Error::InvalidConfig("interrupted".into()));
+                return Err(Error::Interrupted("bench".into()));
             }
             let mut side = |b: bool| {
                 let (s0, n0) = (rig.rx.pool().stats().slow_returns, rig.sent);

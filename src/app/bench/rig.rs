@@ -41,7 +41,7 @@ use crate::{Error, Result};
 
 use super::generator::Generator;
 use super::plan::{placement_name, Device, Placement, Traffic, Work};
-use super::work::{frame, source, timed, Clock};
+use super::work::{frame, source, timed, Clock, STALL};
 use super::BenchConfig;
 
 /// Two ports of one device and traffic, with their VLAN control handles and wrapped queues:
@@ -249,9 +249,10 @@ impl Rig {
         self.sent += warm.tx + st.tx;
         if st.tx == 0 {
             return Err(Error::InvalidConfig(format!(
-                "{}: nothing was forwarded in {}: the model or the driver is stuck",
+                "{}: nothing was forwarded in {} within {} s: the model or the driver is stuck",
                 self.device.name(),
-                placement_name(p)
+                placement_name(p),
+                STALL.as_secs()
             )));
         }
         Ok(took.as_secs_f64() * 1e9 / st.tx as f64)

@@ -28,6 +28,7 @@ use crate::devices::virtio;
 use crate::devices::{self, AnyPort, PortConfig, PortName};
 use crate::error::Result;
 use crate::platform::bus::{Bus, PciBus};
+use crate::platform::vfio::{VfioDevice, VfioOptions};
 
 /// The outcome of one test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,7 +148,7 @@ fn run_table<B: Bus>(bus: &B) -> std::result::Result<String, String> {
 /// The register test (see [`regtest`]) on the device behind `name`, opened without a driver.
 /// A PCI device is reset through VFIO first (if it can be), so the test's precondition, a
 /// quiesced device, holds. Fails with an error only when the device cannot be opened.
-pub fn register_test(name: &str) -> Result<TestReport> {
+pub fn register_test(name: &str, vfio: &VfioOptions) -> Result<TestReport> {
     let start = Instant::now();
     match name.parse::<PortName>()? {
         PortName::Null(_) => Ok(not_applicable(
@@ -180,12 +181,12 @@ pub fn register_test(name: &str) -> Result<TestReport> {
             Ok(report("register", start, virtio::port::register_test(&t)))
         }
         PortName::Pci(addr) if is_virtio(addr) => {
-            let dev = crate::platform::vfio::VfioDevice::open(addr)?;
+            let dev = VfioDevice::open_with(addr, vfio)?;
             let t = virtio::port::pci_transport(&dev, Duration::from_secs(2))?;
             Ok(report("register", start, virtio::port::register_test(&t)))
         }
         PortName::Pci(addr) => {
-            let bus = PciBus::open(addr)?;
+            let bus = PciBus::from_device(VfioDevice::open_with(addr, vfio)?)?;
             let reset = bus.device().reset()?;
             tracing::debug!(port = %addr, reset, "register test on a freshly opened device");
             Ok(report("register", start, run_table(&bus)))
@@ -405,7 +406,7 @@ pub fn interrupt_test(name: &str, cfg: &SelftestConfig) -> Result<TestReport> {
 /// before the link test.
 pub fn run(name: &str, cfg: &SelftestConfig) -> Result<Vec<TestReport>> {
     Ok(vec![
-        register_test(name)?,
+        register_test(name, &cfg.port.vfio)?,
         loopback_test(name, cfg)?,
         interrupt_test(name, cfg)?,
         link_test(name, cfg)?,

@@ -10,6 +10,7 @@ use vfio_nic::app::idle::{Idle, IdlePolicy};
 use vfio_nic::device::{Port, PortStats, RxQueue};
 use vfio_nic::devices::any::{AnyPort, PortConfig};
 use vfio_nic::devices::intel::IrqConfig;
+use vfio_nic::platform::vfio::{DmaBackend, VfioOptions};
 use vfio_nic::vlan::{RxMode, Tci, TxMode, Vid, VlanConfig, VlanControl, VlanFilter};
 use vfio_nic::{Error, Result};
 
@@ -242,9 +243,33 @@ pub fn set_buf_size(room: Option<usize>) -> Result<()> {
         .map_err(|_| Error::InvalidConfig("--buf-size given twice".into()))
 }
 
+/// `--vfio-backend` and `--allow-noiommu`, for every PCI port this process opens.
+static VFIO: std::sync::OnceLock<VfioOptions> = std::sync::OnceLock::new();
+
+/// Takes `--vfio-backend` (`auto` or absent: automatic) and `--allow-noiommu`.
+pub fn set_vfio(backend: Option<&str>, allow_noiommu: bool) -> Result<()> {
+    let backend = match backend {
+        None | Some("auto") | Some("") => None,
+        Some(b) => Some(b.parse::<DmaBackend>()?),
+    };
+    VFIO.set(VfioOptions {
+        backend,
+        allow_noiommu,
+    })
+    .map_err(|_| Error::InvalidConfig("--vfio-backend given twice".into()))
+}
+
+/// How PCI ports are opened (`--vfio-backend`, `--allow-noiommu`).
+pub fn vfio_options() -> VfioOptions {
+    VFIO.get().copied().unwrap_or_default()
+}
+
 /// How every command opens its ports: `queues` queue pairs, and `--buf-size` when given.
 pub fn port_config(queues: u16) -> PortConfig {
-    let mut c = PortConfig::default();
+    let mut c = PortConfig {
+        vfio: vfio_options(),
+        ..PortConfig::default()
+    };
     if let Some(room) = BUF_SIZE.get().copied().flatten() {
         c.set_buf_size(room)
             .expect("--buf-size was checked when it was taken");
@@ -255,6 +280,13 @@ pub fn port_config(queues: u16) -> PortConfig {
     c.igb.rx_queues = queues;
     c.igb.tx_queues = queues;
     c
+}
+
+/// Asks for the devices' VLAN tables when `vlan` turns the filter on (`--vlan-filter`): a
+/// virtio-net port negotiates VIRTIO_NET_F_CTRL_VLAN only then (its table costs 4,094
+/// control commands per open otherwise).
+pub fn want_vlan_filter(c: &mut PortConfig, vlan: &VlanConfig) {
+    c.virtio.vlan_filter = vlan.filter;
 }
 
 /// [`port_config`] with the Intel ports' MTU set when one is given (`--mtu`).

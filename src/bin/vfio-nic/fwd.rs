@@ -156,6 +156,7 @@ fn open_ports(args: &FwdArgs) -> Result<Opened> {
         }),
     )?;
     let mut config = common::port_config(args.queues);
+    common::want_vlan_filter(&mut config, &vcfg);
     config.null.frame_size = args.null_size;
     config.null.copy = args.null_copy;
     args.irq.apply(&mut config);

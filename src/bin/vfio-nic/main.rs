@@ -19,6 +19,7 @@ mod bench;
 mod bench_irq;
 mod common;
 mod fwd;
+mod list;
 mod live;
 mod machine;
 mod port_cmds;
@@ -53,13 +54,30 @@ struct Cli {
     /// and a device that cannot use the size refuses with the range it takes.
     #[arg(long, global = true, value_name = "BYTES")]
     buf_size: Option<usize>,
+    /// How PCI ports are opened: type1 (the VFIO container and IOMMU group), iommufd (the
+    /// device's cdev over /dev/iommu) or noiommu (no IOMMU: DMA to physical addresses; needs
+    /// --allow-noiommu); auto (the default) takes iommufd where the device has a cdev and
+    /// /dev/iommu opens, else type1, else noiommu when allowed. `list` shows each device's.
+    #[arg(
+        long,
+        global = true,
+        value_name = "BACKEND",
+        env = "VFIO_NIC_VFIO_BACKEND"
+    )]
+    vfio_backend: Option<String>,
+    /// Allow VFIO's no-IOMMU mode for devices no IOMMU isolates (cloud VMs): the device can
+    /// then read and write ALL memory of the machine. The kernel must allow it too
+    /// (vfio.enable_unsafe_noiommu_mode=1).
+    #[arg(long, global = true, env = "VFIO_NIC_ALLOW_NOIOMMU",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    allow_noiommu: bool,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Every network device on the PCI bus: model, driver, IOMMU group, and whether vfio-nic can open it.
+    /// Every network device on the PCI bus: model, IOMMU group, driver, the DMA backend that would open it (and why the others cannot), and a warning where binding it cuts this machine's traffic.
     List,
     /// Model, PCI id, MAC, link, BARs, queues and rings, VLAN capabilities and configuration.
     Info {
@@ -170,13 +188,15 @@ fn main() -> ExitCode {
             tracing::warn!("cannot install the Ctrl-C handler: {e}");
         }
     }
-    if let Err(e) = common::set_buf_size(cli.buf_size) {
+    if let Err(e) = common::set_buf_size(cli.buf_size)
+        .and_then(|()| common::set_vfio(cli.vfio_backend.as_deref(), cli.allow_noiommu))
+    {
         eprintln!("vfio-nic: {e}");
         return ExitCode::FAILURE;
     }
     let json = cli.json;
     let result: CliResult = match &cli.command {
-        Command::List => regs::list(json).map_err(Into::into),
+        Command::List => list::run(json).map_err(Into::into),
         Command::Info { port } => port_cmds::info(port, json).map_err(Into::into),
         Command::Stats(args) => port_cmds::stats(args, json, stop).map_err(Into::into),
         Command::Selftest(args) => port_cmds::selftest(args, json),

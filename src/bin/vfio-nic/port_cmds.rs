@@ -17,10 +17,12 @@ use vfio_nic::devices::{self, AnyPort, PortName};
 use vfio_nic::platform::bus::Bus;
 use vfio_nic::platform::dma::Pool;
 use vfio_nic::platform::mmio::Mmio;
+use vfio_nic::platform::vfio;
 use vfio_nic::vlan::{VlanConfig, VlanHardware};
 use vfio_nic::{Error, Result};
 
 use crate::common;
+use crate::list;
 use crate::{CliError, CliResult};
 
 /// Region names of a VFIO PCI device, by index.
@@ -62,7 +64,8 @@ fn bars(name: &str) -> Result<Vec<Value>> {
         }
         PortName::Pci(addr) => {
             // The device alone: a virtio device has no BAR0 to map.
-            let dev = vfio_nic::platform::vfio::VfioDevice::open(addr)?;
+            let dev =
+                vfio_nic::platform::vfio::VfioDevice::open_with(addr, &common::vfio_options())?;
             let mut out = Vec::new();
             for (i, region) in REGIONS.iter().enumerate() {
                 let r = dev.region_info(i as u32)?;
@@ -108,8 +111,44 @@ fn interrupts_text(v: &Value) -> String {
     )
 }
 
+/// The DMA backend of a PCI port: the one it is opened through, and each backend's verdict
+/// (`null` for ports that are not PCI devices).
+fn dma(name: &str) -> Result<Value> {
+    let PortName::Pci(addr) = name.parse::<PortName>()? else {
+        return Ok(Value::Null);
+    };
+    let host = vfio::Host::default();
+    let options = common::vfio_options();
+    let chosen = vfio::choose(vfio::assess(&host, addr, &options), &options, None);
+    Ok(list::backends_json(
+        &vfio::assess(&host, addr, &options),
+        &chosen,
+    ))
+}
+
+fn dma_text(v: &Value) -> String {
+    let others: Vec<String> = v["backends"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| Some(k.as_str()) != v["would_use"].as_str())
+                .map(|(k, b)| match b["why_not"].as_str() {
+                    None => format!("{k} also possible"),
+                    Some(w) => format!("{k} not: {w}"),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    format!(
+        "{} ({})",
+        v["would_use"].as_str().unwrap_or("none"),
+        others.join("; ")
+    )
+}
+
 /// `vfio-nic info PORT`.
 pub fn info(name: &str, json_out: bool) -> Result<()> {
+    let dma = dma(name)?;
     let bars = bars(name)?;
     let mut port = devices::open(name, &common::port_config(1))?;
     let info = port.info();
@@ -134,6 +173,7 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
                        "strip_queues": caps.rx_queues},
         "vlan": common::vlan_json(&ctl),
         "interrupts": irqs,
+        "dma": dma,
     });
     if json_out {
         outln!("{v}");
@@ -177,6 +217,9 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
         v["pci_id"].as_str().unwrap_or("- (not a PCI device)")
     );
     outln!("mac         {}", info.mac);
+    if !v["dma"].is_null() {
+        outln!("dma         {}", dma_text(&v["dma"]));
+    }
     outln!(
         "link        {}",
         if link.up {

@@ -13,65 +13,8 @@ use vfio_nic::devices::qm::model::{QmDevice, QmRegion};
 use vfio_nic::devices::sim::{SimConfig, SimPort};
 use vfio_nic::platform::bus::{Bus, PciBus};
 use vfio_nic::platform::mmio::Mmio;
-use vfio_nic::platform::pci::Sysfs;
 use vfio_nic::platform::regs::{self, Access, RegisterInfo, RegisterMap};
 use vfio_nic::{Error, Result};
-
-/// `vfio-nic list`.
-pub fn list(json: bool) -> Result<()> {
-    let sys = Sysfs::default();
-    let mut rows = Vec::new();
-    for addr in sys.list_network_devices()? {
-        let (vendor, device) = sys.vendor_device(addr)?;
-        let known = ids::lookup(vendor, device);
-        let driver = sys.driver(addr);
-        let group = sys.iommu_group(addr).ok();
-        let (ready, why) = match (known, sys.check_vfio_ready(addr)) {
-            (None, _) => (
-                false,
-                format!("not supported by vfio-nic ({vendor:04x}:{device:04x})"),
-            ),
-            (Some(_), Ok(_)) => (true, String::new()),
-            (Some(_), Err(e)) => (false, e.to_string()),
-        };
-        rows.push(json!({
-            "address": addr.to_string(),
-            "id": format!("{vendor:04x}:{device:04x}"),
-            "family": known.map(|(f, _)| f.name()),
-            "model": known.map(|(_, m)| m),
-            "driver": driver,
-            "iommu_group": group,
-            "can_open": ready,
-            "why_not": if ready { None } else { Some(why) },
-        }));
-    }
-    if json {
-        outln!("{}", Value::Array(rows));
-        return Ok(());
-    }
-    if rows.is_empty() {
-        outln!("no network devices on the PCI bus");
-    }
-    for r in &rows {
-        outln!(
-            "{}  {}  {:<6} {:<50} driver {:<10} group {:<4} {}",
-            r["address"].as_str().unwrap_or(""),
-            r["id"].as_str().unwrap_or(""),
-            r["family"].as_str().unwrap_or("-"),
-            r["model"].as_str().unwrap_or("(unsupported)"),
-            r["driver"].as_str().unwrap_or("none"),
-            r["iommu_group"]
-                .as_u64()
-                .map_or("-".to_string(), |g| g.to_string()),
-            if r["can_open"].as_bool() == Some(true) {
-                "ready".to_string()
-            } else {
-                format!("cannot open: {}", r["why_not"].as_str().unwrap_or(""))
-            }
-        );
-    }
-    Ok(())
-}
 
 /// A device whose registers are read without a driver: a PCI device through VFIO, the
 /// software 82599 (in its reset state, since nothing else in this process drives it), or the
@@ -101,7 +44,7 @@ impl Target {
 fn open(port: &str) -> Result<(Target, &'static RegisterMap)> {
     let (target, (v, d)) = match port.parse::<PortName>()? {
         PortName::Pci(addr) => {
-            let dev = VfioDevice::open(addr)?;
+            let dev = VfioDevice::open_with(addr, &crate::common::vfio_options())?;
             let id = dev.vendor_device()?;
             if matches!(ids::lookup(id.0, id.1), Some((ids::Family::Virtio, _))) {
                 let t = virtio::port::pci_transport(&dev, Duration::from_secs(2))?;

@@ -181,6 +181,7 @@ pub fn run(args: &RespondArgs, json_out: bool, stop: Arc<AtomicBool>) -> CliResu
         .transpose()?;
     let vcfg = common::vlan_config(Some(&args.rx), Some(&args.tx))?;
     let mut pcfg = common::port_config(1);
+    common::want_vlan_filter(&mut pcfg, &vcfg);
     args.irq.apply(&mut pcfg);
     let mut port = devices::open(&args.port, &pcfg)?;
     let ctl = common::vlan_control(&mut port, &vcfg)?;

@@ -251,12 +251,14 @@ struct Generator {
 
 impl Generator {
     fn open(name: &str, plan: &GenPlan, filter: Option<&str>) -> Result<(AnyPort, Generator)> {
-        let mut port = devices::open(name, &common::port_config_mtu(1, plan.mtu))?;
         let rx_opts = VlanRxOpts {
             vlan_rx: "sw".into(),
             vlan_filter: filter.map(str::to_string),
         };
         let cfg = common::vlan_config(Some(&rx_opts), Some(&plan.tx))?;
+        let mut pcfg = common::port_config_mtu(1, plan.mtu);
+        common::want_vlan_filter(&mut pcfg, &cfg);
+        let mut port = devices::open(name, &pcfg)?;
         let ctl = common::vlan_control(&mut port, &cfg)?;
         let src_mac = port.info().mac;
         let (mut rx, mut tx) = port.take_queues()?;
@@ -432,6 +434,7 @@ pub fn capture(args: &CaptureArgs, json_out: bool, stop: Arc<AtomicBool>) -> Res
     let mut sink = PcapSink::create(&args.file, ts)?;
     args.irq.check()?;
     let mut pcfg = common::port_config_mtu(1, args.mtu);
+    common::want_vlan_filter(&mut pcfg, &vcfg);
     args.irq.apply(&mut pcfg);
     let mut port = devices::open(&args.port, &pcfg)?;
     let ctl = common::vlan_control(&mut port, &vcfg)?;

@@ -45,17 +45,18 @@ pub(crate) static RX: RxRegs = rx_regs!(r, ChipRx::errors(31, 30, 29).vp_means_s
 pub(crate) static TX_RING: RingRegs = ring_regs!(r, tx);
 
 /// The 82576's interrupt registers (notes 1.1; `regs/igb.toml`; Linux `igb_configure_msix` for
-/// the 82576: GPIE = MSIX_MODE | PBA | NSICR, plus EIAME, which this driver leaves off because
-/// it masks a woken vector itself with EIMC).
+/// the 82576: GPIE = MSIX_MODE | PBA | EIAME | NSICR, and `igb_irq_enable`: EIAM gets the
+/// queue vectors, so a vector is masked when its message goes out).
 pub(crate) static IRQ: IrqRegs = IrqRegs {
     eicr: r::EICR,
     eics: r::EICS,
     eims: r::EIMS,
     eimc: r::EIMC,
     eiac: r::EIAC,
+    eiam: r::EIAM,
     gpie: (
         r::GPIE,
-        r::gpie::MSIX_MODE.bit() | r::gpie::PBA.bit() | r::gpie::NSICR.bit(),
+        r::gpie::MSIX_MODE.bit() | r::gpie::PBA.bit() | r::gpie::EIAME.bit() | r::gpie::NSICR.bit(),
     ),
     eitr: r::EITR,
     eitr_value: |us| r::eitr::INTERVAL.val(us.into()),

@@ -92,8 +92,10 @@ impl<C: Chip> Default for IntelConfig<C> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IrqConfig {
     /// The least time between two interrupts of one vector, microseconds (EITR.INTERVAL, 0 to
-    /// 8191; 0: no throttling). Frames arriving meanwhile wait for the interval's end, so a
-    /// busy queue interrupts at most 1 / interval times a second. (Linux's igb starts at
+    /// 8191; 0 is taken as the least interval EITR holds, 1 us on the 82576 and 2 us on the
+    /// 82599, as Linux's igb floors it in `igb_write_itr`; a vector masks itself when it
+    /// fires anyway). Frames arriving meanwhile wait for the interval's end, so a busy queue
+    /// interrupts at most 1 / interval times a second. (Linux's igb starts at
     /// EITR = 648, an interval of 162 us or about 6,000 a second, and adapts it to the load;
     /// `IGB_START_ITR` in igb.h, QEMU's `IGB_START_EITR`.)
     pub throttle_us: u16,

@@ -12,7 +12,16 @@
 //!   `igb_raise_interrupts`, which EIMS writes go through too);
 //! - `EITR[v]`: the least interval between two messages of vector v (QEMU postpones the message
 //!   while the interval's timer runs);
-//! - EICS: sets EICR bits by hand, for the self-test.
+//! - EICS: sets EICR bits by hand, for the self-test;
+//! - GPIE.EIAME with EIAM (82576) / EIAM_EX (82599): a vector's EIMS bit is cleared when its
+//!   message is sent (auto-mask), so that a woken queue is masked before the driver's EIMC,
+//!   and a vector interrupts once per arming however fast frames come, throttled or not.
+//!   Linux sets both (igb `igb_configure_msix` GPIE.EIAME and `igb_irq_enable` EIAM; ixgbe
+//!   `ixgbe_setup_gpie` GPIE.EIAME and EIAM_EX(0..1) = all ones: "use EIAM to auto-mask when
+//!   MSI-X interrupt is asserted"), as DPDK does. QEMU's igb does not model auto-mask
+//!   (`igb_msix_notify` clears EICR by EIAC only), so the driver still masks a woken vector
+//!   itself (EIMC in `disarm`): on QEMU that write is what masks it, on a card it is
+//!   redundant. That a card's auto-mask works as the datasheet says only a card can confirm.
 //!
 //! So a queue sleeps in three steps (`QueueIrq::arm`): clear its stale cause (frames the polling
 //! loop already took set it while masked), unmask, then look at the ring once more. A frame
@@ -48,6 +57,9 @@ pub struct IrqRegs {
     pub eimc: Reg,
     /// Extended interrupt auto clear.
     pub eiac: Reg,
+    /// Extended interrupt auto mask for the queue vectors (EIAM on the 82576, EIAM_EX(0) on
+    /// the 82599), effective with GPIE.EIAME.
+    pub eiam: Reg,
     /// General purpose interrupt enable, and the bits MSI-X mode needs in it.
     pub gpie: (Reg, u32),
     /// The throttle registers, one per vector.
@@ -96,7 +108,9 @@ impl QueueIrq {
         self.irq.take()?;
         m.write(self.regs.eicr, self.bit);
         m.write(self.regs.eims, self.bit);
-        m.read(self.regs.flush);
+        // Linux's `readl`: the read, then `dma_rmb`, so the caller's look at the ring is not
+        // satisfied before it (on arm64 a load of DMA memory may otherwise pass the MMIO read).
+        m.read_ordered(self.regs.flush);
         Ok(())
     }
 
@@ -115,8 +129,11 @@ impl QueueIrq {
 /// Programs MSI-X mode for `queues` receive queues, queue q on vector q, every vector masked
 /// and throttled as `cfg` says, and returns each queue's [`QueueIrq`] (vector q of `set`).
 ///
-/// Causes are auto-cleared when their message goes out (EIAC), so a vector interrupts again on
-/// the next frame after the queue re-armed it; the "other" causes (link) get no vector.
+/// Causes are auto-cleared (EIAC) and their vector auto-masked (EIAM with GPIE.EIAME) when
+/// their message goes out, so a vector interrupts once per arming, on the next frame after the
+/// queue re-armed it; the "other" causes (link) get no vector. A throttle of 0 is taken as the
+/// least interval EITR holds (1 us on the 82576, 2 us on the 82599), as Linux's igb writes an
+/// interval of 0 as 0x4 (`igb_write_itr`: `if (!itr_val) itr_val = 0x4`).
 pub(crate) fn program<M: Mmio + ?Sized>(
     m: &M,
     regs: &'static IrqRegs,
@@ -149,7 +166,7 @@ pub(crate) fn program<M: Mmio + ?Sized>(
         let v = u32::from(irq.vector());
         let (ivar, entry, value) = (regs.ivar_rx)(q, v);
         m.modify(ivar, entry, value);
-        m.write(regs.eitr.at(v), (regs.eitr_value)(cfg.throttle_us));
+        m.write(regs.eitr.at(v), (regs.eitr_value)(cfg.throttle_us.max(1)));
         out.push(QueueIrq {
             irq: irq.clone(),
             bit: 1 << v,
@@ -158,6 +175,7 @@ pub(crate) fn program<M: Mmio + ?Sized>(
         });
     }
     m.modify(regs.eiac, 0, all);
+    m.modify(regs.eiam, 0, all);
     // Causes raised while the port came up (and before this) are stale.
     m.write(regs.eicr, all);
     Ok(out)
@@ -187,6 +205,10 @@ mod tests {
         assert_eq!(irqs.len(), 2);
         assert!(r::gpie::MSIX_MODE.is_set(m.read(r::GPIE)));
         assert_eq!(m.read(r::EIAC), 0b11);
+        // Auto-mask: GPIE.EIAME and the queue vectors in EIAM (Linux igb_configure_msix and
+        // igb_irq_enable), so a vector that fires is masked until the queue re-arms it.
+        assert!(r::gpie::EIAME.is_set(m.read(r::GPIE)));
+        assert_eq!(m.read(r::EIAM), 0b11);
         // Queue 0 -> vector 0 in IVAR0's low byte, queue 1 -> vector 1 in IVAR1's.
         assert_eq!(m.read(r::IVAR.at(0)) & 0xff, 0x80);
         assert_eq!(m.read(r::IVAR.at(1)) & 0xff, 0x81);
@@ -222,6 +244,24 @@ mod tests {
                 }
             ]
         );
+    }
+
+    /// A throttle of 0 is floored to the least interval, as Linux's igb does
+    /// (`igb_write_itr`: an interval of 0 is written as 0x4, 1 us); on the 82599 one 2 us
+    /// unit. The 82599 auto-masks through EIAM_EX(0) (Linux `ixgbe_setup_gpie`).
+    #[test]
+    fn a_zero_throttle_is_floored_and_both_chips_auto_mask() {
+        use crate::platform::regs::ixgbe as x;
+        let set = Arc::new(InterruptSet::new(vec![Interrupt::new(0).unwrap()], ()));
+        let zero = IrqConfig { throttle_us: 0 };
+        let m = RecordingMmio::new(0x20000);
+        program(&m, &crate::devices::igb::queue::IRQ, &set, 1, zero).unwrap();
+        assert_eq!(r::eitr::INTERVAL.get(m.read(r::EITR.at(0))), 1);
+        let m = RecordingMmio::new(0x20000);
+        program(&m, &crate::devices::ixgbe::queue::IRQ, &set, 1, zero).unwrap();
+        assert_eq!(x::eitr::ITR_INTERVAL.get(m.read(x::EITR.at(0))), 1);
+        assert!(x::gpie::EIAME.is_set(m.read(x::GPIE)));
+        assert_eq!(m.read(x::EIAM_EX.at(0)), 1);
     }
 
     #[test]

@@ -3,10 +3,12 @@
 //! The discipline (after Hubris' drivers, shared with [`super::tx`]):
 //! - descriptors are read and written only as atomic words of a [`DescTable`], decoded by the
 //!   typed views of [`super::desc`], never through a Rust reference;
-//! - ownership moves to the driver when an *acquire* load sees the DD bit, so the frame bytes and
-//!   the rest of the write-back are read after the device wrote them;
-//! - a burst ends with at most one doorbell, written by [`Mmio::doorbell`], which puts a release
-//!   fence in front of it so the device sees the re-armed descriptors before the new tail;
+//! - ownership moves to the driver when a load of the write-back's second word sees the DD bit,
+//!   followed by [`dma_rmb`], so the frame bytes and the rest of the write-back are read after
+//!   the device wrote them (Linux `igb_clean_rx_irq`: the status test, then `dma_rmb()`);
+//! - a burst ends with at most one doorbell, written by [`Mmio::doorbell`], which puts
+//!   [`dma_wmb`](crate::platform::barrier::dma_wmb) in front of it so the device sees the
+//!   re-armed descriptors before the new tail (Linux `writel`);
 //! - slots hold one word per buffer ([`RxSlots`]); a packet is built when a frame reaches the
 //!   application;
 //! - refills come from a reserve topped up when a burst needs it (one pool lock every three busy
@@ -25,13 +27,14 @@
 //! ([`RxRing::done_pending`] tells when none is left), change the setting and `hw_strip`, program
 //! the head at [`RxRing::restart_slot`], re-enable, then [`RxRing::rearm_all`].
 
-use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::config::check_ring_size;
 use super::desc::{RxInfo, RxRead, RxStatus, DESC_SIZE};
 use crate::device::{QueueError, QueueStats};
 use crate::error::Result;
+use crate::platform::barrier::dma_rmb;
 use crate::platform::dma::slots::RX_RESERVE;
 use crate::platform::dma::{Desc, DescTable, Meta, Packet, Pool, RxSlots};
 use crate::platform::mmio::Mmio;
@@ -231,13 +234,25 @@ impl<M: Mmio> RxRing<M> {
     /// Hands every slot but one to the device (RDT = size - 1).
     pub fn start(&mut self) {
         self.next = 0;
-        self.mmio.doorbell(self.tail, self.mask as u32);
+        self.ring_doorbell(self.mask as u32);
     }
 
-    /// Whether the next slot holds a finished descriptor not yet harvested (an acquire load of
-    /// its DD bit; no register access).
+    /// Writes the tail register (the doorbell, with its `dma_wmb`): the device owns every slot
+    /// up to the one before `tail`. On arm64 it stays a function of its own, so that
+    /// `scripts/arm64 barriers` finds it in the disassembly and checks the barrier before the
+    /// store; on x86-64 it is inlined as before.
+    #[cfg_attr(target_arch = "aarch64", inline(never))]
+    #[cfg_attr(not(target_arch = "aarch64"), inline(always))]
+    fn ring_doorbell(&self, tail: u32) {
+        self.mmio.doorbell(self.tail, tail);
+    }
+
+    /// Whether the next slot holds a finished descriptor not yet harvested (a load of its DD
+    /// bit, then [`dma_rmb`]; no register access).
     pub fn done_pending(&self) -> bool {
-        RxStatus(self.desc.load(self.next, 1, Acquire)).done()
+        let wb = RxStatus(self.desc.load(self.next, 1, Relaxed));
+        dma_rmb();
+        wb.done()
     }
 
     /// Whether a finished slot could be harvested now (a buffer to re-arm it with exists).
@@ -261,8 +276,7 @@ impl<M: Mmio> RxRing<M> {
     /// (tail = the slot before the head).
     pub fn rearm_all(&mut self) {
         self.idle_polls = 0;
-        self.mmio
-            .doorbell(self.tail, (self.next.wrapping_sub(1) & self.mask) as u32);
+        self.ring_doorbell((self.next.wrapping_sub(1) & self.mask) as u32);
     }
 
     /// The pool buffers come from.
@@ -324,8 +338,10 @@ impl<M: Mmio> RxRing<M> {
 
     /// The fast path over the next `want` slots (no wrap, within the reserve): harvests them
     /// while each holds a plain good frame, re-arming each with a reserved buffer. Inside a
-    /// frame that spans descriptors, nothing (the slow path gathers the rest of it).
-    #[inline(always)]
+    /// frame that spans descriptors, nothing (the slow path gathers the rest of it). Out of
+    /// line on arm64 only, as [`RxRing::ring_doorbell`], for the barrier check (its `dma_rmb`).
+    #[cfg_attr(target_arch = "aarch64", inline(never))]
+    #[cfg_attr(not(target_arch = "aarch64"), inline(always))]
     fn harvest(&mut self, batch: &mut Vec<Packet>, want: usize) -> (usize, u64) {
         if self.partial.is_some() || self.discard {
             return (0, 0);
@@ -336,7 +352,9 @@ impl<M: Mmio> RxRing<M> {
             &self.desc.descs()[start..start + want],
             batch,
             |d| {
-                let wb = RxStatus(d.load(1, Acquire));
+                let wb = RxStatus(d.load(1, Relaxed));
+                // The DD word first, the frame (and anything else of the write-back) after.
+                dma_rmb();
                 if !wb.is_plain(fast) {
                     return None;
                 }
@@ -356,8 +374,7 @@ impl<M: Mmio> RxRing<M> {
     #[inline(always)]
     fn finish(&mut self, got: usize, bytes: u64) -> usize {
         self.idle_polls = 0;
-        self.mmio
-            .doorbell(self.tail, (self.next.wrapping_sub(1) & self.mask) as u32);
+        self.ring_doorbell((self.next.wrapping_sub(1) & self.mask) as u32);
         self.stats.packets += got as u64;
         self.stats.bytes += bytes;
         got
@@ -374,7 +391,8 @@ impl<M: Mmio> RxRing<M> {
     #[inline(never)]
     fn slow_one(&mut self, batch: &mut Vec<Packet>) -> usize {
         let i = self.next;
-        let wb = RxStatus(self.desc.load(i, 1, Acquire));
+        let wb = RxStatus(self.desc.load(i, 1, Relaxed));
+        dma_rmb();
         let (status, len, eop) = (wb.bits(), wb.len(), wb.eop());
         self.next = (i + 1) & self.mask;
         let bad = status & self.chip.frame_error != 0 || len > self.slots.max_len();

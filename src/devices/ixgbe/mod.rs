@@ -20,7 +20,7 @@
 //! into freed memory.
 
 mod init;
-mod queue;
+pub(crate) mod queue;
 mod swfw;
 mod vlan;
 

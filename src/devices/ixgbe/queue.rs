@@ -53,9 +53,10 @@ use crate::platform::regs::Reg;
 
 use super::IxgbeConfig;
 
-/// The 82599's interrupt registers (`regs/ixgbe.toml`; Linux `ixgbe_configure_msix`: GPIE =
-/// MSIX_MODE | PBA_SUPPORT | OCD | EIAME, of which this driver keeps the first two: it masks a
-/// woken vector itself, and no "other" cause has a vector). Vectors 0-15: the EICR queue bits
+/// The 82599's interrupt registers (`regs/ixgbe.toml`; Linux `ixgbe_setup_gpie`: GPIE =
+/// MSIX_MODE | PBA_SUPPORT | OCD | EIAME and EIAM_EX(0..1) all ones, "use EIAM to auto-mask
+/// when MSI-X interrupt is asserted"; this driver keeps all but OCD, no "other" cause having a
+/// vector, and sets EIAM_EX(0) for its queue vectors). Vectors 0-15: the EICR queue bits
 /// (16-63 would need EIMS_EX).
 pub(crate) static IRQ: IrqRegs = IrqRegs {
     eicr: r::EICR,
@@ -63,9 +64,10 @@ pub(crate) static IRQ: IrqRegs = IrqRegs {
     eims: r::EIMS,
     eimc: r::EIMC,
     eiac: r::EIAC,
+    eiam: r::EIAM_EX.at(0),
     gpie: (
         r::GPIE,
-        r::gpie::MSIX_MODE.bit() | r::gpie::PBA_SUPPORT.bit(),
+        r::gpie::MSIX_MODE.bit() | r::gpie::PBA_SUPPORT.bit() | r::gpie::EIAME.bit(),
     ),
     eitr: r::EITR,
     // ITR_INTERVAL counts 2 us (Linux `ixgbe_write_eitr` writes usecs << 2 masked to 11:3);

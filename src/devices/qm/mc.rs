@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::platform::barrier::dma_rmb;
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::McCommand;
 
@@ -175,8 +176,10 @@ impl<M: Mmio> McPortal<M> {
             }
             let s = header::status(u64::from(lo));
             if s != McStatus::Ready as u8 {
-                // The answer is there: its parameters are read after the status.
-                std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+                // The answer is there: its parameters are read after the status (Linux's
+                // `mc_read_response` reads the header with `readq`, whose arm64 `__io_ar` is
+                // this `dma_rmb`).
+                dma_rmb();
                 break s;
             }
             if Instant::now() > deadline {

@@ -9,15 +9,20 @@
 //! Ordering: entries and commands are written as plain 32-bit stores to the CENA area (a
 //! burst's enqueue entries, each whole, as one block per stretch of the ring, from the
 //! driver's copy of the ring ([`EqRun`]); a pull command as one block; the other commands'
-//! verb word last); the doorbell or read
-//! trigger goes through [`Mmio::doorbell`], whose release fence orders every earlier store
-//! before it (DPDK's `dma_wmb()` before the CINH write).
+//! verb word last); the doorbell or read trigger goes through [`Mmio::doorbell`], whose
+//! [`dma_wmb`](crate::platform::barrier::dma_wmb) orders every earlier store before it (DPDK's
+//! `dma_wmb()` before the CINH write); a management response is read after its valid bit was
+//! seen and [`dma_rmb`]. On real DPAA2 silicon the CENA area is cacheable memory the portal
+//! stashes into, and Linux and DPDK flush and prefetch its cache lines around these accesses
+//! (`dccvac`, `dcivac`); the model's CENA is an [`Mmio`] window, so this driver has no cache
+//! operations, and a port to a real portal needs them beside the barriers.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::layout::{acquire, cena, eq, pull, release, Fd, BUFS_PER_CMD, EQCR_SIZE, RT, VALID_BIT};
 use crate::error::{Error, Result};
+use crate::platform::barrier::dma_rmb;
 use crate::platform::mmio::Mmio;
 use crate::platform::regs::qbman as r;
 
@@ -129,8 +134,9 @@ impl<M: Mmio> EqRun<'_, M> {
 }
 
 impl<M: Mmio> SwPortal<M> {
-    /// Takes the portal over: configures it, checks that it is clean, reads where its
-    /// enqueue ring stands and clears its memory.
+    /// Takes the portal over: configures it, initialises its rings' triggers and its static
+    /// dequeue (EQCR_PI and RCR_PI to RT, SDQCR to 0), checks that it is clean, reads where
+    /// its enqueue ring stands and clears its memory.
     pub fn init(cena_: Arc<M>, cinh: Arc<M>, name: impl Into<String>) -> Result<SwPortal<M>> {
         let name = name.into();
         let gone = || Error::DeviceGone {
@@ -148,6 +154,14 @@ impl<M: Mmio> SwPortal<M> {
             }
             _ => {}
         }
+        // Memory-backed mode: the enqueue and release rings' producer indices are read
+        // triggered (RT), and no channel is dequeued from (SDQCR 0, "or else the QMan HW will
+        // indicate an error"): Linux `qbman_swp_init` (drivers/soc/fsl/dpio/qbman-portal.c)
+        // and DPDK `qbman_swp_sys_init` (drivers/bus/fslmc/qbman/qbman_sys.h) write RT to
+        // EQCR_PI and RCR_PI right after CFG for QMan 5, and both `qbman_swp_init`s SDQCR = 0.
+        cinh.write(r::EQCR_PI, RT);
+        cinh.write(r::RCR_PI, RT);
+        cinh.write(r::SDQCR, 0);
         let dqpi = cinh.read(r::DQPI);
         if r::dqpi::PI.get(dqpi) != 0 {
             return Err(Error::DeviceState {
@@ -162,6 +176,17 @@ impl<M: Mmio> SwPortal<M> {
             cena_.write32(w, 0);
         }
         SwPortal::attach(cena_, cinh, name)
+    }
+
+    /// Takes over a portal for a port's teardown: as it stands ([`attach`](Self::attach)) when
+    /// it was configured (CFG reads nonzero: a queue of this program initialised it), else
+    /// initialised first ([`init`](Self::init): the port's queues were never taken, and a
+    /// portal used without its initialisation is not to be trusted).
+    pub fn take_over(cena: Arc<M>, cinh: Arc<M>, name: impl Into<String>) -> Result<SwPortal<M>> {
+        match cinh.read(r::CFG) {
+            0 => SwPortal::init(cena, cinh, name),
+            _ => SwPortal::attach(cena, cinh, name),
+        }
     }
 
     /// Takes over a portal this program configured before (with [`init`](Self::init), which
@@ -223,7 +248,7 @@ impl<M: Mmio> SwPortal<M> {
     /// the command words (the target FQID at byte 8, the rest zero) and the FD from byte 32.
     /// In memory-backed mode the portal reads no entry beyond the producer index it was told,
     /// so the order of the words within the entry does not matter; the EQCR_PI doorbell's
-    /// release fence orders them all before it (DPDK's `qbman_swp_enqueue_multiple_mem_back`
+    /// `dma_wmb` orders them all before it (DPDK's `qbman_swp_enqueue_multiple_mem_back`
     /// copies words 1-15 and then the verb, with no barrier between them, before its
     /// `dma_wmb()` and the EQCR_PI write).
     #[inline]
@@ -264,8 +289,11 @@ impl<M: Mmio> SwPortal<M> {
         }
     }
 
-    /// The EQCR_PI doorbell: RT, the producer index and the valid bit of the next entry.
-    #[inline]
+    /// The EQCR_PI doorbell: RT, the producer index and the valid bit of the next entry, after
+    /// `dma_wmb` ([`Mmio::doorbell`]). Out of line on arm64 only, so that `scripts/arm64
+    /// barriers` finds it in the disassembly; inlined where the compiler likes elsewhere.
+    #[cfg_attr(target_arch = "aarch64", inline(never))]
+    #[cfg_attr(not(target_arch = "aarch64"), inline)]
     pub fn eq_doorbell(&self) {
         self.cinh
             .doorbell(r::EQCR_PI.offset(), RT | self.pi | self.vb);
@@ -284,7 +312,7 @@ impl<M: Mmio> SwPortal<M> {
         cmd[pull::RSP_ADDR_WORD] = storage as u32;
         cmd[pull::RSP_ADDR_WORD + 1] = (storage >> 32) as u32;
         // One block, the verb word with the rest: under the read trigger the portal reads the
-        // command at the VDQCR_RT write, which the doorbell's fence orders after all of it
+        // command at the VDQCR_RT write, which the doorbell's `dma_wmb` orders after all of it
         // (DPDK's mem-backed pull: the body, the verb, `dma_wmb`, VDQCR_RT).
         self.cena.write_block(cena::VDQCR, &cmd);
         self.cinh.doorbell(r::VDQCR_RT.offset(), RT);
@@ -327,8 +355,9 @@ impl<M: Mmio> SwPortal<M> {
                 });
             }
             if w0 & VALID_BIT == self.mr_vb && w0 & 0x7f != 0 {
-                // Ownership seen: the rest of the response is read after it.
-                std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+                // Ownership seen: the rest of the response is read after it (`dma_rmb`, as
+                // after any valid bit).
+                dma_rmb();
                 break w0;
             }
             if Instant::now() > deadline {

@@ -113,10 +113,10 @@ impl<B: QmBus> Shared<B> {
         // does; what an MC firmware does with them is not documented), then the pool is
         // drained through the receive portal, whose queue is gone by now. The portal is
         // taken over as it stands (not cleared): a release the queue rang last may still be
-        // waiting in it.
+        // waiting in it; or initialised, when no queue ever configured it.
         step(self.dpni_cmd(DPNI_RESET, [0; 7]).map(drop));
         if let Some((c, i)) = self.bus.portal(0) {
-            match SwPortal::attach(c, i, self.name.clone()) {
+            match SwPortal::take_over(c, i, self.name.clone()) {
                 Ok(mut portal) => step(self.reclaim(&mut portal, usize::MAX).map(drop)),
                 Err(e) => step(Err(e)),
             }

@@ -613,6 +613,39 @@ fn the_transmit_engine_releases_a_buffer_unless_ivp_is_set() {
 }
 
 #[test]
+fn a_portal_used_without_its_initialisation_is_refused() {
+    use crate::platform::dma::DmaMemory;
+    use crate::platform::mmio::Mmio;
+    use crate::platform::regs::qbman as r;
+    // A's transmit portal, taken over by a driver that writes CFG and then enqueues, without
+    // the initialisation writes (EQCR_PI and RCR_PI to RT, SDQCR to 0).
+    let (da, db) = QmDevice::pair();
+    let a = QmPort::open(da.clone(), small()).unwrap();
+    let mut b = QmPort::open(db.clone(), small()).unwrap();
+    let (mut rx, _) = b.take_queues().unwrap();
+    let (cena, cinh) = da.portal(1).unwrap();
+    let mem = DmaMemory::allocate(4096, da.dma_mapper()).unwrap();
+    mem.write_bytes(128, &frame(5, 60));
+    let mut fd = Fd::simple(mem.iova(), 60, a.bpid(), 128);
+    fd.set_ivp();
+    let tx_fqid = a.fqids().1;
+    cinh.write(r::CFG, portal::CFG);
+    let mut raw = portal::SwPortal::attach(cena.clone(), cinh.clone(), "qm:0").unwrap();
+    assert_eq!(raw.eq_room(1).unwrap(), 32);
+    raw.eq_write(tx_fqid, &fd);
+    raw.eq_doorbell();
+    assert!(receive(&mut rx[0], 1).is_empty(), "the enqueue was refused");
+    assert_eq!(da.uninitialised_uses(), 1);
+    assert!(!raw.eq_drained(), "the entry was not consumed");
+    // Initialised as Linux and DPDK do it, the same portal carries the frame.
+    let mut portal = portal::SwPortal::init(cena, cinh, "qm:0").unwrap();
+    portal.eq_write(tx_fqid, &fd);
+    portal.eq_doorbell();
+    assert_eq!(receive(&mut rx[0], 1).len(), 1, "the frame went out");
+    assert_eq!(da.uninitialised_uses(), 1, "nothing refused since");
+}
+
+#[test]
 fn a_bring_up_that_fails_leaves_no_object_open() {
     let (d, _) = QmDevice::pair();
     d.fail_next_command(McStatus::NoResource);

@@ -14,10 +14,14 @@
 //! - EITR[v].ITR_INTERVAL (2 us units): a message within the interval after the vector's last
 //!   one is postponed, and the device thread sends it when the interval has passed (threaded
 //!   mode). Inline, with no thread to send it later, messages go out at once: a postponed one
-//!   could otherwise never be sent while the driver sleeps.
+//!   could otherwise never be sent while the driver sleeps;
+//! - auto-mask: with GPIE.EIAME, a message clears its vector's EIMS bit when EIAM_EX(0) has it
+//!   (the register Linux's `ixgbe_setup_gpie` sets for the 82599 in MSI-X mode), so the vector
+//!   sends nothing more until it is unmasked again.
 //!
-//! Not modelled: auto-mask (EIAM, GPIE.EIAME), the "other" causes' vector (IVAR_MISC; LSC stays
-//! in EICR only), transmit queue causes, MSI and INTx. The model's messages cost a write to an
+//! Not modelled: auto-mask through EIAM (0x890, what Linux uses on the 82598 and outside MSI-X
+//! mode), the "other" causes' vector (IVAR_MISC; LSC stays in EICR only), transmit queue
+//! causes, MSI and INTx. The model's messages cost a write to an
 //! eventfd; a card's cost an MSI-X write through the IOMMU's interrupt remapping.
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
@@ -87,6 +91,11 @@ impl SimRegs {
         let throttle = !self.inline.load(Relaxed);
         let now = self.irq.now_ns();
         let eiac = self.get(r::EIAC);
+        let eiam = if r::gpie::EIAME.is_set(self.get(r::GPIE)) {
+            self.get(r::EIAM_EX.at(0))
+        } else {
+            0
+        };
         let mut sent = false;
         let mut bits = due;
         while bits != 0 {
@@ -104,6 +113,9 @@ impl SimRegs {
             self.irq.last[v].store(now, Relaxed);
             if eiac & bit != 0 {
                 self.word_fetch_and(r::EICR.offset(), !bit);
+            }
+            if eiam & bit != 0 {
+                self.word_fetch_and(r::EIMS.offset(), !bit);
             }
             if let Some(fd) = fds.0.get(v) {
                 // Counted first: a woken waiter reads the counter already raised.

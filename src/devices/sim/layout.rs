@@ -87,12 +87,13 @@ pub(super) enum Kind {
     Rah,
     /// Tables the receive path reads whole (MTA, VFTA, RSSRK, RAL).
     Table,
-    /// Interrupt routing and moderation the model acts on (EIAC, EITR 0-23, IVAR): storage
+    /// Interrupt routing and moderation the model acts on (EIAC, EITR 0-23, IVAR, EIAM_EX):
+    /// storage
     /// read by `irq.rs`. IVAR's transmit entries and EITR's low-latency bits are stored without
     /// effect and, unlike other unmodelled bits, not logged (drivers write them routinely).
     Irq,
-    /// GPIE: MSI-X mode is modelled (PBA support is accepted: the model keeps no pending-bit
-    /// array to read), the rest is reported.
+    /// GPIE: MSI-X mode and auto-mask (EIAME) are modelled (PBA support is accepted: the model
+    /// keeps no pending-bit array to read), the rest is reported.
     Gpie,
     /// Known and stored; no observable function in a memory model (thresholds, packet buffer
     /// sizes, PCIe and DCA hints).
@@ -211,7 +212,7 @@ pub(super) fn classify(off: usize) -> Kind {
         0x0880 => Eims,
         0x0888 => Eimc,
         0x0898 => Gpie,
-        0x0810 | 0x0820..=0x087F | 0x0900..=0x09FF => Irq,
+        0x0810 | 0x0820..=0x087F | 0x0900..=0x09FF | 0x0AD0..=0x0AD7 => Irq,
         0x2100..=0x213F => Rx(RxReg::Srrctl, ((off - 0x2100) / 4) as u8),
         0x2200..=0x223F => Rx(RxReg::Dca, ((off - 0x2200) / 4) as u8),
         0x2300..=0x237F | 0x8600..=0x867F => StatMap,
@@ -292,7 +293,7 @@ pub(super) fn unmodelled_bits(k: Kind, v: u32) -> u32 {
         Kind::Eerd => r::eerd::START.bit() | r::eerd::ADDR.mask(),
         Kind::Eicr | Kind::Eics | Kind::Eims | Kind::Eimc | Kind::Table => u32::MAX,
         Kind::Irq => u32::MAX,
-        Kind::Gpie => r::gpie::MSIX_MODE.bit() | r::gpie::PBA_SUPPORT.bit(),
+        Kind::Gpie => r::gpie::MSIX_MODE.bit() | r::gpie::PBA_SUPPORT.bit() | r::gpie::EIAME.bit(),
         Kind::Rx(RxReg::Bal, _) | Kind::Tx(TxReg::Bal, _) => 0xFFFF_FF80,
         Kind::Rx(RxReg::Len, _) | Kind::Tx(TxReg::Len, _) => 0x000F_FF80,
         Kind::Rx(RxReg::Head | RxReg::Tail, _) | Kind::Tx(TxReg::Head | TxReg::Tail, _) => 0xFFFF,

@@ -74,7 +74,8 @@
 //! - EICR (read-to-clear, write-1-to-clear), EICS (sets EICR bits), EIMS/EIMC (set/clear the
 //!   mask); with interrupts routed ([`Bus::enable_interrupts`](crate::platform::bus::Bus::enable_interrupts))
 //!   and GPIE.MSIX_MODE, receive write-backs raise their IVAR vector's cause and unmasked
-//!   causes signal the vector's eventfd, EIAC auto-clears, EITR throttles: see `irq.rs`.
+//!   causes signal the vector's eventfd, EIAC auto-clears, EIAM_EX auto-masks (GPIE.EIAME),
+//!   EITR throttles: see `irq.rs`.
 //! - RX: see `rx.rs` for the order of decisions; a frame longer than one buffer is scattered
 //!   over as many descriptors as it needs, all or nothing (`rx_scatter.rs`). VLAN: a tag is recognised when the ethertype at 12 is
 //!   VLNCTRL.VET; in extended mode (CTRL_EXT b26) the outer tag must carry EXVET.VET_EXT and the
@@ -107,7 +108,7 @@
 //!   [`Bus::enable_bus_master`](crate::platform::bus::Bus::enable_bus_master)) means no DMA at all.
 //!
 //! # Not modelled (logged once when a driver touches it)
-//! Interrupt auto-mask (EIAM), the "other" and transmit causes' vectors (IVAR's transmit
+//! Interrupt auto-mask through EIAM (EIAM_EX(0) is modelled), the "other" and transmit causes' vectors (IVAR's transmit
 //! entries and EITR's low-latency bits are stored without a log), MSI and INTx, flow control, DCB,
 //! VMDq/SR-IOV pools (VLVF, VLVFB, RAH pool bits, MRQC modes other than RSS), header split and
 //! legacy receive descriptors (SRRCTL.DESCTYPE other than 001 is treated as one buffer), RSC,

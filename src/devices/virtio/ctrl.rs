@@ -56,7 +56,7 @@ impl<M: Mmio> Ctrl<M> {
         timeout: Duration,
     ) -> Result<Ctrl<M>> {
         let max = super::transport::check_queue_max(t, q, "control")?;
-        let ring = SplitRing::new(max.min(64), AREA, mapper)?;
+        let mut ring = SplitRing::new(max.min(64), AREA, mapper)?;
         if ring.size() < 4 {
             return Err(Error::DeviceState {
                 device: t.name.to_string(),
@@ -66,7 +66,7 @@ impl<M: Mmio> Ctrl<M> {
                 ),
             });
         }
-        let bell = t.setup_queue(q, &ring, super::transport::NO_VECTOR)?;
+        let bell = t.setup_queue(q, &mut ring, super::transport::NO_VECTOR)?;
         Ok(Ctrl {
             ring,
             bell,

@@ -69,12 +69,17 @@ pub mod feature {
     pub const ACCESS_PLATFORM: u64 = 1 << 33;
     /// VIRTIO_F_RING_PACKED: packed virtqueues (not taken: split).
     pub const RING_PACKED: u64 = 1 << 34;
+    /// VIRTIO_F_ORDER_PLATFORM: the device is ordered as the platform's devices are (hardware,
+    /// or reached as such), so the rings use the platform's DMA barriers instead of the SMP
+    /// ones (virtio 1.2, 6.1: "A driver SHOULD accept VIRTIO_F_ORDER_PLATFORM if it is offered";
+    /// Linux `__vring_new_virtqueue` then clears `weak_barriers`). Taken when offered.
+    pub const ORDER_PLATFORM: u64 = 1 << 36;
 
     /// What the driver takes when offered.
     pub const WANTED: u64 =
-        VERSION_1 | ACCESS_PLATFORM | MAC | STATUS | CTRL_VQ | CTRL_RX | CTRL_VLAN;
+        VERSION_1 | ACCESS_PLATFORM | ORDER_PLATFORM | MAC | STATUS | CTRL_VQ | CTRL_RX | CTRL_VLAN;
 
-    const NAMES: [(u64, &str); 11] = [
+    const NAMES: [(u64, &str); 12] = [
         (MTU, "MTU"),
         (MAC, "MAC"),
         (MRG_RXBUF, "MRG_RXBUF"),
@@ -86,6 +91,7 @@ pub mod feature {
         (VERSION_1, "VERSION_1"),
         (ACCESS_PLATFORM, "ACCESS_PLATFORM"),
         (RING_PACKED, "RING_PACKED"),
+        (ORDER_PLATFORM, "ORDER_PLATFORM"),
     ];
 
     /// The names of the known bits of `f` (`VERSION_1|MAC|...`).
@@ -102,9 +108,12 @@ pub mod feature {
         }
     }
 
-    /// The features to accept of those `offered`: VERSION_1 and ACCESS_PLATFORM are
-    /// required; the control classes only come with the control queue.
-    pub fn negotiate(offered: u64, device: &str) -> Result<u64> {
+    /// The features to accept of those `offered`: VERSION_1 is required, and so is
+    /// ACCESS_PLATFORM unless the device's DMA goes to physical addresses (`physical_dma`: VFIO's
+    /// no-IOMMU mode, where a device without it, as a VM without an IOMMU offers, is what we
+    /// want; offered, it is accepted there too); the control classes only come with the control
+    /// queue.
+    pub fn negotiate(offered: u64, device: &str, physical_dma: bool) -> Result<u64> {
         let refuse = |what: &str, why: &str| Error::NotSupported {
             device: device.into(),
             what: what.into(),
@@ -116,10 +125,10 @@ pub mod feature {
                 "it does not offer VIRTIO_F_VERSION_1: a legacy (virtio 0.9) device, which vfio-nic does not drive; give QEMU `disable-legacy=on` (or use a virtio 1.x device)",
             ));
         }
-        if offered & ACCESS_PLATFORM == 0 {
+        if offered & ACCESS_PLATFORM == 0 && !physical_dma {
             return Err(refuse(
                 "this virtio device",
-                "it does not offer VIRTIO_F_ACCESS_PLATFORM, so its DMA would bypass the IOMMU and use guest-physical addresses, which a VFIO process does not have; give QEMU `iommu_platform=on` on the device (with an IOMMU such as intel-iommu)",
+                "it does not offer VIRTIO_F_ACCESS_PLATFORM, so its DMA would bypass the IOMMU and use guest-physical addresses, which a VFIO process behind an IOMMU does not have; give QEMU `iommu_platform=on` on the device (with an IOMMU such as intel-iommu), or on a machine without an IOMMU open it in VFIO's no-IOMMU mode (--vfio-backend noiommu --allow-noiommu)",
             ));
         }
         let mut f = offered & WANTED;
@@ -146,10 +155,18 @@ pub struct VirtioConfig {
     /// Interrupt mode: the receive queue gets MSI-X vector 0 and can sleep until frames come
     /// (`RxQueue::wait`). Polled otherwise.
     pub interrupts: bool,
+    /// Use the device's VLAN table (negotiate VIRTIO_NET_F_CTRL_VLAN): for a port whose VLAN
+    /// filter is to run in the device as well. Off by default: a device without the feature
+    /// passes every VID (QEMU's `virtio_net_set_features` opens its table), while one with it
+    /// drops the VIDs its table lacks, so a port that is not promiscuous and wants no filter
+    /// would fill the table with 4,094 synchronous control commands at every open. The VLAN
+    /// layer filters in software either way (the table is best-effort, virtio 1.2, 5.1.6.5.3).
+    pub vlan_filter: bool,
 }
 
 impl Default for VirtioConfig {
-    /// 256-descriptor queues (QEMU's default and maximum), the default pool, promiscuous, 2 s.
+    /// 256-descriptor queues (QEMU's default and maximum), the default pool, promiscuous, 2 s,
+    /// polled, no device VLAN table.
     fn default() -> Self {
         VirtioConfig {
             rx_ring: 256,
@@ -158,6 +175,7 @@ impl Default for VirtioConfig {
             promiscuous: true,
             timeout: Duration::from_secs(2),
             interrupts: false,
+            vlan_filter: false,
         }
     }
 }
@@ -181,5 +199,28 @@ impl VirtioConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// Issue 38: a device without VIRTIO_F_ACCESS_PLATFORM (what a VM without an IOMMU offers) is
+/// driven in no-IOMMU mode only.
+#[cfg(test)]
+mod access_platform_tests {
+    use super::feature::{negotiate, ACCESS_PLATFORM, MAC, VERSION_1};
+
+    #[test]
+    fn access_platform_is_required_behind_an_iommu_only() {
+        let bare = VERSION_1 | MAC;
+        let e = negotiate(bare, "0000:01:00.0", false).unwrap_err();
+        let m = e.to_string();
+        assert!(
+            m.contains("iommu_platform=on") && m.contains("--allow-noiommu"),
+            "{m}"
+        );
+        assert_eq!(negotiate(bare, "0000:01:00.0", true).unwrap(), bare);
+        // Offered, it is accepted with physical addresses too (the platform's DMA is identity).
+        let with = bare | ACCESS_PLATFORM;
+        assert_eq!(negotiate(with, "0000:01:00.0", true).unwrap(), with);
+        assert_eq!(negotiate(with, "0000:01:00.0", false).unwrap(), with);
     }
 }

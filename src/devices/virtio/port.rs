@@ -1,6 +1,7 @@
 //! The virtio-net port: bring-up, the shared device state, [`Port`] and [`VlanHardware`].
 //!
-//! Bring-up (virtio 1.2, 3.1.1): reset; ACKNOWLEDGE | DRIVER; negotiate features; FEATURES_OK,
+//! Bring-up (virtio 1.2, 3.1.1): reset; ACKNOWLEDGE; DRIVER; negotiate features (FAILED on a
+//! device refused); FEATURES_OK,
 //! read back (a device may refuse the set); queues (receive 0, transmit 1, control 2); DRIVER_OK;
 //! then the receive mode and the VLAN table through the control queue. Everything the device
 //! reports is checked: a queue of 0 descriptors or of a size that is not a power of two, a
@@ -161,7 +162,7 @@ impl<M: Mmio + 'static> VirtioPort<M> {
     /// Brings a device up over `transport` (reset, features, queues, DRIVER_OK, receive mode);
     /// in interrupt mode (`cfg.interrupts`) the receive queue takes vector 0 of `irqs`.
     pub fn bring_up(
-        transport: Transport<M>,
+        mut transport: Transport<M>,
         pci: Option<VfioDevice>,
         irqs: Option<InterruptSet>,
         mapper: Arc<dyn DmaMapper>,
@@ -184,8 +185,25 @@ impl<M: Mmio + 'static> VirtioPort<M> {
         };
         transport.reset()?;
         let name = transport.name.clone();
-        transport.add_status(status::ACKNOWLEDGE | status::DRIVER);
-        let features = feature::negotiate(transport.device_features(), &name)?;
+        // Two steps, as the spec lists them (virtio 1.2, 3.1.1 steps 2 and 3) and Linux's
+        // `virtio_dev_probe` writes them: the device may look at each.
+        transport.add_status(status::ACKNOWLEDGE);
+        transport.add_status(status::DRIVER);
+        let offered = transport.device_features();
+        let mut features =
+            match feature::negotiate(offered, &name, mapper.needs_physical_contiguity()) {
+                Ok(f) => f,
+                Err(e) => {
+                    // The driver gives up on this device (3.1.1: "the driver SHOULD set the FAILED
+                    // status bit"; Linux `virtio_dev_probe` does on a failed probe).
+                    transport.add_status(status::FAILED);
+                    return Err(e);
+                }
+            };
+        if !cfg.vlan_filter {
+            // No device VLAN table unless a filter is asked for (`VirtioConfig::vlan_filter`).
+            features &= !feature::CTRL_VLAN;
+        }
         transport.set_driver_features(features);
         transport.add_status(status::FEATURES_OK);
         if transport.status() & status::FEATURES_OK == 0 {
@@ -247,7 +265,9 @@ impl<M: Mmio + 'static> VirtioPort<M> {
             cfg,
             queues: Some((rx, tx)),
             vids: VlanFilter::new(),
-            filter_on: false,
+            // A port that asked for the device's table starts with its filter on, so that the
+            // table is not opened (4,094 commands) only to be closed by the VLAN layer.
+            filter_on: cfg.vlan_filter,
             shared,
         };
         port.apply_rx_mode()?;
@@ -358,7 +378,18 @@ impl<M: Mmio + 'static> Port for VirtioPort<M> {
         self.info.clone()
     }
 
+    /// The link as the device configuration reports it; an error when the device has set
+    /// DEVICE_NEEDS_RESET (it stopped after an error of its own, virtio 1.2, 2.1.2): the port
+    /// must be reopened (the open resets it).
     fn link(&self) -> Result<LinkStatus> {
+        if self.shared.transport.status() & status::DEVICE_NEEDS_RESET != 0 {
+            return Err(Error::DeviceState {
+                device: self.info.name.clone(),
+                what: "the device set DEVICE_NEEDS_RESET (it stopped after an error of its own); \
+                       reopen the port, which resets it"
+                    .into(),
+            });
+        }
         let up = if self.has(feature::STATUS) {
             self.shared.transport.net_status().unwrap_or(0) & 1 == 1
         } else {

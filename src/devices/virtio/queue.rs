@@ -45,9 +45,12 @@ use crate::vlan::SwVlanTx;
 
 /// Bytes of `struct virtio_net_hdr_v1`.
 pub const NET_HDR_LEN: usize = 12;
-/// The smallest receive buffer without VIRTIO_NET_F_MRG_RXBUF: a 1514-byte frame and the
-/// header (virtio 1.2, 5.1.6.3.1).
-pub const MIN_RX_BUFFER: u32 = 1526;
+/// The smallest receive buffer without VIRTIO_NET_F_MRG_RXBUF: a full-size tagged frame (1518
+/// bytes: 14 of header, 4 of tag, 1500 of payload) and the 12-byte header. The spec's 1526
+/// (virtio 1.2, 5.1.6.3.1) leaves no room for the tag, which this crate receives in the frame;
+/// Linux's `virtio_net` sizes its small buffers the same way (`GOOD_PACKET_LEN` = ETH_HLEN +
+/// VLAN_HLEN + ETH_DATA_LEN, plus the header).
+pub const MIN_RX_BUFFER: u32 = 1530;
 /// What a shorter frame is padded to: the minimum Ethernet frame without FCS. A virtio device
 /// sends the bytes it is given, so the driver pads, as Intel MACs do in hardware.
 pub const PAD_TX_LEN: usize = 60;
@@ -92,16 +95,16 @@ impl<M: Mmio> VirtioRx<M> {
         irq: Option<Interrupt>,
     ) -> Result<Self> {
         let mapper = pool.mapper().clone();
-        let ring = SplitRing::new(size, 0, mapper)?;
+        let mut ring = SplitRing::new(size, 0, mapper)?;
         let slots = RxSlots::new(pool, usize::from(size))?;
         let desc_len = u32::from(slots.max_len()) + NET_HDR_LEN as u32;
         if desc_len < MIN_RX_BUFFER {
             return Err(Error::InvalidConfig(format!(
-                "receive buffers of {desc_len} bytes (header included); without merged receive buffers a virtio-net driver gives at least {MIN_RX_BUFFER} (virtio 1.2, 5.1.6.3.1): use a pool with larger buffers"
+                "receive buffers of {desc_len} bytes (header included); without merged receive buffers a buffer must hold a tagged 1518-byte frame and the header, {MIN_RX_BUFFER} bytes (virtio 1.2, 5.1.6.3.1, plus the tag; Linux's GOOD_PACKET_LEN): use a pool with larger buffers"
             )));
         }
         let vector = irq.as_ref().map_or(NO_VECTOR, Interrupt::vector);
-        let bell = shared.transport.setup_queue(q, &ring, vector)?;
+        let bell = shared.transport.setup_queue(q, &mut ring, vector)?;
         let mut rx = VirtioRx {
             parts: Some(RxParts { ring, slots }),
             bell,
@@ -362,7 +365,7 @@ impl<M: Mmio> VirtioTx<M> {
         }
         // Pair `k` goes to the available slots `k` and `k + n` (FIFO positions modulo the size).
         ring.fix_avail(|s| 2 * (s % n));
-        let bell = shared.transport.setup_queue(q, &ring, NO_VECTOR)?;
+        let bell = shared.transport.setup_queue(q, &mut ring, NO_VECTOR)?;
         Ok(VirtioTx {
             parts: Some(TxParts {
                 ring,

@@ -3,11 +3,15 @@
 //!
 //! The discipline is the Intel rings' (`devices/intel/rx.rs`): nothing here makes a Rust
 //! reference to memory the device writes; every descriptor and ring word is an atomic load or
-//! store of [`DmaMemory`]. The available index is published with a release store (the
-//! descriptors and ring entries before it are visible first), the used index is read with an
-//! acquire load (the used entries and the buffers behind it are read after the device wrote
-//! them), and a full fence separates publishing from reading the device's "do not notify" flag,
-//! as Linux's `virtqueue_kick_prepare` does.
+//! store of [`DmaMemory`]. Ordering is Linux's (`drivers/virtio/virtio_ring.c`, with the
+//! barriers of `include/linux/virtio_ring.h`, from [`crate::platform::barrier`]): the available
+//! index is stored after [`virtio_wmb`] (the descriptors and ring entries before it are
+//! visible first: `virtqueue_add_split`), the used index is read and then [`virtio_rmb`] (the
+//! used entries and the buffers behind it are read after the device wrote them:
+//! `virtqueue_get_buf_ctx_split`), and [`virtio_mb`] separates publishing from reading the
+//! device's "do not notify" flag (`virtqueue_kick_prepare_split`). Which barriers those are is
+//! the ring's [`VirtioOrder`]: the SMP ones unless `VIRTIO_F_ORDER_PLATFORM` was negotiated
+//! ([`SplitRing::set_order`]); on x86-64 both kinds compile to the same.
 //!
 //! A ring trusts nothing the device writes. It keeps the state of every chain by its head
 //! descriptor: free (the driver's), queued (in the available ring, not yet published) or held
@@ -21,12 +25,12 @@
 //! `VIRTQ_AVAIL_F_NO_INTERRUPT` (it polls), and skips the doorbell while the device sets
 //! `VIRTQ_USED_F_NO_NOTIFY`.
 
-use std::sync::atomic::fence;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use crate::device::{QueueError, Violation};
 use crate::error::{Error, Result};
+use crate::platform::barrier::{virtio_mb, virtio_rmb, virtio_wmb, VirtioOrder};
 use crate::platform::dma::{DmaMapper, DmaMemory, DmaSpan, DmaWords};
 
 /// `VIRTQ_DESC_F_NEXT`: the chain continues in the `next` field.
@@ -108,12 +112,26 @@ pub fn held_state(s: u32, epoch: u32) -> bool {
 }
 
 /// One split virtqueue.
+///
+/// Its memory is the driver's and the device's alone: the driver copies its own area (control
+/// commands, headers) with plain copies while the device holds no chain of it, so no
+/// reference to the memory leaves the crate, where safe code could race those copies.
+///
+/// ```compile_fail,E0599
+/// use std::sync::Arc;
+/// use vfio_nic::devices::virtio::ring::SplitRing;
+/// use vfio_nic::platform::dma::IdentityMapper;
+/// let ring = SplitRing::new(8, 64, Arc::new(IdentityMapper)).unwrap();
+/// let _ = ring.memory(); // none: the ring's memory does not leave the crate
+/// ```
 pub struct SplitRing {
     mem: DmaMemory,
     layout: Layout,
     /// The descriptor table, the available ring's entries and the used ring's elements as
     /// word arrays, checked once here ([`burst`](Self::burst) makes their views).
     spans: (DmaSpan<u64>, DmaSpan<u16>, DmaSpan<u64>),
+    /// The barriers the device asked for (Linux `weak_barriers`).
+    order: VirtioOrder,
     st: RingState,
 }
 
@@ -212,6 +230,7 @@ impl SplitRing {
             mem,
             layout,
             spans,
+            order: VirtioOrder::Smp,
             st: RingState {
                 mask: size - 1,
                 avail_idx: 0,
@@ -226,6 +245,18 @@ impl SplitRing {
                 avail_identity: true,
             },
         })
+    }
+
+    /// Uses the barriers `order` names from now on: [`VirtioOrder::Platform`] once the device
+    /// negotiated `VIRTIO_F_ORDER_PLATFORM` (the transport sets it when it hands the ring to
+    /// the device), [`VirtioOrder::Smp`] (the default) otherwise.
+    pub fn set_order(&mut self, order: VirtioOrder) {
+        self.order = order;
+    }
+
+    /// The barriers the ring uses.
+    pub fn order(&self) -> VirtioOrder {
+        self.order
     }
 
     /// Descriptors in the ring.
@@ -259,18 +290,34 @@ impl SplitRing {
     }
 
     /// Copies `bytes` to byte `offset` of the driver area (which the device holds no chain of).
-    pub fn write_extra(&self, offset: usize, bytes: &[u8]) {
+    /// A plain copy ([`DmaMemory`]'s `write_bytes`), so crate-private: only this crate's
+    /// drivers, which write the area while no chain of it is published, may make it; safe code
+    /// elsewhere could race it against an atomic access through another `&SplitRing`.
+    ///
+    /// ```compile_fail,E0624
+    /// use std::sync::Arc;
+    /// use vfio_nic::devices::virtio::ring::SplitRing;
+    /// use vfio_nic::platform::dma::IdentityMapper;
+    /// let ring = SplitRing::new(8, 64, Arc::new(IdentityMapper)).unwrap();
+    /// ring.write_extra(0, &[0; 12]); // private: a plain copy into device-visible memory
+    /// ```
+    pub(crate) fn write_extra(&self, offset: usize, bytes: &[u8]) {
         self.mem.write_bytes(self.layout.extra + offset, bytes);
     }
 
-    /// Copies bytes from byte `offset` of the driver area.
-    pub fn read_extra(&self, offset: usize, out: &mut [u8]) {
+    /// Copies bytes from byte `offset` of the driver area (crate-private, as
+    /// [`write_extra`](Self::write_extra)).
+    ///
+    /// ```compile_fail,E0624
+    /// use std::sync::Arc;
+    /// use vfio_nic::devices::virtio::ring::SplitRing;
+    /// use vfio_nic::platform::dma::IdentityMapper;
+    /// let ring = SplitRing::new(8, 64, Arc::new(IdentityMapper)).unwrap();
+    /// let mut ack = [0u8; 1];
+    /// ring.read_extra(0, &mut ack); // private: a plain copy out of device-writable memory
+    /// ```
+    pub(crate) fn read_extra(&self, offset: usize, out: &mut [u8]) {
         self.mem.read_bytes(self.layout.extra + offset, out);
-    }
-
-    /// The ring's memory (the device side of the host tests reads and writes it too).
-    pub fn memory(&self) -> &DmaMemory {
-        &self.mem
     }
 
     /// Chains the device holds.
@@ -316,9 +363,11 @@ impl SplitRing {
         st.push(&v, id);
     }
 
-    /// Publishes the chains pushed since the last call (a release store of the available
-    /// index) and returns whether the device wants a doorbell for them.
-    #[inline(always)]
+    /// Publishes the chains pushed since the last call (the available index, after
+    /// [`virtio_wmb`]) and returns whether the device wants a doorbell for them. Out of line on
+    /// arm64 only, so that `scripts/arm64 barriers` finds it in the disassembly.
+    #[cfg_attr(target_arch = "aarch64", inline(never))]
+    #[cfg_attr(not(target_arch = "aarch64"), inline(always))]
     pub fn publish(&mut self) -> bool {
         if self.st.avail_idx == self.st.published {
             return false;
@@ -327,26 +376,34 @@ impl SplitRing {
         // device's now: the next epoch begins.
         self.st.next_epoch();
         self.st.in_flight += self.st.avail_idx.wrapping_sub(self.st.published);
+        // The descriptors and ring entries before the index (Linux `virtqueue_add_split`:
+        // "Descriptors and available array need to be set before we expose the new available
+        // array entries", `virtio_wmb`).
+        virtio_wmb(self.order);
         self.mem
-            .store_u16(self.layout.avail + 2, self.st.avail_idx, Release);
+            .store_u16(self.layout.avail + 2, self.st.avail_idx, Relaxed);
         self.st.published = self.st.avail_idx;
         // The index store must be visible before the flag is read, or a device that is just
-        // going to sleep is never woken (Linux: virtio_mb in virtqueue_kick_prepare).
-        fence(SeqCst);
+        // going to sleep is never woken (Linux: virtio_mb in virtqueue_kick_prepare_split).
+        virtio_mb(self.order);
         self.mem.load_u16(self.layout.used, Relaxed) & USED_F_NO_NOTIFY == 0
     }
 
     /// The used entries the device returned that the driver has not taken yet: the used index
-    /// read once (an acquire load, so the entries and the buffers behind them are read after
-    /// it), and refused when it moved further than the chains the device holds. The burst
-    /// paths read it once per burst and then the entries ([`used_at`](Self::used_at)), as
-    /// DPDK's `virtqueue_nused` and Linux's `more_used_split` do.
-    #[inline(always)]
+    /// read once, then [`virtio_rmb`] (the entries and the buffers behind them are read after
+    /// it: Linux `virtqueue_get_buf_ctx_split`, "Only get used array entries after they have
+    /// been exposed by host"), and refused when it moved further than the chains the device
+    /// holds. The burst paths read it once per burst and then the entries
+    /// ([`used_at`](Self::used_at)), as DPDK's `virtqueue_nused` and Linux's `more_used_split`
+    /// do. Out of line on arm64 only, for the barrier check.
+    #[cfg_attr(target_arch = "aarch64", inline(never))]
+    #[cfg_attr(not(target_arch = "aarch64"), inline(always))]
     pub fn used_pending(&mut self) -> Result<u16, QueueError> {
         if let Some(why) = self.st.broken {
             return Err(QueueError::ProtocolViolation(why));
         }
-        let idx = self.mem.load_u16(self.layout.used + 2, Acquire);
+        let idx = self.mem.load_u16(self.layout.used + 2, Relaxed);
+        virtio_rmb(self.order);
         let returned = idx.wrapping_sub(self.st.last_used);
         if returned > self.st.in_flight {
             return Err(self.st.index_jumped(idx));
@@ -433,16 +490,18 @@ impl SplitRing {
 
     /// Lets the device interrupt when it returns chains (clears `VIRTQ_AVAIL_F_NO_INTERRUPT`),
     /// or asks it not to again; on, it returns whether used entries are already waiting
-    /// (then do not sleep). The flag store and the used-index load are ordered by a full
-    /// fence: a chain returned in between is either seen here or interrupts.
+    /// (then do not sleep). The flag store and the used-index load are ordered by
+    /// [`virtio_mb`] (Linux `virtqueue_poll`): a chain returned in between is either seen here
+    /// or interrupts. The entries themselves are read later, after
+    /// [`used_pending`](Self::used_pending)'s `virtio_rmb`.
     pub fn set_interrupts(&self, on: bool) -> bool {
         let flags = if on { 0 } else { AVAIL_F_NO_INTERRUPT };
         self.mem.store_u16(self.layout.avail, flags, Relaxed);
         if !on {
             return false;
         }
-        fence(SeqCst);
-        self.mem.load_u16(self.layout.used + 2, Acquire) != self.st.last_used
+        virtio_mb(self.order);
+        self.mem.load_u16(self.layout.used + 2, Relaxed) != self.st.last_used
     }
 
     /// The violation this ring has seen, if any.
@@ -720,7 +779,7 @@ pub(crate) mod model {
         }
 
         pub fn desc(ring: &SplitRing, id: u16) -> Desc {
-            let m = ring.memory();
+            let m = &ring.mem;
             let at = 16 * usize::from(id);
             let w = m.load_u32(at + 12, Ordering::Relaxed);
             Desc {
@@ -734,7 +793,7 @@ pub(crate) mod model {
         /// The next available chain (its head and descriptors), if the driver published one.
         pub fn pop(&mut self, ring: &SplitRing) -> Option<(u16, Vec<Desc>)> {
             let l = ring.layout();
-            let m = ring.memory();
+            let m = &ring.mem;
             let idx = m.load_u16(l.avail + 2, Ordering::Acquire);
             if idx == self.last_avail {
                 return None;
@@ -754,27 +813,26 @@ pub(crate) mod model {
         pub fn push(&mut self, ring: &SplitRing, id: u32, len: u32) {
             let l = ring.layout();
             let at = l.used + 4 + 8 * usize::from(self.used_idx & (l.size - 1));
-            ring.memory().store_u32(at, id, Ordering::Relaxed);
-            ring.memory().store_u32(at + 4, len, Ordering::Relaxed);
+            ring.mem.store_u32(at, id, Ordering::Relaxed);
+            ring.mem.store_u32(at + 4, len, Ordering::Relaxed);
             self.used_idx = self.used_idx.wrapping_add(1);
         }
 
         /// Publishes the used entries written.
         pub fn publish(&self, ring: &SplitRing) {
-            ring.memory()
+            ring.mem
                 .store_u16(ring.layout().used + 2, self.used_idx, Ordering::Release);
         }
 
         /// Sets the used ring's flags (USED_F_NO_NOTIFY).
         pub fn set_flags(ring: &SplitRing, flags: u16) {
-            ring.memory()
+            ring.mem
                 .store_u16(ring.layout().used, flags, Ordering::Relaxed);
         }
 
         /// The available ring's flags.
         pub fn avail_flags(ring: &SplitRing) -> u16 {
-            ring.memory()
-                .load_u16(ring.layout().avail, Ordering::Relaxed)
+            ring.mem.load_u16(ring.layout().avail, Ordering::Relaxed)
         }
     }
 }

@@ -371,12 +371,37 @@ fn bring_up_follows_the_spec_order_and_reads_the_mac() {
     assert_eq!(port.info().driver, "virtio");
 }
 
+/// `VIRTIO_F_ORDER_PLATFORM` is taken when offered (virtio 1.2, 6.1), and then the rings use
+/// the platform's DMA barriers (Linux `__vring_new_virtqueue`: `weak_barriers = false`); a
+/// device that does not offer it gets the SMP ones. Frames cross either way.
+#[test]
+fn order_platform_is_taken_when_offered_and_picks_the_barriers() {
+    use crate::platform::barrier::VirtioOrder;
+    for (offer, order) in [
+        (GOOD | feature::ORDER_PLATFORM, VirtioOrder::Platform),
+        (GOOD, VirtioOrder::Smp),
+    ] {
+        let fake = Fake::new(offer, [8, 8, 0]);
+        let mut port = open(&fake).unwrap();
+        assert_eq!(fake.st().driver_features, offer);
+        assert_eq!(port.shared().transport.order(), order);
+        let (mut rx, _tx) = port.take_queues().unwrap();
+        deliver(&fake, &frame(60, 7));
+        let mut got = Vec::new();
+        assert_eq!(rx[0].rx_burst(&mut got, 8).unwrap(), 1, "{order:?}");
+        assert_eq!(got[0].data(), &frame(60, 7)[..], "{order:?}");
+    }
+}
+
 #[test]
 fn bad_devices_are_refused_with_typed_errors() {
     let legacy = Fake::new(feature::MAC, [8, 8, 0]);
     let e = open(&legacy).unwrap_err();
     assert!(matches!(e, Error::NotSupported { .. }), "{e}");
     assert!(e.to_string().contains("VERSION_1"), "{e}");
+    // A device the negotiation refuses is told so: FAILED, after ACKNOWLEDGE and DRIVER.
+    let (a, d, failed) = (status::ACKNOWLEDGE, status::DRIVER, status::FAILED);
+    assert_eq!(legacy.st().status_log, [0, a, a | d, a | d | failed]);
 
     let no_iommu = Fake::new(feature::VERSION_1 | feature::MAC, [8, 8, 0]);
     let e = open(&no_iommu).unwrap_err().to_string();
@@ -384,6 +409,7 @@ fn bad_devices_are_refused_with_typed_errors() {
         e.contains("ACCESS_PLATFORM") && e.contains("iommu_platform=on"),
         "{e}"
     );
+    assert_eq!(no_iommu.st().status & failed, failed);
 
     let refuses = Fake::new(GOOD, [8, 8, 0]);
     refuses.st().refuse_features = true;
@@ -652,9 +678,9 @@ fn bring_up_writes_the_status_in_the_spec_order() {
         status::FEATURES_OK,
         status::DRIVER_OK,
     );
-    // Reset, ACKNOWLEDGE | DRIVER, FEATURES_OK, then DRIVER_OK (the fake refuses a queue
-    // enabled after DRIVER_OK); the control queue is set up too.
-    assert_eq!(s.status_log, [0, a | d, a | d | f, a | d | f | ok]);
+    // Reset, ACKNOWLEDGE, DRIVER (two steps), FEATURES_OK, then DRIVER_OK (the fake refuses a
+    // queue enabled after DRIVER_OK); the control queue is set up too.
+    assert_eq!(s.status_log, [0, a, a | d, a | d | f, a | d | f | ok]);
     assert!(s.queues[2].enabled);
 }
 
@@ -663,7 +689,12 @@ fn bring_up_writes_the_status_in_the_spec_order() {
 #[test]
 fn the_control_queue_keeps_the_device_table() {
     let fake = Fake::new(GOOD | CTRL, [8, 8, 64]);
-    let mut port = open(&fake).unwrap();
+    let c = VirtioConfig {
+        vlan_filter: true,
+        ..cfg()
+    };
+    let mut port =
+        VirtioPort::bring_up(transport(&fake), None, None, fake.iommu.clone(), None, c).unwrap();
     {
         let s = fake.st();
         assert_eq!((s.promisc, s.allmulti), (Some(true), Some(true)));
@@ -683,18 +714,23 @@ fn the_control_queue_keeps_the_device_table() {
     assert_eq!(fake.st().vlans, BTreeSet::from([0]), "VID 0 stays");
 }
 
-/// Not promiscuous: with the filter off every VID must pass, so the device's table is opened
-/// (all of 0..=4094) and closed again when the filter goes on.
+/// Not promiscuous, with the device's table asked for: the filter starts on (the table holds
+/// VID 0 only, no command opens it at bring-up); with the filter off every VID must pass, so
+/// the table is opened (all of 0..=4094) and closed again when the filter goes on.
 #[test]
 fn a_port_that_is_not_promiscuous_opens_its_table_while_the_filter_is_off() {
     let fake = Fake::new(GOOD | CTRL, [8, 8, 64]);
     let c = VirtioConfig {
         promiscuous: false,
+        vlan_filter: true,
         ..cfg()
     };
     let mut port =
         VirtioPort::bring_up(transport(&fake), None, None, fake.iommu.clone(), None, c).unwrap();
     assert_eq!(fake.st().promisc, Some(false));
+    assert_eq!(fake.st().vlans, BTreeSet::from([0]), "asked for: filter on");
+    assert_eq!(fake.st().commands, 3, "RX_PROMISC, RX_ALLMULTI, VLAN_ADD 0");
+    port.set_vlan_filter(false).unwrap();
     assert_eq!(fake.st().vlans.len(), 4095, "every VID with the filter off");
     port.add_vlan(Vid::new(7).unwrap()).unwrap();
     port.remove_vlan(Vid::new(7).unwrap()).unwrap();
@@ -707,6 +743,77 @@ fn a_port_that_is_not_promiscuous_opens_its_table_while_the_filter_is_off() {
     assert_eq!(fake.st().vlans, BTreeSet::from([0, 9]));
     port.set_vlan_filter(false).unwrap();
     assert_eq!(fake.st().vlans.len(), 4095);
+}
+
+/// CTRL_VLAN is negotiated only when the port asks for the device's table: without it a port
+/// that is not promiscuous costs two control commands at open, not 4,096, and its filter
+/// runs in software (the device passes every VID).
+#[test]
+fn the_device_table_is_negotiated_only_when_a_filter_is_asked_for() {
+    let fake = Fake::new(GOOD | CTRL, [8, 8, 64]);
+    let c = VirtioConfig {
+        promiscuous: false,
+        ..cfg()
+    };
+    let mut port =
+        VirtioPort::bring_up(transport(&fake), None, None, fake.iommu.clone(), None, c).unwrap();
+    {
+        let s = fake.st();
+        assert_eq!(s.driver_features & feature::CTRL_VLAN, 0, "not asked for");
+        assert_eq!(
+            s.driver_features & CTRL,
+            feature::CTRL_VQ | feature::CTRL_RX
+        );
+        assert_eq!(s.commands, 2, "RX_PROMISC and RX_ALLMULTI only");
+        assert!(s.vlans.is_empty());
+    }
+    assert!(!port.vlan_caps().filter);
+    assert!(
+        port.set_vlan_filter(true).is_err(),
+        "no table to filter with"
+    );
+}
+
+/// A receive buffer must hold a full-size tagged frame and the header: 1530 bytes (Linux's
+/// GOOD_PACKET_LEN and the header), not the spec's 1526, which leaves no room for the tag.
+#[test]
+fn receive_buffers_too_short_for_a_tagged_full_size_frame_are_refused() {
+    for (headroom, ok) in [(146, true), (147, false), (150, false)] {
+        // 1664-byte buffers: 1518, 1517 and 1514 bytes of frame behind the headroom.
+        let fake = Fake::new(GOOD, [8, 8, 0]);
+        let c = VirtioConfig {
+            pool: PoolConfig {
+                buffers: 64,
+                buf_size: 1664,
+                headroom,
+            },
+            ..cfg()
+        };
+        let r = VirtioPort::bring_up(transport(&fake), None, None, fake.iommu.clone(), None, c);
+        match r {
+            Ok(_) => assert!(ok, "headroom {headroom}: a short buffer was taken"),
+            Err(e) => {
+                assert!(!ok, "headroom {headroom}: {e}");
+                assert!(e.to_string().contains("1530"), "{e}");
+            }
+        }
+    }
+}
+
+/// DEVICE_NEEDS_RESET (the device stopped after an error of its own) is reported by `link()`
+/// as an error that says to reopen the port.
+#[test]
+fn a_device_that_needs_a_reset_says_so_through_link() {
+    let fake = Fake::new(GOOD, [8, 8, 0]);
+    let port = open(&fake).unwrap();
+    assert!(port.link().unwrap().up);
+    fake.st().status |= status::DEVICE_NEEDS_RESET;
+    let e = port.link().unwrap_err();
+    assert!(matches!(e, Error::DeviceState { .. }), "{e}");
+    assert!(
+        e.to_string().contains("DEVICE_NEEDS_RESET") && e.to_string().contains("reopen"),
+        "{e}"
+    );
 }
 
 /// A control command the device never answers times out, and the next one fails naming it

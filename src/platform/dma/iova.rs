@@ -23,7 +23,10 @@ pub const DEFAULT_BASE: u64 = 1 << 20;
 /// See [`DEFAULT_BASE`].
 pub const DEFAULT_LIMIT: u64 = 1 << 39;
 
-/// The x86 interrupt (MSI) window, which the IOMMU reserves and VFIO refuses to map.
+/// The x86 interrupt (MSI) window, which the IOMMU reserves and VFIO refuses to map. Left out on
+/// arm64 too, where it costs nothing: there the reserved window is the SMMU's software MSI
+/// region (0x800_0000 to 0x80f_ffff in Linux's `arm_smmu_get_resv_regions`), which VFIO's
+/// IOVA-range capability leaves out ([`IovaAllocator::restrict_to`]).
 pub const MSI_WINDOW: (u64, u64) = (0xfee0_0000, 0xfef0_0000);
 
 impl Default for IovaAllocator {

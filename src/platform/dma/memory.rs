@@ -2,8 +2,11 @@
 //!
 //! The rules that keep this sound are the whole reason the type exists:
 //! - No Rust reference to the bytes is ever handed out while the device may write them. Callers
-//!   get raw pointers, volatile/atomic word accessors and explicit copies; the buffer pool creates
-//!   slices only for buffers the driver currently owns.
+//!   get raw pointers and atomic word accessors; the plain copies (`write_bytes`, `read_bytes`)
+//!   are crate-private, because whether their bytes are owned at that moment is the driver's
+//!   protocol, which nothing checks (outside the crate, safe code could race a copy against an
+//!   atomic access on another thread); the buffer pool creates slices only for buffers the
+//!   driver currently owns.
 //! - Memory is mapped into the device's address space through a [`DmaMapper`] (the VFIO container,
 //!   or [`IdentityMapper`] for in-memory devices) and unmapped in `Drop`, before the pages are
 //!   returned to the kernel. Whoever owns a ring must stop the device's DMA before dropping it.
@@ -17,6 +20,8 @@ use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use memmap2::{MmapMut, MmapOptions};
+
+use super::contiguous::ContiguousRegion;
 
 use crate::error::{Error, Result};
 
@@ -50,6 +55,14 @@ pub trait DmaMapper: Send + Sync + fmt::Debug {
     /// [`IdentityMapper`] is the same one (host virtual addresses).
     fn domain(&self) -> usize {
         self as *const Self as *const () as usize
+    }
+
+    /// Whether the device sees physical addresses, so that every block mapped through this
+    /// mapper must be physically contiguous (VFIO's no-IOMMU mode): [`DmaMemory::allocate`]
+    /// then assembles it from huge pages (`dma::contiguous`). False for every mapper that
+    /// translates (an IOMMU, a software IOMMU, the identity mapper).
+    fn needs_physical_contiguity(&self) -> bool {
+        false
     }
 }
 
@@ -89,12 +102,21 @@ pub struct DmaMemory {
     mapper: Arc<dyn DmaMapper>,
     // Owns the pages; never dereferenced as a slice (that would create a reference to memory the
     // device writes). Dropped after a successful `unmap` in `Drop`, leaked after a failed one.
-    map: Option<MmapMut>,
+    map: Option<Backing>,
 }
 
-// SAFETY: DmaMemory owns its mapping exclusively; every access through `&self` is a volatile or
-// atomic word access or a raw copy whose callers uphold the ownership rules documented on each
-// method, so moving it to or sharing it with another thread adds no data race of its own.
+/// The pages behind a [`DmaMemory`]: any pages (a mapper that translates), or a physically
+/// contiguous block (a device that sees physical addresses).
+#[derive(Debug)]
+enum Backing {
+    Pages(MmapMut),
+    Contiguous(ContiguousRegion),
+}
+
+// SAFETY: DmaMemory owns its mapping exclusively; every access that code outside this crate can
+// make through `&self` is an atomic word access (a plain copy, `write_bytes`/`read_bytes`, is
+// crate-private: its callers own the bytes they copy, as documented there), so moving it to or
+// sharing it with another thread adds no data race of its own.
 unsafe impl Send for DmaMemory {}
 // SAFETY: see `Send`.
 unsafe impl Sync for DmaMemory {}
@@ -184,6 +206,11 @@ impl DmaMemory {
                 reason: "zero-length allocation".into(),
             });
         }
+        if mapper.needs_physical_contiguity() {
+            let region = ContiguousRegion::allocate(len)?;
+            let (ptr, huge) = (region.as_ptr(), region.is_huge());
+            return Self::map_through(Backing::Contiguous(region), ptr, huge, mapper);
+        }
         let huge_len = len.div_ceil(HUGE_PAGE) * HUGE_PAGE;
         let (mut map, huge, len) = match MmapOptions::new()
             .len(huge_len)
@@ -220,8 +247,24 @@ impl DmaMemory {
                 (m, false, len)
             }
         };
-        let ptr = NonNull::new(map.as_mut_ptr()).expect("mmap returned null");
-        // SAFETY: `ptr..ptr+len` is the fresh page-aligned anonymous mapping owned by `map`, which
+        debug_assert_eq!(map.len(), len);
+        let ptr = map.as_mut_ptr();
+        Self::map_through(Backing::Pages(map), ptr, huge, mapper)
+    }
+
+    /// Maps the fresh pages `backing` (starting at `ptr`) through `mapper`.
+    fn map_through(
+        backing: Backing,
+        ptr: *mut u8,
+        huge: bool,
+        mapper: Arc<dyn DmaMapper>,
+    ) -> Result<Self> {
+        let len = match &backing {
+            Backing::Pages(m) => m.len(),
+            Backing::Contiguous(r) => r.len(),
+        };
+        let ptr = NonNull::new(ptr).expect("mmap returned null");
+        // SAFETY: `ptr..ptr+len` is the fresh page-aligned mapping owned by `backing`, which
         // lives in the returned DmaMemory until after `Drop` has called `unmap`.
         let iova = unsafe { mapper.map(ptr.as_ptr(), len)? };
         tracing::debug!(len, huge, iova = format_args!("{iova:#x}"), mapper = %mapper.describe(), "DMA memory mapped");
@@ -231,7 +274,7 @@ impl DmaMemory {
             iova,
             huge,
             mapper,
-            map: Some(map),
+            map: Some(backing),
         })
     }
 
@@ -395,11 +438,23 @@ impl DmaMemory {
         unsafe { AtomicU16::from_ptr(p) }.store(value, order)
     }
 
-    /// Copies `src` into the memory at `offset`.
+    /// Copies `src` into the memory at `offset`: a plain (non-atomic) copy.
     ///
-    /// The caller must own those bytes at the moment (the device is not reading or writing them);
-    /// publishing them to the device is the job of a later release store or doorbell.
-    pub fn write_bytes(&self, offset: usize, src: &[u8]) {
+    /// The caller must own those bytes at the moment (neither the device nor another thread is
+    /// reading or writing them); publishing them to the device is the job of a later release
+    /// store or doorbell. Nothing can check that, so this is crate-private: `DmaMemory` is
+    /// `Sync`, and safe code outside the crate could otherwise race this copy against an atomic
+    /// access to the same bytes (the driver's, or another thread's), a data race. Outside the
+    /// crate the memory is reached by atomic words only ([`DmaMemory::store_u32`],
+    /// [`DmaMemory::words`]).
+    ///
+    /// ```compile_fail,E0624
+    /// use std::sync::Arc;
+    /// use vfio_nic::platform::dma::{DmaMemory, IdentityMapper};
+    /// let m = DmaMemory::allocate(4096, Arc::new(IdentityMapper)).unwrap();
+    /// m.write_bytes(0, &[1, 2, 3, 4]); // private: a plain copy could race an atomic access
+    /// ```
+    pub(crate) fn write_bytes(&self, offset: usize, src: &[u8]) {
         assert!(
             offset
                 .checked_add(src.len())
@@ -413,8 +468,17 @@ impl DmaMemory {
         }
     }
 
-    /// Copies bytes at `offset` out into `dst`. Same ownership rule as [`DmaMemory::write_bytes`].
-    pub fn read_bytes(&self, offset: usize, dst: &mut [u8]) {
+    /// Copies bytes at `offset` out into `dst`: a plain copy, crate-private for the reason and
+    /// with the ownership rule of [`DmaMemory::write_bytes`].
+    ///
+    /// ```compile_fail,E0624
+    /// use std::sync::Arc;
+    /// use vfio_nic::platform::dma::{DmaMemory, IdentityMapper};
+    /// let m = DmaMemory::allocate(4096, Arc::new(IdentityMapper)).unwrap();
+    /// let mut out = [0u8; 4];
+    /// m.read_bytes(0, &mut out); // private: a plain copy could race an atomic store
+    /// ```
+    pub(crate) fn read_bytes(&self, offset: usize, dst: &mut [u8]) {
         assert!(
             offset
                 .checked_add(dst.len())

@@ -4,15 +4,18 @@
 //! `unsafe`: everything above them works with owned packets and word accessors.
 
 mod chain;
+mod contiguous;
 mod desc;
 pub mod iova;
 mod lent;
 mod memory;
+pub mod pagemap;
 pub mod pool;
 mod recycle;
 pub mod slots;
 mod soft_iommu;
 
+pub use contiguous::ContiguousRegion;
 pub use desc::{Desc, DescTable, DescView, DESC_BYTES};
 pub use iova::IovaAllocator;
 pub use lent::{LentBuffers, NotLent, TakeBacks, TakenRun};

@@ -38,9 +38,40 @@
 
 use std::cell::RefCell;
 use std::ptr::NonNull;
+
+// The model-checking build (`--cfg loom`, scripts/loom) swaps the atomics, the queue and the
+// thread-local cache for loom's, which explore every interleaving of the threads that use
+// them (`recycle_loom.rs`); every other build uses the standard and crossbeam ones.
+#[cfg(not(loom))]
+use crossbeam_queue::SegQueue;
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(loom)]
+use loom_queue::SegQueue;
+#[cfg(not(loom))]
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crossbeam_queue::SegQueue;
+/// crossbeam's `SegQueue` as the model checker sees a lock-free queue: each push and pop one
+/// atomic step (a loom mutex), so that loom explores the orders of the pushes, pops and count
+/// updates around them. (crossbeam's own correctness is crossbeam's, checked with loom there.)
+#[cfg(loom)]
+mod loom_queue {
+    use std::collections::VecDeque;
+
+    pub(super) struct SegQueue<T>(loom::sync::Mutex<VecDeque<T>>);
+
+    impl<T> SegQueue<T> {
+        pub(super) fn new() -> Self {
+            SegQueue(loom::sync::Mutex::new(VecDeque::new()))
+        }
+        pub(super) fn push(&self, t: T) {
+            self.0.lock().unwrap().push_back(t);
+        }
+        pub(super) fn pop(&self) -> Option<T> {
+            self.0.lock().unwrap().pop_front()
+        }
+    }
+}
 
 /// Buffers per batch on the way home.
 pub const BATCH: usize = 64;
@@ -236,6 +267,7 @@ struct Cache {
     last: usize,
 }
 
+#[cfg(not(loom))]
 thread_local! {
     static CACHE: RefCell<Cache> = const {
         RefCell::new(Cache {
@@ -244,6 +276,16 @@ thread_local! {
             last: 0,
         })
     };
+}
+
+// A loom thread's cache lives and dies with the loom thread (its destructor sends it home).
+#[cfg(loom)]
+loom::thread_local! {
+    static CACHE: RefCell<Cache> = RefCell::new(Cache {
+        ways: Vec::new(),
+        victim: 0,
+        last: 0,
+    });
 }
 
 /// Sends all but the top `keep` buffers of `way` home (the oldest, coldest ones: the top was
@@ -523,7 +565,11 @@ pub(super) unsafe fn drop_handle(p: PoolRef) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, loom))]
+#[path = "recycle_loom.rs"]
+mod loom_tests;
+
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;

@@ -87,7 +87,27 @@ impl SoftIommu {
     }
 
     /// A view for a batch of accesses: the mappings stay while it lives (module doc).
-    pub fn view(&self) -> DmaView<'_> {
+    ///
+    /// The device's side of the memory, so crate-private, with every access below: a model's
+    /// copies are plain copies into memory that the driver reaches atomically, and into packet
+    /// buffers that a [`Packet`](super::Packet) lends out as slices. Only this crate's models,
+    /// which follow their device's protocol (they write only what the driver handed them), may
+    /// make them; safe code elsewhere could race them against the driver.
+    ///
+    /// ```compile_fail,E0624
+    /// use vfio_nic::platform::dma::SoftIommu;
+    /// let iommu = SoftIommu::new("doc");
+    /// let _ = iommu.view(); // private: the device side of DMA memory
+    /// ```
+    ///
+    /// The table's own one-access copies and words are there for this module's tests only:
+    ///
+    /// ```compile_fail,E0599
+    /// use vfio_nic::platform::dma::SoftIommu;
+    /// let iommu = SoftIommu::new("doc");
+    /// let _ = iommu.write(1 << 32, &[0; 4]); // none: a plain copy into DMA memory
+    /// ```
+    pub(crate) fn view(&self) -> DmaView<'_> {
         DmaView {
             iommu: self,
             inner: self.inner.read().unwrap_or_else(|e| e.into_inner()),
@@ -96,32 +116,31 @@ impl SoftIommu {
     }
 
     /// Copies device memory at `iova` into `dst` (one access: a view of its own).
-    pub fn read(&self, iova: u64, dst: &mut [u8]) -> Result<(), DmaFault> {
+    #[cfg(test)]
+    pub(crate) fn read(&self, iova: u64, dst: &mut [u8]) -> Result<(), DmaFault> {
         self.view().read(iova, dst)
     }
 
     /// Copies `src` into device memory at `iova`.
-    pub fn write(&self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
+    #[cfg(test)]
+    pub(crate) fn write(&self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
         self.view().write(iova, src)
     }
 
     /// Loads an aligned 64-bit word.
-    pub fn load_u64(&self, iova: u64, order: Ordering) -> Result<u64, DmaFault> {
+    #[cfg(test)]
+    pub(crate) fn load_u64(&self, iova: u64, order: Ordering) -> Result<u64, DmaFault> {
         self.view().load_u64(iova, order)
     }
 
-    /// Stores an aligned 64-bit word.
-    pub fn store_u64(&self, iova: u64, value: u64, order: Ordering) -> Result<(), DmaFault> {
-        self.view().store_u64(iova, value, order)
-    }
-
     /// Stores an aligned 32-bit word.
-    pub fn store_u32(&self, iova: u64, value: u32, order: Ordering) -> Result<(), DmaFault> {
+    #[cfg(test)]
+    pub(crate) fn store_u32(&self, iova: u64, value: u32, order: Ordering) -> Result<(), DmaFault> {
         self.view().store_u32(iova, value, order)
     }
 
     /// Loads an aligned 32-bit word.
-    pub fn load_u32(&self, iova: u64, order: Ordering) -> Result<u32, DmaFault> {
+    pub(crate) fn load_u32(&self, iova: u64, order: Ordering) -> Result<u32, DmaFault> {
         self.view().load_u32(iova, order)
     }
 
@@ -131,7 +150,8 @@ impl SoftIommu {
     }
 }
 
-/// A batch of device accesses under one hold of the table's read lock ([`SoftIommu::view`]).
+/// A batch of device accesses under one hold of the table's read lock (`SoftIommu::view`:
+/// this crate's models only, as every device-side access).
 pub struct DmaView<'a> {
     iommu: &'a SoftIommu,
     inner: RwLockReadGuard<'a, Inner>,

@@ -16,12 +16,18 @@
 //! itself is dropped, and DMA memory holds the container: as long as any buffer is still mapped,
 //! the IOMMU that maps it exists, whatever order devices and buffers are dropped in. The cost is
 //! that a group stays claimed by this process until its last buffer is freed.
+//!
+//! The same object serves the three DMA backends (`select.rs`): with type1 it is the container
+//! fd; with no-IOMMU too (type `VFIO_NOIOMMU_IOMMU`, nothing mapped, bus addresses are physical
+//! ones, `noiommu.rs`); with iommufd it is `/dev/iommu` with one IOAS, and devices attach through
+//! their cdevs ([`Container::attach_cdev`]) instead of groups. A process has one at a time, so
+//! one backend: the first device opened chooses it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
@@ -30,7 +36,8 @@ use vfio_bindings::bindings::vfio::{VFIO_API_VERSION, VFIO_GROUP_FLAGS_VIABLE};
 
 use super::backend::Backend;
 use super::group::{self, lock, Group};
-use super::ioctl;
+use super::select::{self, DmaBackend, Host};
+use super::{ioctl, iommufd, noiommu};
 use crate::error::{Error, Result};
 use crate::platform::dma::{DmaMapper, IovaAllocator, HUGE_PAGE};
 use crate::platform::pci::{PciAddress, Sysfs};
@@ -108,18 +115,62 @@ impl fmt::Debug for Container {
 
 impl Container {
     /// The process's container: the live one if any device or DMA memory still uses it, else a
-    /// freshly opened one.
+    /// freshly opened type1 one.
     pub fn shared() -> Result<Arc<Container>> {
+        let live = lock(&SHARED).upgrade();
+        match live {
+            Some(c) => Ok(c),
+            None => Container::shared_for(DmaBackend::Type1, &Host::default()),
+        }
+    }
+
+    /// The backend of the process's live container, if any.
+    pub fn live_backend() -> Option<DmaBackend> {
+        lock(&SHARED).upgrade().map(|c| c.backend.kind())
+    }
+
+    /// The process's container for `kind`: the live one (which must be of that kind: one backend
+    /// per process), else a freshly opened one.
+    pub fn shared_for(kind: DmaBackend, host: &Host) -> Result<Arc<Container>> {
         let mut slot = lock(&SHARED);
         if let Some(c) = slot.upgrade() {
+            if c.backend.kind() != kind {
+                return Err(Error::DmaBackendMismatch {
+                    addr: "a device".into(),
+                    wanted: kind.name(),
+                    live: c.backend.kind().name(),
+                });
+            }
             return Ok(c);
         }
-        let c = Arc::new(Container::open(Path::new(CONTAINER_PATH))?);
+        let c = Arc::new(match kind {
+            DmaBackend::Type1 => {
+                Container::open(&select::dev_node(host, CONTAINER_PATH), Backend::probe)?
+            }
+            DmaBackend::NoIommu => Container::open(
+                &select::dev_node(host, CONTAINER_PATH),
+                Backend::probe_noiommu,
+            )?,
+            DmaBackend::Iommufd => Container::open_iommufd(host)?,
+        });
         *slot = Arc::downgrade(&c);
         Ok(c)
     }
 
-    fn open(path: &Path) -> Result<Container> {
+    /// `/dev/iommu` with a fresh IOAS.
+    fn open_iommufd(host: &Host) -> Result<Container> {
+        let fd = select::open_iommu(host)?;
+        let ioas = iommufd::ioas_alloc(fd.as_fd()).map_err(|e| Error::Vfio {
+            what: "IOMMU_IOAS_ALLOC",
+            target: iommufd::IOMMU_PATH.into(),
+            source: e.into(),
+        })?;
+        tracing::debug!(ioas, "iommufd opened, IOAS allocated");
+        Ok(Container::with_fd(fd, Backend::Iommufd { ioas }))
+    }
+
+    /// Opens a VFIO container node and picks its IOMMU type with `probe`.
+    fn open(path: &Path, probe: fn(BorrowedFd<'_>, &str) -> Result<Backend>) -> Result<Container> {
         let fd = open_node(path)?;
         let name = path.display().to_string();
         let version = ioctl::get_api_version(fd.as_fd()).map_err(|e| Error::Vfio {
@@ -136,7 +187,7 @@ impl Container {
                 ),
             });
         }
-        let backend = Backend::probe(fd.as_fd(), &name)?;
+        let backend = probe(fd.as_fd(), &name)?;
         tracing::debug!(path = %name, backend = backend.name(), "VFIO container opened");
         Ok(Container::with_fd(fd, backend))
     }
@@ -177,7 +228,13 @@ impl Container {
     /// Opens `/dev/vfio/<number>`, checks it is viable, attaches it and sets the IOMMU if it is
     /// the first group.
     fn attach(&self, st: &mut State, number: u32, addr: PciAddress, sysfs: &Sysfs) -> Result<File> {
-        let path = PathBuf::from(format!("{GROUP_DIR}/{number}"));
+        // No-IOMMU groups have nodes of their own name (drivers/vfio/group.c, vfio_group_alloc).
+        let prefix = if self.backend == Backend::NoIommu {
+            "noiommu-"
+        } else {
+            ""
+        };
+        let path = PathBuf::from(format!("{GROUP_DIR}/{prefix}{number}"));
         // A previous container of this process may still be closing this group on another thread.
         group::wait_until_closed(number);
         let file = open_node(&path).map_err(|e| match e {
@@ -221,27 +278,66 @@ impl Container {
                 .map_err(|e| vfio_err("VFIO_SET_IOMMU", e))?;
             st.iommu_set = true;
         }
-        // Allocate only where the IOMMU can translate (its address width, less reserved
-        // regions such as the MSI window); without the capability, the default window. After
-        // every attach: a new group's reserved regions can narrow the ranges (and intersecting
-        // the free windows again is safe at any time).
+        self.refresh_windows(st);
+        tracing::debug!(group = number, %addr, backend = self.backend.name(), "VFIO group attached");
+        Ok(file)
+    }
+}
+
+impl Container {
+    /// Allocates only where the IOMMU can translate (its address width, less reserved regions
+    /// such as the MSI window); without the capability, the default window. After every attach:
+    /// a new device's reserved regions can narrow the ranges (and intersecting the free windows
+    /// again is safe at any time).
+    fn refresh_windows(&self, st: &mut State) {
         match self.backend.iova_ranges(self.fd.as_fd()) {
             Ok(Some(ranges)) => {
                 st.iova.restrict_to(&ranges);
-                tracing::debug!(reported = ?ranges, windows = %st.iova.describe(), "IOVA ranges from VFIO_IOMMU_GET_INFO");
+                tracing::debug!(reported = ?ranges, windows = %st.iova.describe(), backend = self.backend.name(), "IOVA ranges");
             }
             Ok(None) => tracing::debug!(
                 windows = %st.iova.describe(),
-                "no IOVA-range capability (Linux < 5.4): using the default window"
+                "no IOVA-range capability (Linux < 5.4), or no IOMMU: using the default window"
             ),
             Err(e) => tracing::warn!(
                 error = %e,
                 windows = %st.iova.describe(),
-                "VFIO_IOMMU_GET_INFO failed; using the current IOVA windows"
+                "asking the IOMMU for its IOVA ranges failed; using the current IOVA windows"
             ),
         }
-        tracing::debug!(group = number, %addr, backend = self.backend.name(), "VFIO group attached");
+    }
+
+    /// Opens `addr`'s VFIO cdev, binds it to this iommufd and attaches it to the IOAS (iommufd
+    /// only); returns the device fd, from which everything else goes as with a group's device.
+    pub(super) fn attach_cdev(&self, addr: PciAddress, host: &Host) -> Result<File> {
+        let Backend::Iommufd { ioas } = self.backend else {
+            return Err(Error::DmaBackendMismatch {
+                addr: addr.to_string(),
+                wanted: DmaBackend::Iommufd.name(),
+                live: self.backend.kind().name(),
+            });
+        };
+        let path = host.cdev(addr)?;
+        let file = open_node(&path)?;
+        let vfio_err = |what, e: Errno| Error::Vfio {
+            what,
+            target: format!("{addr} ({})", path.display()),
+            source: e.into(),
+        };
+        let mut st = lock(&self.state);
+        // EBUSY here: the device's group is open (another process's type1 container, say).
+        let devid = iommufd::bind(&file, self.fd.as_fd())
+            .map_err(|e| vfio_err("VFIO_DEVICE_BIND_IOMMUFD", e))?;
+        iommufd::attach(&file, ioas).map_err(|e| vfio_err("VFIO_DEVICE_ATTACH_IOMMUFD_PT", e))?;
+        st.iommu_set = true;
+        self.refresh_windows(&mut st);
+        tracing::debug!(%addr, devid, ioas, cdev = %path.display(), "VFIO cdev bound to iommufd and attached");
         Ok(file)
+    }
+
+    /// The backend this container serves.
+    pub fn backend(&self) -> DmaBackend {
+        self.backend.kind()
     }
 }
 
@@ -261,8 +357,9 @@ impl Drop for Container {
     }
 }
 
-/// Turns a failed `VFIO_IOMMU_MAP_DMA` into an error that says what to do.
-fn map_error(len: u64, iova: u64, e: Errno) -> Error {
+/// Turns a failed `VFIO_IOMMU_MAP_DMA` (or `IOMMU_IOAS_MAP`, `what`) into an error that says
+/// what to do.
+fn map_error(what: &str, len: u64, iova: u64, e: Errno) -> Error {
     let hint = match e {
         Errno::ENOMEM => {
             "the locked-memory limit is too low: raise it (`ulimit -l unlimited`, or LimitMEMLOCK= for a service) or run as root"
@@ -275,7 +372,7 @@ fn map_error(len: u64, iova: u64, e: Errno) -> Error {
     };
     Error::DmaAlloc {
         bytes: len as usize,
-        reason: format!("VFIO_IOMMU_MAP_DMA at IOVA {iova:#x} failed: {e}; {hint}"),
+        reason: format!("{what} at IOVA {iova:#x} failed: {e}; {hint}"),
     }
 }
 
@@ -310,12 +407,18 @@ impl DmaMapper for Container {
                     .into(),
             });
         }
+        if self.backend == Backend::NoIommu {
+            // SAFETY: forwarded from this function's contract (the memory outlives its DMA).
+            let pa = unsafe { noiommu::physical_base(vaddr, len) }?;
+            st.mappings.insert(pa, size);
+            return Ok(pa);
+        }
         let iova = st.iova.alloc(size, iova_alignment(size))?;
         // SAFETY: the caller guarantees (DmaMapper::map contract) that the memory stays valid and
         // reserved for the device until `unmap` is called with this IOVA.
         if let Err(e) = unsafe { self.backend.map(self.fd.as_fd(), vaddr as u64, iova, size) } {
             st.iova.free(iova, size);
-            return Err(map_error(size, iova, e));
+            return Err(map_error(self.backend.map_call(), size, iova, e));
         }
         st.mappings.insert(iova, size);
         Ok(iova)
@@ -338,12 +441,17 @@ impl DmaMapper for Container {
                 "unmap length differs from the mapping (a driver bug); unmapping the whole mapping"
             );
         }
+        if self.backend == Backend::NoIommu {
+            // Nothing was mapped; the pages stay locked until the memory is freed.
+            return Ok(());
+        }
         let failure = match self.backend.unmap(self.fd.as_fd(), iova, mapped) {
             Ok(n) if n == mapped => None,
             Ok(n) => Some(format!(
-                "VFIO_IOMMU_UNMAP_DMA unmapped {n:#x} of {mapped:#x} bytes"
+                "{} unmapped {n:#x} of {mapped:#x} bytes",
+                self.backend.unmap_call()
             )),
-            Err(e) => Some(format!("VFIO_IOMMU_UNMAP_DMA failed: {e}")),
+            Err(e) => Some(format!("{} failed: {e}", self.backend.unmap_call())),
         };
         match failure {
             None => {
@@ -361,11 +469,14 @@ impl DmaMapper for Container {
     }
 
     fn describe(&self) -> String {
-        format!(
-            "vfio container {} ({})",
-            self.fd.as_raw_fd(),
-            self.backend.name()
-        )
+        match self.backend {
+            Backend::Iommufd { ioas } => format!("iommufd {} (IOAS {ioas})", self.fd.as_raw_fd()),
+            b => format!("vfio container {} ({})", self.fd.as_raw_fd(), b.name()),
+        }
+    }
+
+    fn needs_physical_contiguity(&self) -> bool {
+        self.backend == Backend::NoIommu
     }
 }
 
@@ -398,7 +509,7 @@ mod tests {
     #[test]
     fn a_file_that_is_not_a_container_is_rejected() {
         let f = tempfile::NamedTempFile::new().unwrap();
-        let err = Container::open(f.path()).unwrap_err();
+        let err = Container::open(f.path(), Backend::probe).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -482,10 +593,10 @@ mod tests {
 
     #[test]
     fn map_errors_say_what_to_do() {
-        let msg = map_error(4096, 0x10_0000, Errno::ENOMEM).to_string();
+        let msg = map_error("VFIO_IOMMU_MAP_DMA", 4096, 0x10_0000, Errno::ENOMEM).to_string();
         assert!(msg.contains("ulimit -l"), "{msg}");
         assert!(msg.contains("0x100000"), "{msg}");
-        let msg = map_error(4096, 0x10_0000, Errno::ENOSPC).to_string();
+        let msg = map_error("VFIO_IOMMU_MAP_DMA", 4096, 0x10_0000, Errno::ENOSPC).to_string();
         assert!(msg.contains("dma_entry_limit"), "{msg}");
     }
 }

@@ -7,6 +7,11 @@
 //! container open. Field order makes the teardown order the one VFIO wants: device fd first, then
 //! the group and container handles; the container closes the groups, then itself, when the last
 //! device and the last DMA buffer are gone.
+//!
+//! Opening goes one of three ways, chosen in `select.rs`: through the IOMMU group (type1 and
+//! no-IOMMU, `VFIO_GROUP_GET_DEVICE_FD`) or through the device's own cdev bound to iommufd (no
+//! group fd at all). After that, config space, BARs, interrupts and reset go through the device
+//! fd alike.
 
 use std::any::Any;
 use std::ffi::CString;
@@ -29,6 +34,7 @@ use super::container::Container;
 use super::group::Group;
 use super::ioctl;
 use super::registry::{Claim, OPEN_DEVICES};
+use super::select::{self, DmaBackend, Host, VfioOptions};
 use crate::error::{Error, Result};
 use crate::platform::dma::DmaMapper;
 use crate::platform::irq::{Interrupt, InterruptSet};
@@ -82,7 +88,10 @@ struct Inner {
     flags: u32,
     num_regions: u32,
     config: RegionInfo,
-    group: Arc<Group>,
+    /// The IOMMU group's number (sysfs's, for every backend).
+    iommu_group: u32,
+    /// The open group (type1, no-IOMMU); `None` for a device opened through its cdev.
+    group: Option<Arc<Group>>,
     container: Arc<Container>,
     _claim: Claim,
 }
@@ -96,7 +105,8 @@ impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("VfioDevice")
             .field("addr", &self.inner.addr.to_string())
-            .field("group", &self.inner.group.number())
+            .field("group", &self.inner.iommu_group)
+            .field("backend", &self.inner.container.backend())
             .field("flags", &self.inner.flags)
             .field("num_regions", &self.inner.num_regions)
             .finish()
@@ -111,25 +121,50 @@ struct BarMapping {
 }
 
 impl Device {
-    /// Opens the device at `addr` (checking `/sys` first, see [`Sysfs::check_vfio_ready`]).
+    /// Opens the device at `addr` with the automatic backend (see [`Device::open_with`]).
     pub fn open(addr: PciAddress) -> Result<Device> {
-        Device::open_with_sysfs(addr, &Sysfs::default())
+        Device::open_with(addr, &VfioOptions::default())
     }
 
-    /// Opens the device at `addr`, reading sysfs from `sysfs.root`.
+    /// Opens the device at `addr` through the backend `options` choose (iommufd, type1 or
+    /// no-IOMMU; `select.rs`). sysfs and `/dev` are asked first, so that the error names what
+    /// to fix: the device missing or not bound to vfio-pci, then each backend's own reason.
+    pub fn open_with(addr: PciAddress, options: &VfioOptions) -> Result<Device> {
+        Device::open_on(addr, &Host::default(), options)
+    }
+
+    /// Opens the device at `addr`, reading sysfs from `sysfs.root` (automatic backend).
     pub fn open_with_sysfs(addr: PciAddress, sysfs: &Sysfs) -> Result<Device> {
+        let host = Host {
+            sysfs: sysfs.clone(),
+            ..Host::default()
+        };
+        Device::open_on(addr, &host, &VfioOptions::default())
+    }
+
+    fn open_on(addr: PciAddress, host: &Host, options: &VfioOptions) -> Result<Device> {
         let claim = OPEN_DEVICES.claim(addr)?;
-        let group_number = sysfs.check_vfio_ready(addr)?;
-        let container = Container::shared()?;
-        let group = container.group(group_number, addr, sysfs)?;
+        let assessment = select::assess(host, addr, options);
+        let backend = select::choose(assessment, options, Container::live_backend())?;
+        if backend == DmaBackend::NoIommu {
+            warn_noiommu(addr);
+        }
+        let container = Container::shared_for(backend, host)?;
+        let group_number = host.sysfs.iommu_group(addr)?;
         let vfio_err = |what, e: nix::errno::Errno| Error::Vfio {
             what,
             target: addr.to_string(),
             source: e.into(),
         };
-        let name = CString::new(addr.to_string()).expect("a PCI address has no NUL byte");
-        let fd = ioctl::group_get_device_fd(group.fd(), &name)
-            .map_err(|e| vfio_err("VFIO_GROUP_GET_DEVICE_FD", e))?;
+        let (fd, group) = if backend == DmaBackend::Iommufd {
+            (container.attach_cdev(addr, host)?, None)
+        } else {
+            let group = container.group(group_number, addr, &host.sysfs)?;
+            let name = CString::new(addr.to_string()).expect("a PCI address has no NUL byte");
+            let fd = ioctl::group_get_device_fd(group.fd(), &name)
+                .map_err(|e| vfio_err("VFIO_GROUP_GET_DEVICE_FD", e))?;
+            (fd, Some(group))
+        };
         let info =
             ioctl::device_get_info(fd.as_fd()).map_err(|e| vfio_err("VFIO_DEVICE_GET_INFO", e))?;
         if info.flags & VFIO_DEVICE_FLAGS_PCI == 0 {
@@ -143,6 +178,7 @@ impl Device {
         tracing::info!(
             %addr,
             group = group_number,
+            backend = %backend,
             regions = info.num_regions,
             irqs = info.num_irqs,
             reset = info.flags & VFIO_DEVICE_FLAGS_RESET != 0,
@@ -155,6 +191,7 @@ impl Device {
                 flags: info.flags,
                 num_regions: info.num_regions,
                 config,
+                iommu_group: group_number,
                 group,
                 container,
                 _claim: claim,
@@ -169,14 +206,20 @@ impl Device {
 
     /// The device's IOMMU group.
     pub fn iommu_group(&self) -> u32 {
-        self.inner.group.number()
+        self.inner.iommu_group
     }
 
     /// The file descriptor of the device's open group (`/dev/vfio/<group>`): devices of one
-    /// group opened in one process share it (VFIO allows a group to be opened once).
-    pub fn group_fd(&self) -> i32 {
+    /// group opened in one process share it (VFIO allows a group to be opened once). `None` for
+    /// a device opened through its cdev (iommufd), which has no group fd.
+    pub fn group_fd(&self) -> Option<i32> {
         use std::os::fd::AsRawFd;
-        self.inner.group.fd().as_raw_fd()
+        self.inner.group.as_ref().map(|g| g.fd().as_raw_fd())
+    }
+
+    /// The DMA backend the device was opened through.
+    pub fn backend(&self) -> DmaBackend {
+        self.inner.container.backend()
     }
 
     /// Number of regions VFIO exposes (BARs, ROM, config space, ...).
@@ -451,6 +494,16 @@ impl Device {
             device: self.inner.clone(),
         };
         Ok(InterruptSet::new(irqs, routing))
+    }
+}
+
+/// The one warning line of no-IOMMU mode (once per process): what the user gave up.
+fn warn_noiommu(addr: PciAddress) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            "VFIO no-IOMMU mode ({addr}, allowed by --allow-noiommu): no IOMMU isolates the device, it can read and write ALL memory of this machine, and DMA goes to physical addresses"
+        );
     }
 }
 

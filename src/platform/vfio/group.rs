@@ -47,11 +47,6 @@ impl Group {
         }
     }
 
-    /// The group number.
-    pub(super) fn number(&self) -> u32 {
-        self.number
-    }
-
     /// The group fd.
     pub(super) fn fd(&self) -> BorrowedFd<'_> {
         self.file

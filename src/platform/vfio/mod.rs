@@ -11,8 +11,9 @@
 //!
 //! Handles are `Arc`-linked downwards (device -> group -> container; BAR mappings and DMA memory
 //! hold the device or group), so they are torn down in the order the kernel needs whatever order
-//! the user drops them in. Only the type1 IOMMU backend exists today; it sits behind a small
-//! internal seam so an iommufd/cdev backend can be added later.
+//! the user drops them in. Three DMA backends sit behind that seam: the type1 container, iommufd
+//! with the device cdev, and VFIO's no-IOMMU mode; `select.rs` says which opens a device
+//! ([`assess`], [`choose`]) and why the others cannot.
 //!
 //! This module is, with `dma` and `mmio`, where the crate's `unsafe` lives (ioctls in `ioctl.rs`,
 //! the BAR mapping in `device.rs`).
@@ -22,10 +23,18 @@ mod container;
 mod device;
 mod group;
 mod ioctl;
+mod iommufd;
+mod noiommu;
 mod registry;
+mod select;
 
 pub use container::{iova_alignment, Container, CONTAINER_PATH, GROUP_DIR};
 pub use device::{
     command_with_bus_master, Device as VfioDevice, IrqCounts, RegionInfo, PCI_COMMAND,
     PCI_COMMAND_MASTER, PCI_COMMAND_MEMORY,
+};
+pub use iommufd::{CDEV_DIR, IOMMU_PATH};
+pub use select::{
+    assess, choose, Assessment, DmaBackend, GroupKind, Host, VfioOptions, ENV_ALLOW_NOIOMMU,
+    ENV_BACKEND,
 };

@@ -4,11 +4,11 @@
 //! commands (enqueue ring, pull, release, acquire). All run under the model's one lock.
 
 use std::sync::atomic::AtomicU32;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::state::{rx_fqid, tx_fqid, Hot, Portal, SocState, MIN_FRAME};
 use crate::devices::qm::layout::{
-    acquire, cena, dq, eq, hwa, pull, release, Fd, BUFS_PER_CMD, EQCR_SIZE, RCR_SIZE, VALID_BIT,
+    acquire, cena, dq, eq, hwa, pull, release, Fd, BUFS_PER_CMD, EQCR_SIZE, VALID_BIT,
 };
 use crate::platform::dma::{DmaView, SoftIommu};
 
@@ -266,24 +266,11 @@ pub fn pull(s: &mut SocState, iommu: &SoftIommu, mem: &[AtomicU32]) {
     }
 }
 
-/// RAR: allocates the next release slot, unless its last command is not done yet (then it
-/// answers without SUCCESS and the driver tries again later).
-pub fn rar(hot: &Hot) -> u32 {
-    let i = hot.slots.next.load(Relaxed);
-    let slot = i & (RCR_SIZE - 1);
-    if hot.slots.busy.fetch_or(1 << slot, AcqRel) & 1 << slot != 0 {
-        return 0;
-    }
-    hot.slots.next.store((i + 1) & (2 * RCR_SIZE - 1), Relaxed);
-    let vb = if i & RCR_SIZE == 0 { VALID_BIT } else { 0 };
-    crate::platform::regs::qbman::rar::SUCCESS.bit() | vb | slot
-}
-
 /// RCR_AM_RT(slot): the release command in that slot puts its buffers into their pool; the
 /// slot is free again.
 pub fn release_slot(s: &mut SocState, mem: &[AtomicU32], hot: &Hot, slot: u32) {
     release_cmd(s, mem, slot);
-    hot.slots.busy.fetch_and(!(1 << slot), Release);
+    hot.free_slot(slot);
 }
 
 fn release_cmd(s: &mut SocState, mem: &[AtomicU32], slot: u32) {

@@ -19,7 +19,10 @@
 //! - Portals (`engine.rs`): the enqueue ring (32 entries, valid bit flipping on every wrap,
 //!   EQCR_PI doorbell, EQCR_CI written back at CENA 0x1840), pull dequeue into a storage
 //!   array in the driver's memory (results written through the software IOMMU, the first word
-//!   last), release through RAR and RCR_AM_RT, acquire through CR/RR.
+//!   last), release through RAR and RCR_AM_RT, acquire through CR/RR. A portal's doorbells
+//!   and triggers are refused (counted, [`QmDevice::uninitialised_uses`]) until the writes
+//!   that Linux's and DPDK's `qbman_swp_init` make after CFG have been made: RT to EQCR_PI
+//!   and RCR_PI, SDQCR = 0 (`region.rs`, `before_ready`).
 //! - BMan pools: a free list per DPBP; a frame that finds its pool empty is dropped and
 //!   counted (page 2, no-buffer discards). Frame queues with tail drop (in frames).
 //! - Receive: a buffer from the pool, the 64-byte annotation (parse-result word with the L2
@@ -66,7 +69,13 @@ pub use crate::devices::worker::DeviceThread;
 use region::Kind;
 pub use region::QmRegion;
 pub use state::DpniCounters;
-use state::{Hot, SocState};
+/// The model-checking build's view of the doorbell words (tests/loom_qm.rs); not public
+/// otherwise.
+#[cfg(loom)]
+pub use state::Hot;
+#[cfg(not(loom))]
+use state::Hot;
+use state::SocState;
 
 use super::layout::cena;
 use super::mc::{McStatus, PORTAL_BYTES};
@@ -159,10 +168,7 @@ impl crate::devices::worker::Polled for Inner {
         // the same program) is in the pool when the frame arrives. Each word is read before
         // it is swapped, so that an idle portal's line is not written.
         for (p, h) in self.hot.iter().enumerate() {
-            if h.driver.rcr.load(Relaxed) == 0 {
-                continue;
-            }
-            let mut r = h.driver.rcr.swap(0, Acquire);
+            let mut r = h.take_releases();
             while r != 0 {
                 engine::release_slot(&mut s, &self.cena[p], h, r.trailing_zeros());
                 r &= r - 1;
@@ -411,6 +417,12 @@ impl QmDevice {
     /// The port is surprise-removed: every read returns all ones, writes are ignored.
     pub fn surprise_remove(&self) {
         self.soc.0.gone[self.d].store(true, Release);
+    }
+
+    /// Doorbells and triggers the model refused because their portal was not initialised
+    /// since its CFG write (EQCR_PI and RCR_PI to RT, SDQCR to 0).
+    pub fn uninitialised_uses(&self) -> u64 {
+        self.state().faults.uninitialised
     }
 
     /// Leaves software portal `p` "not clean": DQPI reads nonzero, as after a process that

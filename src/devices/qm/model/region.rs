@@ -40,6 +40,7 @@ const ISDR: usize = r::ISDR.offset();
 const IIR: usize = r::IIR.offset();
 const RCR_AM_RT: usize = r::RCR_AM_RT.at(0).offset();
 const RCR_AM_RT_END: usize = r::RCR_AM_RT.at(7).offset();
+const RCR_PI: usize = r::RCR_PI.offset();
 
 impl QmRegion {
     fn cinh_read(&self, p: usize, off: usize) -> u32 {
@@ -50,7 +51,7 @@ impl QmRegion {
                 ci | state::Portal::eqcr_vb(ci)
             }
             EQCR_CI => h.device.ci.load(Acquire),
-            RAR => engine::rar(h),
+            RAR => h.rar(),
             _ => {
                 let s = self.soc.lock();
                 let port = &s.portals[p];
@@ -76,14 +77,62 @@ impl QmRegion {
             VDQCR_RT if v & RT != 0 => h.driver.vdq.store(true, Release),
             CR_RT if v & RT != 0 => h.driver.cr.store(true, Release),
             RCR_AM_RT..=RCR_AM_RT_END if v & RT != 0 => {
-                h.driver.rcr.fetch_or(1 << ((off - RCR_AM_RT) / 4), Release);
+                h.ring_release(((off - RCR_AM_RT) / 4) as u32);
             }
             _ => return false,
         }
         true
     }
 
+    /// A write to a portal not initialised since its CFG write: an initialisation write is
+    /// noted, a doorbell or trigger refused (counted, nothing done); whether it was either
+    /// (anything else is written as usual).
+    ///
+    /// A memory-backed portal's initialisation (Linux and DPDK `qbman_swp_init`) writes RT to
+    /// EQCR_PI and RCR_PI after CFG, and SDQCR = 0. What QMan does with a portal used without
+    /// it is not documented publicly; the model refuses it, so that a driver that skips it
+    /// fails here and not on a card.
+    #[cold]
+    fn before_ready(&self, p: usize, off: usize, v: u32) -> bool {
+        let mut s = self.soc.lock();
+        let port = &mut s.portals[p];
+        let configured = port.cfg != 0;
+        let step = match off {
+            // Exactly RT (`QMAN_RT_MODE`): producer index 0 with valid bit 0, which no
+            // doorbell carries (the valid bit is set on the ring's first pass, whose index 0
+            // no doorbell names, and index 0 comes back only with it set again).
+            EQCR_PI if configured && v == RT => state::INIT_EQCR,
+            RCR_PI if configured && v == RT => state::INIT_RCR,
+            SDQCR if configured && v == 0 => {
+                port.sdqcr = 0;
+                state::INIT_SDQCR
+            }
+            EQCR_PI | RCR_PI | VDQCR_RT | CR_RT | RCR_AM_RT..=RCR_AM_RT_END => {
+                s.faults.uninitialised += 1;
+                if s.faults.uninitialised <= 4 {
+                    tracing::error!(
+                        portal = p,
+                        offset = off,
+                        value = v,
+                        "qm model: a doorbell on a portal not initialised since its CFG write \
+                         (EQCR_PI and RCR_PI to RT, SDQCR to 0): refused"
+                    );
+                }
+                return true;
+            }
+            _ => return false,
+        };
+        port.init |= step;
+        if port.init == state::INIT_ALL {
+            self.soc.hot[p].driver.ready.store(true, Release);
+        }
+        true
+    }
+
     fn cinh_write(&self, p: usize, off: usize, v: u32) {
+        if !self.soc.hot[p].driver.ready.load(Acquire) && self.before_ready(p, off, v) {
+            return;
+        }
         if self.soc.mode == Mode::Threaded && self.trigger(p, off, v) {
             return;
         }
@@ -104,8 +153,11 @@ impl QmRegion {
                 // Configuring a portal is taken as its DPIO being enabled after a reset: the
                 // management response and release slots start over (the enqueue ring's
                 // position stays; drivers read it from EQCR_PI).
+                // It must be initialised again before it is used (`before_ready`).
                 let port = &mut s.portals[p];
                 port.cfg = v;
+                port.init = 0;
+                h.driver.ready.store(false, Release);
                 port.rr_vb = VALID_BIT;
                 h.slots.next.store(0, Relaxed);
                 h.slots.busy.store(0, Relaxed);

@@ -3,10 +3,16 @@
 //! (see the module documentation of [`super`] for why).
 
 use std::collections::VecDeque;
+// The words a driver thread and the device thread hand work over with (`Hot`): loom's in the
+// model-checking build (`--cfg loom`, `hot_loom.rs`), the standard ones otherwise.
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+#[cfg(not(loom))]
 use std::sync::atomic::{AtomicBool, AtomicU32};
 
 use crate::device::MacAddr;
-use crate::devices::qm::layout::{Fd, EQCR_SIZE, VALID_BIT};
+use crate::devices::qm::layout::{Fd, EQCR_SIZE, RCR_SIZE, VALID_BIT};
 
 /// Receive FQID of DPNI `d` (our numbering; a real MC assigns them at creation).
 pub const fn rx_fqid(d: usize) -> u32 {
@@ -118,9 +124,52 @@ pub struct Dpbp {
 /// a portal does not pull a line from under a driver writing another word.
 #[derive(Debug, Default)]
 pub struct Hot {
+    /// Written by the driver.
     pub driver: DriverWords,
+    /// Written by the device.
     pub device: DeviceWords,
+    /// Taken by the driver, freed by the device.
     pub slots: SlotWords,
+}
+
+/// The release command ring's handover, lock-free between the driver's thread and the device
+/// thread (threaded mode): the driver takes a slot (RAR), writes its command and rings
+/// RCR_AM_RT(slot); the device thread takes the rung slots, reads their commands and frees
+/// them. A slot is reused only after the device freed it, so the device's reads of a command
+/// come before the driver's next writes of that slot (Release on the free, AcqRel on the take).
+impl Hot {
+    /// RAR: the next release slot, taken, as RAR reads it (SUCCESS, the slot's valid bit and
+    /// index); 0 when its last command is not done yet (the driver tries again later).
+    pub fn rar(&self) -> u32 {
+        let i = self.slots.next.load(Relaxed);
+        let slot = i & (RCR_SIZE - 1);
+        if self.slots.busy.fetch_or(1 << slot, AcqRel) & 1 << slot != 0 {
+            return 0;
+        }
+        self.slots.next.store((i + 1) & (2 * RCR_SIZE - 1), Relaxed);
+        let vb = if i & RCR_SIZE == 0 { VALID_BIT } else { 0 };
+        crate::platform::regs::qbman::rar::SUCCESS.bit() | vb | slot
+    }
+
+    /// RCR_AM_RT(slot) in threaded mode: the slot's command is noted for the device thread
+    /// (after the command's words: Release).
+    pub fn ring_release(&self, slot: u32) {
+        self.driver.rcr.fetch_or(1 << slot, Release);
+    }
+
+    /// The device thread takes the slots rung since its last look (a bit each), the commands'
+    /// words visible (Acquire); 0 without touching the word when none was.
+    pub fn take_releases(&self) -> u32 {
+        if self.driver.rcr.load(Relaxed) == 0 {
+            return 0;
+        }
+        self.driver.rcr.swap(0, Acquire)
+    }
+
+    /// The device is done with the slot's command: the driver may take the slot again.
+    pub fn free_slot(&self, slot: u32) {
+        self.slots.busy.fetch_and(!(1 << slot), Release);
+    }
 }
 
 /// Written by the driver, read by the device.
@@ -135,6 +184,9 @@ pub struct DriverWords {
     pub cr: AtomicBool,
     /// Release slots whose command is waiting (threaded mode).
     pub rcr: AtomicU32,
+    /// The portal was initialised since its last CFG write ([`Portal::init`] complete): until
+    /// then its doorbells are refused.
+    pub ready: AtomicBool,
 }
 
 /// Written by the device, read by the driver.
@@ -168,7 +220,19 @@ pub struct Portal {
     pub iir: u32,
     pub isr: u32,
     pub dqpi: u32,
+    /// The initialisation writes seen since the last CFG write ([`INIT_EQCR`], [`INIT_RCR`],
+    /// [`INIT_SDQCR`]).
+    pub init: u32,
 }
+
+/// EQCR_PI was written with RT (the enqueue ring is read-triggered).
+pub const INIT_EQCR: u32 = 1;
+/// RCR_PI was written with RT (the release ring is read-triggered).
+pub const INIT_RCR: u32 = 2;
+/// SDQCR was written 0 (no static dequeue).
+pub const INIT_SDQCR: u32 = 4;
+/// Every initialisation write of a memory-backed portal (Linux and DPDK `qbman_swp_init`).
+pub const INIT_ALL: u32 = INIT_EQCR | INIT_RCR | INIT_SDQCR;
 
 impl Default for Portal {
     fn default() -> Portal {
@@ -181,6 +245,7 @@ impl Default for Portal {
             iir: 0,
             isr: 0,
             dqpi: 0,
+            init: 0,
         }
     }
 }
@@ -233,6 +298,8 @@ pub struct Faults {
     /// Release or enqueue commands the model could not act on (bad count, unknown pool or
     /// FQ, disabled pool).
     pub bad_commands: u64,
+    /// Doorbells and triggers of a portal not initialised since its CFG write (refused).
+    pub uninitialised: u64,
 }
 
 impl SocState {
