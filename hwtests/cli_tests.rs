@@ -24,7 +24,7 @@ const ONE_SHOT: Duration = Duration::from_secs(45);
 /// How long `respond`/`capture` may take to stop after Ctrl-C (closing the port included).
 const STOP_LIMIT: Duration = Duration::from_secs(15);
 
-fn cli() -> Option<String> {
+pub(super) fn cli() -> Option<String> {
     if let Ok(p) = std::env::var("VFIO_NIC_CLI") {
         return Some(p);
     }
@@ -67,7 +67,7 @@ const OPEN_LIMIT: Duration = Duration::from_secs(30);
 /// Waits until a command started in the background is serving: the tool prints its first
 /// status line (`--stats-period 0.5`) only once the port is open and its loop runs, so traffic
 /// sent after that line cannot be missed (a fixed sleep was too short on a loaded machine).
-fn wait_serving(child: &mut Bounded, what: &str) -> Result<(), String> {
+pub(super) fn wait_serving(child: &mut Bounded, what: &str) -> Result<(), String> {
     step(format!(
         "waiting for {what} to open the port and print its first status line"
     ));
@@ -80,7 +80,7 @@ fn wait_serving(child: &mut Bounded, what: &str) -> Result<(), String> {
 
 /// Ctrl-C, as a user would: the tool stops, prints its summary and closes the port. Bounded:
 /// a tool that does not stop within [`STOP_LIMIT`] is killed and reported.
-fn interrupt(child: Bounded, what: &str) -> Result<Finished, String> {
+pub(super) fn interrupt(child: Bounded, what: &str) -> Result<Finished, String> {
     step(format!("stopping {what} with SIGINT"));
     child.signal(Signal::SIGINT);
     child

@@ -15,11 +15,22 @@
 //! - `VFIO_NIC_VFIO_BACKEND=type1|iommufd|noiommu` (default: automatic) and
 //!   `VFIO_NIC_ALLOW_NOIOMMU=1`: how every port is opened (`backend_tests.rs`); the `vfio-nic`
 //!   tool the CLI tests run reads the same two variables.
+//! - `VFIO_NIC_FAULT_INJECT=/path/to/command`: the fault injector the fault tests ask for a
+//!   pulled cable, a hot unplug or a PCIe error (`fault.rs` says what it takes); without it
+//!   they are skipped, saying so.
+//! - `VFIO_NIC_SECOND_PAIR=0000:02:00.0,0000:04:00.0`: a second pair of ports wired to each
+//!   other, for the fault tests that need two wires (a hot unplug on one, traffic on the other).
+//! - `VFIO_NIC_HWTESTS_GROUP=device|faults|all`: which tests (default all): the device tests,
+//!   or the fault tests (`link_flap_*`, `hot_unplug_*`, `aer_*`, `unprivileged_*`, `soak_*`),
+//!   which change the machine (cables, slots, device ownership) and run last.
+//! - `VFIO_NIC_SOAK_SECS=600`: how long the soak runs (default 60).
 //!
 //! Files: `proc.rs` (child processes with deadlines), `drv.rs` (helpers for driver-level tests),
 //! `traffic.rs` (link, counters, 10,000-frame transfer, loopback, drop and reopen),
 //! `vlan_tests.rs` (VLAN modes, filter, TPID), `peer.rs` (ARP/ICMP responder for the kernel peer),
 //! `jumbo_tests.rs` (jumbo frames as chains, against Linux's igb and between our two ports),
+//! `fault.rs` (the fault injector and the fault tests' helpers), `fault_tests.rs` (link loss,
+//! hot unplug, PCIe errors), `unpriv_tests.rs` (the tool without root), `soak.rs` (the soak),
 //! `offload_tests.rs` (checksum offloads and TSO against Linux's igb and stack), `linux_peer.rs`
 //! (the Linux side of those tests: interface set-up, counters, sockets), `ip_port.rs` (our side:
 //! the port speaking IPv4 and the TCP connection), `tcp.rs` (the minimal TCP client's frames and
@@ -45,6 +56,8 @@
 mod backend_tests;
 mod cli_tests;
 mod drv;
+mod fault;
+mod fault_tests;
 mod ip_port;
 mod irq_tests;
 mod jumbo_tests;
@@ -52,8 +65,10 @@ mod linux_peer;
 mod offload_tests;
 mod peer;
 mod proc;
+mod soak;
 mod tcp;
 mod traffic;
+mod unpriv_tests;
 mod vlan_tests;
 
 use vfio_nic::app::selftest::regtest;
@@ -82,6 +97,8 @@ struct Ctx {
     peer_if: Option<String>,
     /// That netdev's MAC (`VFIO_NIC_PEER_MAC`), when known.
     peer_mac: Option<MacAddr>,
+    /// A second pair of ports wired to each other (`VFIO_NIC_SECOND_PAIR`).
+    second_pair: Option<(PciAddress, PciAddress)>,
 }
 
 enum Outcome {
@@ -100,11 +117,56 @@ struct Test {
     name: &'static str,
     run: TestFn,
     limit_s: u64,
+    /// Seconds added to the limit, from the environment (the soak's length).
+    extra_s: fn() -> u64,
 }
 
 const fn test(name: &'static str, run: TestFn, limit_s: u64) -> Test {
-    Test { name, run, limit_s }
+    Test {
+        name,
+        run,
+        limit_s,
+        extra_s: || 0,
+    }
 }
+
+/// The fault tests (link loss, hot unplug, PCIe errors, no root, the soak): they need a fault
+/// injector (or skip) and change the machine as they go, so they run after the device tests,
+/// the unplug last (it takes a port away and puts it back).
+const FAULT_TESTS: &[Test] = &[
+    test(
+        "unprivileged_tool_runs",
+        unpriv_tests::unprivileged_tool_runs,
+        90,
+    ),
+    test(
+        "unprivileged_memlock_limit_named",
+        unpriv_tests::unprivileged_memlock_limit_named,
+        90,
+    ),
+    test(
+        "unprivileged_without_huge_pages",
+        unpriv_tests::unprivileged_without_huge_pages,
+        60,
+    ),
+    test("link_flap_driver", fault_tests::link_flap_driver, 90),
+    test("link_flap_fwd", fault_tests::link_flap_fwd, 120),
+    test("link_flap_respond", fault_tests::link_flap_respond, 120),
+    test("aer_correctable_reported", fault_tests::aer_correctable, 60),
+    test(
+        "aer_uncorrectable_recovers",
+        fault_tests::aer_uncorrectable,
+        90,
+    ),
+    Test {
+        name: "soak_mixed_traffic",
+        run: soak::soak_mixed_traffic,
+        limit_s: 120,
+        extra_s: soak::seconds,
+    },
+    test("hot_unplug_driver", fault_tests::hot_unplug_driver, 120),
+    test("hot_unplug_fwd", fault_tests::hot_unplug_fwd, 120),
+];
 
 /// Every test, in the order it runs.
 const TESTS: &[Test] = &[
@@ -215,12 +277,25 @@ fn runner_check_after(_: &Ctx) -> Outcome {
     Outcome::Pass("ran after the hung test".into())
 }
 
-/// The tests this run chooses from: the suite, or the runner's own checks.
-fn tests() -> &'static [Test] {
-    if std::env::var("VFIO_NIC_HWTESTS_RUNNER_CHECK").as_deref() == Ok("1") {
-        RUNNER_CHECK
-    } else {
-        TESTS
+/// Whether this run checks the runner itself (`VFIO_NIC_HWTESTS_RUNNER_CHECK=1`).
+fn runner_check() -> bool {
+    std::env::var("VFIO_NIC_HWTESTS_RUNNER_CHECK").as_deref() == Ok("1")
+}
+
+/// The tests this run chooses from: the runner's own checks, or the suite's group
+/// (`VFIO_NIC_HWTESTS_GROUP`: `device`, `faults`, or `all`, the default).
+fn tests() -> Result<Vec<&'static Test>, String> {
+    if runner_check() {
+        return Ok(RUNNER_CHECK.iter().collect());
+    }
+    let group = std::env::var("VFIO_NIC_HWTESTS_GROUP").unwrap_or_default();
+    match group.as_str() {
+        "device" => Ok(TESTS.iter().collect()),
+        "faults" => Ok(FAULT_TESTS.iter().collect()),
+        "" | "all" => Ok(TESTS.iter().chain(FAULT_TESTS).collect()),
+        g => Err(format!(
+            "VFIO_NIC_HWTESTS_GROUP={g}: use device, faults or all"
+        )),
     }
 }
 
@@ -252,7 +327,7 @@ fn main() -> ExitCode {
     }
     let list = match std::env::var("VFIO_NIC_PORTS") {
         Ok(l) => l,
-        Err(_) if std::ptr::eq(tests(), RUNNER_CHECK) => "0000:00:00.0".to_string(),
+        Err(_) if runner_check() => "0000:00:00.0".to_string(),
         Err(_) => {
             println!(
             "vfio-nic-hwtests: set VFIO_NIC_PORTS=0000:01:00.0[,0000:02:00.0] (ports bound to vfio-pci; two ports must be wired to each other) to run the on-device suite; nothing was run"
@@ -282,14 +357,22 @@ fn main() -> ExitCode {
     };
     let suite_start = Instant::now();
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-    for t in tests() {
+    let tests = match tests() {
+        Ok(t) => t,
+        Err(e) => {
+            println!("vfio-nic-hwtests: {e}");
+            println!("0 passed, 1 failed");
+            return ExitCode::FAILURE;
+        }
+    };
+    for t in tests {
         if filter.as_deref().is_some_and(|f| !t.name.contains(f)) {
             continue;
         }
         let t0 = Instant::now();
         // The suite's budget (the QEMU guest's time) caps each test's own limit, so that the
         // suite always ends with a result line, even after a test that used its whole limit.
-        let mut limit = Duration::from_secs(t.limit_s);
+        let mut limit = Duration::from_secs(t.limit_s + (t.extra_s)());
         if let Some(b) = budget {
             let left = b.saturating_sub(suite_start.elapsed());
             if left < Duration::from_secs(5) {
@@ -342,7 +425,11 @@ fn run_one(ctx: &Ctx, name: &str) -> ExitCode {
             "setsid failed ({e}): processes this test starts may outlive a time-out"
         ));
     }
-    let Some(t) = tests().iter().find(|t| t.name == name) else {
+    let Some(t) = tests()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|t| t.name == name)
+    else {
         println!("{OUTCOME}fail no test named {name}");
         return ExitCode::FAILURE;
     };
@@ -532,12 +619,30 @@ fn context(list: &str) -> Result<Ctx, String> {
         ),
         _ => None,
     };
+    let second_pair = match std::env::var("VFIO_NIC_SECOND_PAIR") {
+        Ok(s) if !s.is_empty() => {
+            let v: Vec<PciAddress> = s
+                .split(',')
+                .map(|a| {
+                    a.trim()
+                        .parse()
+                        .map_err(|e| format!("VFIO_NIC_SECOND_PAIR: {e}"))
+                })
+                .collect::<Result<_, _>>()?;
+            match v[..] {
+                [a, b] => Some((a, b)),
+                _ => return Err(format!("VFIO_NIC_SECOND_PAIR={s}: give two ports, A,B")),
+            }
+        }
+        _ => None,
+    };
     Ok(Ctx {
         ports,
         expect_macs,
         other_driver_port,
         peer_if,
         peer_mac,
+        second_pair,
     })
 }
 

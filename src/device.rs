@@ -16,12 +16,14 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 // The burst errors live with the crate's other errors (which wrap them), below this module;
 // they are part of the device contract, so they are named here too.
 use crate::error::{Error, Result};
 pub use crate::error::{QueueError, Violation};
+use crate::health::Health;
 use crate::platform::dma::{Packet, Pool};
 use crate::platform::irq::Interrupt;
 
@@ -237,6 +239,13 @@ pub trait Port: Send {
     /// Hands out the queues; the second call returns an error. The queues may outlive the
     /// port handle; each stops its own DMA when dropped.
     fn take_queues(&mut self) -> Result<QueueSet<Self::Rx, Self::Tx>>;
+
+    /// What the driver has seen happen to the device: link changes with the time each was
+    /// seen, a removal (hot unplug), PCIe errors and recoveries ([`Health`]). `None` for a
+    /// port whose driver does not watch its device.
+    fn health(&self) -> Option<Arc<Health>> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -130,6 +130,22 @@ pub enum Error {
     #[error("{device}: device is not answering (register reads return 0xffffffff); it was removed or reset behind our back; reopen it")]
     DeviceGone { device: String },
 
+    /// The kernel asked for the device back (hot unplug: VFIO's device request); its DMA is
+    /// stopped.
+    #[error("{device}: the device is being removed (hot unplug): its DMA is stopped; drop the port and its queues so that the kernel can finish the removal")]
+    DeviceRemoved { device: String },
+
+    /// Pinning DMA memory would pass the process's locked-memory limit (VFIO charges every
+    /// mapped page to RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK).
+    #[error("cannot map {bytes} bytes of DMA memory for the device: VFIO pins it and charges it to the locked-memory limit, which is {limit} bytes ({locked} already locked by this process); raise the limit to at least {needed} bytes ({needed_kib} KiB): `ulimit -l {needed_kib}` in the shell that starts the program, `LimitMEMLOCK={needed}` in its systemd unit, or a `memlock` line in /etc/security/limits.conf; root (CAP_IPC_LOCK) has no such limit")]
+    MemlockLimit {
+        bytes: u64,
+        limit: u64,
+        locked: u64,
+        needed: u64,
+        needed_kib: u64,
+    },
+
     /// A device with an id this crate does not drive.
     #[error("{addr}: PCI id {vendor:04x}:{device:04x} is not supported by vfio-nic; supported: {supported}")]
     UnsupportedDevice {
@@ -270,6 +286,10 @@ pub enum QueueError {
     /// The device stopped answering (all-ones register reads).
     #[error("device is not answering (register reads return 0xffffffff); reopen the port")]
     DeviceGone,
+    /// The kernel asked for the device back (hot unplug, VFIO's device request): the driver
+    /// stopped its DMA. Drop the queue and its port so that the removal can complete.
+    #[error("device removed (hot unplug): its DMA is stopped; drop this queue and its port so that the kernel can finish the removal")]
+    DeviceRemoved,
     /// The device broke the queue's protocol (what it did is the payload). Nothing was
     /// handed out twice; the queue refuses further bursts, and the log says what was seen.
     #[error("device broke the queue protocol ({0}); nothing was handed out twice; the queue is stopped: reopen the port (the open resets the device)")]

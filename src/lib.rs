@@ -5,7 +5,7 @@
 //! | layer | where | what |
 //! |---|---|---|
 //! | platform | [`platform`] | VFIO, PCI config space, the [`Bus`](platform::bus::Bus) a driver talks to, MMIO, DMA memory and the packet pool, register maps |
-//! | device contract | [`device`], [`error`] | what every port offers whatever drives it ([`Port`](device::Port), [`RxQueue`](device::RxQueue), [`TxQueue`](device::TxQueue)) |
+//! | device contract | [`device`], [`error`], [`health`] | what every port offers whatever drives it ([`Port`](device::Port), [`RxQueue`](device::RxQueue), [`TxQueue`](device::TxQueue)), and what it saw happen to its device (link changes, removal, PCIe errors) |
 //! | VLAN | [`vlan`] | tag values, frame functions, the modes and their switches, the [`VlanHardware`](vlan::VlanHardware) trait drivers implement; it knows no driver |
 //! | devices | [`devices`] | the drivers (Intel rings and port shell, 82576, 82599, null, the software 82599) and opening a port by name |
 //! | applications | [`app`] | wire views, responder, capture, forwarding loop, self-test |
@@ -39,6 +39,7 @@ pub mod app;
 pub mod device;
 pub mod devices;
 pub mod error;
+pub mod health;
 pub mod platform;
 pub(crate) mod sealed;
 pub mod vlan;

@@ -93,6 +93,53 @@ fn fwd_with_duration_summarises_in_json() {
 }
 
 #[test]
+fn fwd_pairs_ports_as_the_topology_says() {
+    // Looped: each port's frames back out of itself, one direction per port.
+    let v = json(&[
+        "fwd",
+        "--topology",
+        "loop",
+        "null:0",
+        "null:1",
+        "null:2",
+        "--duration",
+        "0.2",
+    ]);
+    let names: Vec<&str> = v["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["null:0 -> null:0", "null:1 -> null:1", "null:2 -> null:2"]
+    );
+    assert!(v["channels"][2]["packets"].as_u64().unwrap() > 0);
+    assert_eq!(v["ended"], serde_json::json!([]));
+    // Paired: 0 and 1 cross, 2 and 3 cross.
+    let v = json(&[
+        "fwd",
+        "null:0",
+        "null:1",
+        "null:2",
+        "null:3",
+        "--duration",
+        "0.2",
+    ]);
+    assert_eq!(v["channels"][3]["name"], "null:3 -> null:2");
+    // An odd number of ports cannot pair up.
+    fails_in_one_line(
+        &["fwd", "null:0", "null:1", "null:2", "--duration", "0.1"],
+        "--topology loop",
+    );
+    fails_in_one_line(
+        &["fwd", "--topology", "ring", "null:0", "--duration", "0.1"],
+        "use paired",
+    );
+}
+
+#[test]
 fn gen_sends_count_frames() {
     let v = json(&[
         "gen", "sim:0", "--count", "100", "--size", "128", "--vlan", "7:3",

@@ -2,7 +2,7 @@
 //! `text` block in README.md is run, and its output compared with the lines under it.
 //!
 //! What depends on the machine is not compared as written: in a line that reports a rate or a
-//! time (Mpps, ns per packet, ms) every number is masked, the forwarder's once-a-second status
+//! time (Mpps, ns per packet, ms, a UTC clock time) every number is masked, the forwarder's once-a-second status
 //! lines are left out (how many there are depends on the run), and a README line `...`
 //! stands for the lines it abbreviates. Everything else must be equal: counts, MACs, the
 //! VLAN configuration, the pool's line, the self-test's verdicts and reasons, the errors. A
@@ -52,7 +52,7 @@ fn samples() -> Vec<Sample> {
 
 /// Whether a line reports a rate or a time, whose numbers depend on the machine.
 fn is_timed(line: &str) -> bool {
-    ["Mpps", "ns per packet", " ms)", " ms ("]
+    ["Mpps", "ns per packet", " ms)", " ms (", " UTC"]
         .iter()
         .any(|w| line.contains(w))
 }

@@ -19,6 +19,7 @@
 #   HWT_HUGEPAGES     2 MiB huge pages to reserve (default 48)
 #   HWT_EXPECT_CDEV   1 = each vfio port must have its VFIO cdev (/dev/vfio/devices/vfioN)
 #   HWT_EXTRA_ENV_NAMES  names of the variables given with --env (only shown on the console)
+#   HWT_FAULT_TTY     the serial port to the host's fault agent (layout faults): put in raw mode
 #   exported VFIO_NIC_* variables for the suite, and `set -- ...` with the suite's arguments.
 #
 # Host-parsed markers (keep in sync with hwtests/qemu/run):
@@ -26,6 +27,7 @@
 #   @@HWT suite-begin / @@HWT suite-exit <status>
 #   @@HWT suite-killed                the suite ran past HWT_SUITE_KILL and was killed
 #   @@HWT dmar-begin / <fault lines> / @@HWT dmar-faults <count>
+#   @@HWT unplug-stuck <count>        removals whose device was not let go of in time
 #   @@HWT done
 
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
@@ -46,6 +48,12 @@ echo "${HWT_HUGEPAGES:-48}" > /proc/sys/vm/nr_hugepages 2>/dev/null || true
 # Keep the kernel's own console output (e.g. DMAR faults, printed at KERN_ERR) from
 # interleaving with the suite's lines; they are collected from dmesg at the end instead.
 [ "${HWT_VERBOSE:-0}" = 1 ] || dmesg -n 1
+
+# The fault channel (layout faults): bytes as they come, no echo, so that a request line goes
+# out and an answer line comes back unchanged (hwtests/qemu/fault-request).
+if [ -n "${HWT_FAULT_TTY:-}" ]; then
+    stty -F "$HWT_FAULT_TTY" raw -echo 115200 || setup_failed "cannot put $HWT_FAULT_TTY (the fault channel to the host) in raw mode"
+fi
 
 finish() {
     echo "@@HWT done"
@@ -167,6 +175,14 @@ dmesg > /tmp/dmesg.txt
 grep -E 'DMAR.*([Ff]ault|PTE (Read|Write) access|INTR-REMAP)|dmar_fault|DMAR-IR:.*[Ff]ault|arm-smmu-v3.*(event 0x[0-9a-f]+ received|EVTQ overflow|global error)' /tmp/dmesg.txt > /tmp/faults.txt
 cat /tmp/faults.txt
 echo "@@HWT dmar-faults $(wc -l < /tmp/faults.txt)"
+
+# 5. Hot unplug. vfio-pci relays the kernel's removal request to the device's user every 10 s
+# until the user lets go, printing "(#0)", then "(#10)" after 100 s, and so on
+# (vfio_pci_core_request), or warns once that nobody can be asked ("No device request channel
+# registered, blocked until released by user"). A driver that releases the device in time leaves
+# the first line only.
+grep -E 'Relaying device request to user|No device request channel registered' /tmp/dmesg.txt
+echo "@@HWT unplug-stuck $(grep -cE 'Relaying device request to user \(#[1-9]|No device request channel registered' /tmp/dmesg.txt)"
 
 # Other kernel errors/warnings (level <= 4) are worth seeing when something goes wrong; they do
 # not fail the run by themselves.

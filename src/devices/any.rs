@@ -8,6 +8,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use crate::device::{
     LinkStatus, Port, PortInfo, PortStats, QueueError, QueueSet, QueueStats, RxQueue, TxQueue,
@@ -24,6 +25,7 @@ use crate::devices::sim::{SimConfig, SimPort};
 use crate::devices::virtio::model::VirtioModel;
 use crate::devices::virtio::{VirtioConfig, VirtioPort, VirtioRx, VirtioTx};
 use crate::error::{Error, Result};
+use crate::health::Health;
 use crate::platform::bus::PciBus;
 use crate::platform::dma::{Packet, Pool};
 use crate::platform::irq::Interrupt;
@@ -364,6 +366,16 @@ impl Port for AnyPort {
             }
         }
     }
+
+    fn health(&self) -> Option<Arc<Health>> {
+        match self {
+            AnyPort::Igb(p) => p.health(),
+            AnyPort::Ixgbe(p) => p.health(),
+            AnyPort::IxgbeSim(p) => p.health(),
+            // The other drivers do not watch their devices.
+            _ => None,
+        }
+    }
 }
 
 impl RxQueue for AnyRx {
@@ -476,6 +488,45 @@ impl AnyRx {
             AnyRx::AfPacket(_) => "an af_packet port",
             AnyRx::Qm(_) => "a qm port",
             AnyRx::Virtio(_) | AnyRx::VirtioModel(_) => "a virtio-net port",
+        }
+    }
+}
+
+/// Why a queue of this kind cannot be restarted by itself.
+const NO_RESTART: &str = "only the Intel drivers restart one queue on its own ring; stop the traffic and reopen the port instead";
+
+impl AnyRx {
+    /// Stops the queue and starts it again on the same ring (the Intel drivers:
+    /// [`IntelRx::restart`](crate::devices::intel::rxq::IntelRx::restart)); frames finished
+    /// but not received yet are dropped and counted. Others refuse, saying why.
+    pub fn restart(&mut self) -> Result<()> {
+        match self {
+            AnyRx::Igb(q) => q.restart(),
+            AnyRx::Ixgbe(q) => q.restart(),
+            AnyRx::IxgbeSim(q) => q.restart(),
+            _ => Err(Error::NotSupported {
+                device: self.kind().into(),
+                what: "restarting a receive queue".into(),
+                why: NO_RESTART.into(),
+            }),
+        }
+    }
+}
+
+impl AnyTx {
+    /// Stops the queue and starts it again on the same ring (the Intel drivers:
+    /// [`IntelTx::restart`](crate::devices::intel::IntelTx::restart)); packets queued but not
+    /// sent are dropped and counted. Others refuse, saying why.
+    pub fn restart(&mut self) -> Result<()> {
+        match self {
+            AnyTx::Igb(q) => q.restart(),
+            AnyTx::Ixgbe(q) => q.restart(),
+            AnyTx::IxgbeSim(q) => q.restart(),
+            _ => Err(Error::NotSupported {
+                device: "this transmit queue".into(),
+                what: "restarting a transmit queue".into(),
+                why: NO_RESTART.into(),
+            }),
         }
     }
 }

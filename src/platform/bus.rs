@@ -12,7 +12,7 @@ use crate::platform::dma::DmaMapper;
 use crate::platform::irq::InterruptSet;
 use crate::platform::mmio::{Mmio, MmioRegion};
 use crate::platform::pci::PciAddress;
-use crate::platform::vfio::VfioDevice;
+use crate::platform::vfio::{DeviceEvents, VfioDevice};
 
 /// A device's register window, DMA mapper and PCI controls.
 pub trait Bus: Send + Sync + 'static {
@@ -38,6 +38,12 @@ pub trait Bus: Send + Sync + 'static {
             what: format!("interrupt mode ({vectors} vectors)"),
             why: "this device delivers no interrupts; poll instead (leave interrupts off)".into(),
         })
+    }
+    /// The device's fault notifications (hot unplug requests, PCIe errors), its AER registers
+    /// and its function reset, for a driver that handles them; `None` for a bus without them
+    /// (the in-memory devices).
+    fn device_events(&self) -> Option<Result<DeviceEvents>> {
+        None
     }
 }
 
@@ -103,5 +109,9 @@ impl Bus for PciBus {
 
     fn enable_interrupts(&self, vectors: u16) -> Result<InterruptSet> {
         self.dev.enable_msix(vectors)
+    }
+
+    fn device_events(&self) -> Option<Result<DeviceEvents>> {
+        Some(self.dev.events())
     }
 }

@@ -11,7 +11,8 @@
 //! - [`packet`]: Linux packet sockets with TPACKET_V2 rings (the af_packet backend's kernel
 //!   interface);
 //! - [`regs`]: register maps generated from `regs/*.toml`;
-//! - [`checksum`]: the Internet checksum, for device models and frame builders alike.
+//! - [`checksum`]: the Internet checksum, for device models and frame builders alike;
+//! - [`memlock`]: the locked-memory limit VFIO's DMA mappings count against.
 //!
 //! `unsafe` is allowed in exactly five modules, here, and refused by the compiler everywhere
 //! else in the crate (`#![deny(unsafe_code)]` at the crate root; `tests/unsafe_surface.rs`
@@ -26,6 +27,7 @@ pub mod checksum;
 #[allow(unsafe_code)]
 pub mod dma;
 pub mod irq;
+pub mod memlock;
 #[allow(unsafe_code)]
 pub mod mmio;
 #[allow(unsafe_code)]

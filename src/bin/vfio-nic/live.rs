@@ -6,12 +6,17 @@
 //! the command's own loop), and the command's main loop calls [`Live::tick`], which prints one
 //! status line per `--stats-period` and says when `--duration` or Ctrl-C ends the run. Several
 //! channels may share a name (one per queue); they are added up for display.
+//!
+//! A command also hands over its ports' [`Health`] ([`Live::watch_links`]): a port whose link
+//! is down, or changed since the run started, gets its state and the time it was seen on every
+//! status line, and the summary lists what happened to it (link changes, PCIe errors, removal).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
+use vfio_nic::health::{clock, Health};
 
 use crate::common::RunOpts;
 
@@ -63,6 +68,8 @@ pub struct Live {
     bytes: bool,
     /// Standard output failed (its reader went away): the loops stop, `finish` returns it.
     out_failed: Option<vfio_nic::Error>,
+    /// The ports whose link and faults the lines and the summary report.
+    links: Vec<(String, Arc<Health>)>,
 }
 
 impl Live {
@@ -82,7 +89,32 @@ impl Live {
             stop,
             bytes: true,
             out_failed: None,
+            links: Vec::new(),
         }
+    }
+
+    /// Reports these ports' link state (when down or changed) on the status lines and what
+    /// happened to them in the summary; ports whose driver watches nothing are left out.
+    pub fn watch_links(&mut self, ports: impl IntoIterator<Item = (String, Option<Arc<Health>>)>) {
+        self.links
+            .extend(ports.into_iter().filter_map(|(n, h)| Some((n, h?))));
+    }
+
+    /// The link part of a status line: each watched port whose link is down or has changed.
+    fn link_parts(&self) -> Vec<String> {
+        self.links
+            .iter()
+            .filter_map(|(name, h)| {
+                let l = h.link();
+                (h.is_removed() || !l.status.up || l.changes > 0).then(|| {
+                    if h.is_removed() {
+                        format!("{name} removed")
+                    } else {
+                        format!("{name} link {l}")
+                    }
+                })
+            })
+            .collect()
     }
 
     /// The channels count packets only: bytes are left out of the summary.
@@ -153,7 +185,7 @@ impl Live {
         }
         let dt = now.duration_since(self.last.0).as_secs_f64();
         let totals = self.totals();
-        let parts: Vec<String> = totals
+        let mut parts: Vec<String> = totals
             .iter()
             .zip(&self.last.1)
             .map(|(t, &before)| {
@@ -167,6 +199,7 @@ impl Live {
                 )
             })
             .collect();
+        parts.extend(self.link_parts());
         // Passed straight to the call: `format_args!` borrows its arguments' temporaries,
         // which Rust before 1.89 drops at the end of a `let` (E0716 on the MSRV, 1.85).
         if let Err(e) = crate::write_line(format_args!(
@@ -204,6 +237,9 @@ impl Live {
                     })
                     .collect(),
             );
+            if !self.links.is_empty() {
+                obj.insert("links".into(), self.links_json());
+            }
             obj.extend(extra);
             outln!("{}", Value::Object(obj));
             return Ok(());
@@ -223,10 +259,36 @@ impl Live {
                 t.packets as f64 / secs / 1e6
             );
         }
+        for (name, h) in &self.links {
+            let events = h.events();
+            if !events.is_empty() {
+                let list: Vec<String> = events.iter().map(|e| e.to_string()).collect();
+                outln!("{name}: {}", list.join("; "));
+            }
+        }
         for line in text {
             outln!("{line}");
         }
         Ok(())
+    }
+
+    /// The watched ports' link and events, as JSON.
+    fn links_json(&self) -> Value {
+        self.links
+            .iter()
+            .map(|(name, h)| {
+                let l = h.link();
+                json!({
+                    "port": name,
+                    "up": l.status.up,
+                    "speed_mbps": l.status.speed_mbps,
+                    "since": clock(l.since),
+                    "changes": l.changes,
+                    "removed": h.is_removed(),
+                    "events": h.events().iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+                })
+            })
+            .collect()
     }
 }
 
@@ -238,4 +300,43 @@ fn unique(names: &[String]) -> Vec<&str> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vfio_nic::device::LinkStatus;
+
+    #[test]
+    fn a_port_whose_link_changed_shows_on_the_status_line() {
+        let run = RunOpts {
+            duration: None,
+            stats_period: 1.0,
+        };
+        let mut live = Live::new(vec!["p tx".into()], &run, false, Arc::default());
+        let up = LinkStatus {
+            up: true,
+            speed_mbps: 1000,
+            full_duplex: true,
+        };
+        let h = Arc::new(Health::new("p", up));
+        live.watch_links([("p".into(), Some(h.clone())), ("q".into(), None)]);
+        assert!(
+            live.link_parts().is_empty(),
+            "an untouched link is not shown"
+        );
+        h.observe_link(LinkStatus::default());
+        let parts = live.link_parts();
+        assert_eq!(parts.len(), 1);
+        assert!(
+            parts[0].starts_with("p link down since ")
+                && parts[0].ends_with("(1 change(s) since open)"),
+            "{parts:?}"
+        );
+        h.observe_link(up);
+        assert!(live.link_parts()[0].starts_with("p link up, 1000 Mb/s, full duplex since "));
+        h.mark_removed();
+        assert_eq!(live.link_parts(), ["p removed"]);
+        assert_eq!(live.links_json()[0]["changes"], 2);
+    }
 }

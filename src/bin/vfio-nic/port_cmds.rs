@@ -14,6 +14,7 @@ use vfio_nic::device::{Port, QueueStats, RxQueue, TxQueue};
 use vfio_nic::devices::qm::model::{QmDevice, PORTALS_PER_PORT};
 use vfio_nic::devices::sim;
 use vfio_nic::devices::{self, AnyPort, PortName};
+use vfio_nic::health::clock;
 use vfio_nic::platform::bus::Bus;
 use vfio_nic::platform::dma::Pool;
 use vfio_nic::platform::mmio::Mmio;
@@ -153,6 +154,8 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
     let mut port = devices::open(name, &common::port_config(1))?;
     let info = port.info();
     let link = port.link()?;
+    // When the driver saw the link so (a driver that watches its device keeps the record).
+    let seen = port.health().map(|h| h.link());
     let caps = port.vlan_caps();
     let irqs = interrupts(&port)?;
     let ctl = common::vlan_control(&mut port, &VlanConfig::default())?;
@@ -162,7 +165,8 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
         "model": info.model,
         "pci_id": info.pci_id.map(|(v, d)| format!("{v:04x}:{d:04x}")),
         "mac": info.mac.to_string(),
-        "link": {"up": link.up, "speed_mbps": link.speed_mbps, "full_duplex": link.full_duplex},
+        "link": {"up": link.up, "speed_mbps": link.speed_mbps, "full_duplex": link.full_duplex,
+                 "since": seen.map(|r| clock(r.since)), "changes": seen.map(|r| r.changes)},
         "bars": bars,
         "queues": {"rx": info.rx_queues, "tx": info.tx_queues,
                     "rx_ring": info.rx_ring, "tx_ring": info.tx_ring},
@@ -222,14 +226,14 @@ pub fn info(name: &str, json_out: bool) -> Result<()> {
     }
     outln!(
         "link        {}",
-        if link.up {
-            format!(
+        match seen {
+            Some(r) => r.to_string(),
+            None if link.up => format!(
                 "up, {} Mb/s, {} duplex",
                 link.speed_mbps,
                 if link.full_duplex { "full" } else { "half" }
-            )
-        } else {
-            "down".to_string()
+            ),
+            None => "down".to_string(),
         }
     );
     outln!(
@@ -297,6 +301,7 @@ pub fn stats(args: &StatsArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<
         }
     }
     let hw = port.stats()?;
+    let health = port.health();
     let rxq: Vec<Value> = rx.iter().map(|q| queue_json(&q.stats())).collect();
     let txq: Vec<Value> = tx.iter().map(|q| queue_json(&q.stats())).collect();
     let pools: Vec<Value> = rx
@@ -310,7 +315,15 @@ pub fn stats(args: &StatsArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<
         outln!(
             "{}",
             json!({"port": args.port, "seconds": args.duration, "hw": common::hw_json(&hw),
-                   "rx_queues": rxq, "tx_queues": txq, "pools": pools})
+            "rx_queues": rxq, "tx_queues": txq, "pools": pools,
+            "link": health.as_ref().map(|h| {
+                let l = h.link();
+                json!({"up": l.status.up, "speed_mbps": l.status.speed_mbps,
+                       "since": clock(l.since), "changes": l.changes})
+            }),
+            "events": health.as_ref().map(|h| {
+                h.events().iter().map(|e| e.to_string()).collect::<Vec<_>>()
+            })})
         );
         return Ok(());
     }
@@ -319,6 +332,12 @@ pub fn stats(args: &StatsArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<
         args.port,
         args.duration
     );
+    if let Some(h) = &health {
+        outln!("link: {}", h.link());
+        for e in h.events() {
+            outln!("event: {e}");
+        }
+    }
     if hw.hw.is_empty() {
         outln!("device counters: none (this device has no hardware counters)");
     } else {

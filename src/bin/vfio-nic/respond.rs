@@ -229,6 +229,7 @@ pub fn run(args: &RespondArgs, json_out: bool, stop: Arc<AtomicBool>) -> CliResu
         json_out,
         stop,
     );
+    live.watch_links([(args.port.clone(), port.health())]);
     let tag = vlan.map(Tci::from_vid);
     if let Some((_, p)) = &mut probe {
         let pip = Probe::ip(ip);

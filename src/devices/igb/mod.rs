@@ -11,6 +11,7 @@
 //! | `init.rs` | reset, PHY autonegotiation through MDIC, receive/transmit global setup, RSS |
 //! | `queue.rs` | [`IgbRx`] / [`IgbTx`]: ring registers, enable, disable in `Drop` |
 //! | `vlan.rs` | port-wide strip (CTRL.VME), filter (RCTL.VFE + VFTA), TPID (VET), extended VLAN |
+//! | `restore.rs` | the port put back after a function reset (PCIe error recovery) |
 //! //!
 //! The init sequence is notes 1.2 (Linux/DPDK on real hardware) with the QEMU model's quirks of
 //! notes 5.2 and 7 allowed for: the EEPROM auto-read and configuration-done bits that QEMU never
@@ -23,6 +24,7 @@
 
 mod init;
 pub(crate) mod queue;
+mod restore;
 mod vlan;
 
 #[cfg(test)]
@@ -36,6 +38,8 @@ use crate::devices::intel::config::{Chip, IntelConfig, Limits};
 use crate::devices::intel::irq::IrqRegs;
 use crate::devices::intel::port::{link_status, IntelChip, IntelPort, ShellOnly};
 use crate::devices::intel::queue::RingRegs;
+use crate::devices::intel::recovery::Restore;
+use crate::devices::intel::rxq::IntelRx;
 use crate::devices::intel::vlan::VlanShadow;
 use crate::error::Result;
 use crate::platform::bus::Bus;
@@ -134,5 +138,13 @@ impl IntelChip for Chip82576 {
 
     fn write_tpid<M: Mmio + ?Sized>(m: &M, shadow: &VlanShadow) {
         vlan::write_tpid(m, shadow)
+    }
+
+    fn intel_rx<B: Bus>(q: &mut IgbRx<B>) -> &mut IntelRx<B> {
+        q
+    }
+
+    fn restore<M: Mmio + ?Sized>(m: &M, r: &Restore<'_, Self>, _: ShellOnly) -> Result<()> {
+        restore::restore(m, r)
     }
 }

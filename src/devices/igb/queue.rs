@@ -21,7 +21,6 @@ use crate::devices::intel::IntelTx;
 use crate::error::Result;
 use crate::platform::bus::Bus;
 use crate::platform::dma::DmaMapper;
-use crate::platform::mmio::Mmio;
 use crate::platform::regs::igb::{self as r};
 use crate::platform::regs::Reg;
 
@@ -39,7 +38,13 @@ const TX_WTHRESH: u32 = 1;
 
 /// The 82576's receive queue registers. Write-back error bits (notes 3.2): RXE b31, IPE b30,
 /// L4E/TCPE b29; VP set only when the tag was stripped (notes 4.1, 5.5).
-pub(crate) static RX: RxRegs = rx_regs!(r, ChipRx::errors(31, 30, 29).vp_means_stripped());
+pub(crate) static RX: RxRegs = rx_regs!(r, ChipRx::errors(31, 30, 29).vp_means_stripped(), rxdctl);
+
+/// RXDCTL for the 82576: its thresholds, ENABLE clear (the 82576 strips port-wide, in CTRL).
+fn rxdctl(_old: u32, _strip: bool) -> u32 {
+    use r::rxdctl::*;
+    PTHRESH.val(RX_PTHRESH) | HTHRESH.val(RX_HTHRESH) | WTHRESH.val(RX_WTHRESH)
+}
 
 /// The 82576's transmit ring registers.
 pub(crate) static TX_RING: RingRegs = ring_regs!(r, tx);
@@ -100,10 +105,6 @@ pub(crate) fn setup_rx<B: Bus>(
     mapper: Arc<dyn DmaMapper>,
 ) -> Result<IgbRx<B>> {
     let q: IgbRx<B> = IntelRx::setup(&RX, regs, name, queue, cfg, mapper)?;
-    use r::rxdctl::*;
-    q.regs.write(
-        r::RXDCTL.at(queue),
-        PTHRESH.val(RX_PTHRESH) | HTHRESH.val(RX_HTHRESH) | WTHRESH.val(RX_WTHRESH),
-    );
+    q.write_ctl();
     Ok(q)
 }

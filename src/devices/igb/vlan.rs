@@ -79,9 +79,12 @@ impl<B: Bus> IgbPort<B> {
     /// VLAN tag stripping for the whole port (CTRL.VME). Takes effect for the next frame the
     /// device writes back; frames already received keep reporting how they were received.
     pub fn set_rx_strip_all(&mut self, on: bool) -> Result<()> {
-        self.strip = on;
-        write_strip(&*self.regs, on);
-        self.alive()
+        // Published for a restore after a PCIe error (`devices/intel/recovery.rs`).
+        self.published(|p| {
+            p.strip = on;
+            write_strip(&*p.regs, on);
+            p.alive()
+        })
     }
 
     /// Stripping for receive queue `queue`, for callers written against the 82599's per-queue

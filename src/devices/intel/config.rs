@@ -110,6 +110,19 @@ impl Default for IrqConfig {
 }
 
 impl<C: Chip> IntelConfig<C> {
+    /// The DMA memory a port opened with this configuration allocates, one length per
+    /// allocation: each receive queue's pool and descriptor ring, each transmit queue's ring
+    /// (a transmit queue's bounce pool comes later, and only for packets of pools the device
+    /// cannot reach). What the locked-memory limit must allow (`platform::memlock`).
+    pub fn dma_allocations(&self) -> Vec<usize> {
+        let desc = super::desc::DESC_SIZE;
+        let rx = [self.pool.buffers * self.pool.buf_size, self.rx_ring * desc];
+        (0..self.rx_queues)
+            .flat_map(|_| rx)
+            .chain((0..self.tx_queues).map(|_| self.tx_ring * desc))
+            .collect()
+    }
+
     /// The receive buffer size in KB for SRRCTL.BSIZEPKT: the pool's buffer room rounded down
     /// (the device must never write past a buffer), at most 16 KB.
     pub fn rx_buffer_kb(&self) -> Result<u32> {

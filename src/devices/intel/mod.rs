@@ -17,6 +17,7 @@
 //! | `stats.rs` | read-to-clear counters accumulated to 64 bits, from the chip's `[stats]` table |
 //! | `vlan.rs` | [`VlanShadow`]: the VLAN filter table, TPID and switches kept in software, written back after a reset |
 //! | `rss.rs` | the RSS key and redirection table contents |
+//! | `recovery.rs` | faults in the field: the watch thread (link changes, hot unplug, PCIe errors), the restore after a function reset, what a queue does when its port was reset or removed |
 //!
 //! Register facts are cited as "notes N.N": section N.N of `docs/intel-nics.md`, which names
 //! the datasheet section or driver source of each.
@@ -27,6 +28,7 @@ pub mod irq;
 pub mod offload;
 pub mod port;
 pub mod queue;
+pub mod recovery;
 pub(crate) mod rss;
 pub mod rx;
 pub mod rxq;
@@ -65,4 +67,12 @@ pub(crate) fn read_mac<M: Mmio + ?Sized>(
         tracing::warn!(port = %name, %mac, "receive address 0 is not valid after reset; is the EEPROM blank?");
     }
     mac
+}
+
+/// Writes `mac` into receive address 0 (RAL0/RAH0) with the address-valid bit `av`: a port
+/// restored after a reset keeps its address (Linux's `igb_rar_set`/`ixgbe_set_rar` at reset).
+pub(crate) fn write_mac<M: Mmio + ?Sized>(m: &M, ral: Reg, rah: Reg, av: u32, mac: MacAddr) {
+    let a = mac.0;
+    m.write(ral, u32::from_le_bytes([a[0], a[1], a[2], a[3]]));
+    m.write(rah, u32::from_le_bytes([a[4], a[5], 0, 0]) | av);
 }

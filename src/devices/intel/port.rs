@@ -17,12 +17,15 @@ use std::time::Duration;
 use super::config::{Chip, IntelConfig};
 use super::irq::{IrqRegs, QueueIrq};
 use super::queue::{self, RingRegs};
+use super::recovery::{self, PortCtx, QueueWatch, Restore, Shared, Snapshot, Watch, WatchCtx};
+use super::rxq::IntelRx;
 use super::stats::HwStats;
 use super::vlan::VlanShadow;
 use super::IntelTx;
 use crate::device::{LinkStatus, MacAddr, Port, PortInfo, PortStats, QueueSet, RxQueue};
 use crate::devices::ids::{self, Family};
 use crate::error::{Error, Result};
+use crate::health::Health;
 use crate::platform::bus::Bus;
 use crate::platform::irq::{Interrupt, InterruptSet};
 use crate::platform::mmio::{wait_for, Mmio};
@@ -32,6 +35,13 @@ use crate::vlan::{Tpid, Vid, VlanCaps, VlanHardware};
 /// Only the shell can make one: the chip's bring-up and shutdown hooks take it, so they cannot
 /// be run from outside on a port whose queues are live.
 pub struct ShellOnly(());
+
+impl ShellOnly {
+    /// For the shell's own modules (the watch thread's restore, `recovery.rs`).
+    pub(super) fn new() -> ShellOnly {
+        ShellOnly(())
+    }
+}
 
 /// What a chip supplies to the shell. Implemented by the chip's marker type
 /// ([`Chip82576`](crate::devices::igb::Chip82576), [`Chip82599`](crate::devices::ixgbe::Chip82599)).
@@ -65,8 +75,9 @@ pub trait IntelChip: Chip {
     const IRQ: Option<&'static IrqRegs>;
     /// The chip's receive queue.
     type Rx<B: Bus>: RxQueue;
-    /// The chip's own strip state (port-wide on the 82576, per queue on the 82599).
-    type Strip: Send;
+    /// The chip's own strip state (port-wide on the 82576, per queue on the 82599); a copy
+    /// of it is what a restore after an error puts back.
+    type Strip: Send + Clone;
 
     /// The strip state a port opened with `cfg` starts from.
     fn strip_state(cfg: &IntelConfig<Self>) -> Self::Strip;
@@ -87,6 +98,14 @@ pub trait IntelChip: Chip {
     fn set_rx_strip<B: Bus>(port: &mut IntelPort<Self, B>, queue: u16, on: bool) -> Result<()>;
     /// Writes the TPID and the extended (double) VLAN setting of `shadow`.
     fn write_tpid<M: Mmio + ?Sized>(m: &M, shadow: &VlanShadow);
+
+    /// The chip's receive queue as the shared one (its ring, registers and fault watch).
+    fn intel_rx<B: Bus>(q: &mut Self::Rx<B>) -> &mut IntelRx<B>;
+    /// After a function reset (PCIe error recovery, `recovery.rs`), on the watch thread:
+    /// everything the port had programmed except the rings, which each queue puts back itself
+    /// when it sees the reset. Every queue's ENABLE is left clear; receive and transmit end on.
+    /// A chip that cannot be restored says why (the port then stays down).
+    fn restore<M: Mmio + ?Sized>(m: &M, r: &Restore<'_, Self>, shell: ShellOnly) -> Result<()>;
 }
 
 /// A link state from its parts: `up`, the speed field's value `speed` decoded by `mbps` (index
@@ -102,6 +121,13 @@ pub(crate) fn link_status(up: bool, speed: u32, mbps: [u32; 4], full_duplex: boo
 /// An open Intel port: the shell's state, the chip's strip state and the queues until they are
 /// taken. Fields are the chips' to use in their init and VLAN code.
 pub struct IntelPort<C: IntelChip, B: Bus> {
+    /// The watch thread (faults: link changes, hot unplug, PCIe errors), for a port on a bus
+    /// that delivers the device's notifications; stopped first in `Drop`.
+    watch: Option<Watch>,
+    /// What a restore after an error puts back, shared with the watch thread.
+    shared: Option<Shared<C>>,
+    /// What the driver saw happen to the device.
+    pub(crate) health: Arc<Health>,
     /// Interrupt mode's vectors, routed to eventfds (shared with the receive queues). First,
     /// so that the routing is taken down before the bus and its BAR mapping go.
     pub(crate) irqs: Option<Arc<InterruptSet>>,
@@ -148,6 +174,9 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
         // From here on the port exists, so an error or a panic below runs its `Drop`: queues
         // disabled, device reset, bus mastering off, before any ring memory is freed.
         let mut port = IntelPort {
+            watch: None,
+            shared: None,
+            health: Arc::new(Health::new(bus.name(), LinkStatus::default())),
             irqs: None,
             regs: bus.regs().clone(),
             name: bus.name().into(),
@@ -168,8 +197,84 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
         if port.cfg.interrupts.is_some() {
             port.irqs = Some(Arc::new(port.enable_interrupts()?));
         }
-        C::init(&mut port, ShellOnly(()))?;
+        let locked = crate::platform::memlock::locked();
+        C::init(&mut port, ShellOnly(())).map_err(|e| memlock_for_port(e, locked, &port.cfg))?;
+        port.health = Arc::new(Health::new(&port.name, port.read_link()?));
+        port.start_watch();
         Ok(port)
+    }
+
+    /// Starts the watch thread when the bus delivers the device's notifications. A port
+    /// whose notifications cannot be had still works, without fault handling: logged.
+    fn start_watch(&mut self) {
+        let events = match self.bus.device_events() {
+            None => return,
+            Some(Ok(ev)) => ev,
+            Some(Err(e)) => {
+                tracing::warn!(port = %self.name, error = %e, "the device's request and error notifications are not available: hot unplug and PCIe errors will not be handled for this port");
+                return;
+            }
+        };
+        let ctx = WatchCtx {
+            port: self.port_ctx(),
+            events,
+            kernel_seen: Default::default(),
+        };
+        match Watch::start(ctx) {
+            Ok(w) => self.watch = Some(w),
+            Err(e) => {
+                self.shared = None;
+                tracing::warn!(port = %self.name, error = %e, "no watch thread: hot unplug and PCIe errors will not be handled for this port")
+            }
+        }
+    }
+
+    /// What a reset and restore of this port needs, the snapshot made (and from now on kept
+    /// up to date by the setters).
+    pub(crate) fn port_ctx(&mut self) -> PortCtx<C, B::Mmio> {
+        let shared = self
+            .shared
+            .get_or_insert_with(|| {
+                Arc::new(std::sync::Mutex::new(Snapshot {
+                    vlan: self.vlan.clone(),
+                    strip: self.strip.clone(),
+                    promiscuous: self.cfg.promiscuous,
+                }))
+            })
+            .clone();
+        PortCtx {
+            regs: self.regs.clone(),
+            name: self.name.clone(),
+            health: self.health.clone(),
+            cfg: self.cfg.clone(),
+            mac: self.mac,
+            pci_id: self.bus.pci_id(),
+            shared,
+            irqs: self.irqs.clone(),
+        }
+    }
+
+    /// Runs a setter of what a restore puts back (VLAN, strip, promiscuous mode) under the
+    /// snapshot's lock, then publishes the new state: a restore running meanwhile finishes
+    /// first, and the next one sees the change.
+    pub(crate) fn published<T>(&mut self, set: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        let Some(shared) = self.shared.clone() else {
+            return set(self);
+        };
+        let mut snap = recovery::lock(&shared);
+        let r = set(self);
+        snap.vlan = self.vlan.clone();
+        snap.strip = self.strip.clone();
+        snap.promiscuous = self.cfg.promiscuous;
+        r
+    }
+
+    /// The link register, decoded (`DeviceGone` for all-ones).
+    fn read_link(&self) -> Result<LinkStatus> {
+        match self.regs.read(C::LINK.0) {
+            u32::MAX => Err(self.gone()),
+            v => Ok(C::decode_link(v)),
+        }
     }
 
     /// Routes one vector per receive queue to an eventfd (interrupt mode), or says why not.
@@ -238,10 +343,12 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
 
     /// Unicast and multicast promiscuous mode (UPE | MPE); broadcast is always accepted.
     pub fn set_promiscuous(&mut self, on: bool) -> Result<()> {
-        let (reg, bits) = C::PROMISC;
-        self.regs.modify(reg, bits, if on { bits } else { 0 });
-        self.cfg.promiscuous = on;
-        self.alive()
+        self.published(|p| {
+            let (reg, bits) = C::PROMISC;
+            p.regs.modify(reg, bits, if on { bits } else { 0 });
+            p.cfg.promiscuous = on;
+            p.alive()
+        })
     }
 
     /// `Err(DeviceGone)` if the device answers all-ones (surprise removal).
@@ -308,22 +415,28 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
 
     /// VLAN filtering on or off (the chip's VFE bit; CFIEN cleared).
     pub fn set_vlan_filter(&mut self, on: bool) -> Result<()> {
-        self.vlan.enabled = on;
-        self.write_filter();
-        self.alive()
+        self.published(|p| {
+            p.vlan.enabled = on;
+            p.write_filter();
+            p.alive()
+        })
     }
 
     /// Lets frames tagged `vid` through the filter. VID 4095 is refused; VID 0 is always in.
     pub fn add_vlan(&mut self, vid: u16) -> Result<()> {
-        self.vlan.table.add(vid)?;
-        self.write_vfta_word(vid)
+        self.published(|p| {
+            p.vlan.table.add(vid)?;
+            p.write_vfta_word(vid)
+        })
     }
 
     /// Stops letting frames tagged `vid` through the filter (VID 0 stays: priority tags always
     /// pass). VID 4095 is refused.
     pub fn remove_vlan(&mut self, vid: u16) -> Result<()> {
-        self.vlan.table.remove(vid)?;
-        self.write_vfta_word(vid)
+        self.published(|p| {
+            p.vlan.table.remove(vid)?;
+            p.write_vfta_word(vid)
+        })
     }
 
     /// Writes the VFTA word holding `vid` (a VID the table accepted).
@@ -340,35 +453,81 @@ impl<C: IntelChip, B: Bus> IntelPort<C, B> {
 
     /// The TPID recognised on receive and used for insertion.
     pub fn set_tpid(&mut self, tpid: u16) -> Result<()> {
-        self.vlan.tpid = tpid;
-        C::write_tpid(&*self.regs, &self.vlan);
-        self.alive()
+        self.published(|p| {
+            p.vlan.tpid = tpid;
+            C::write_tpid(&*p.regs, &p.vlan);
+            p.alive()
+        })
     }
 
     /// Extended (double, QinQ) VLAN: with it on, frames carry an outer tag with `outer_tpid`,
     /// and filtering and stripping act on the inner tag. `outer_tpid` is ignored when turning
     /// it off. (The VLAN layer uses it only where [`VlanCaps::extended`] says the chip can.)
     pub fn set_extended_vlan(&mut self, on: bool, outer_tpid: u16) -> Result<()> {
-        self.vlan.extended = on.then_some(outer_tpid);
-        C::write_tpid(&*self.regs, &self.vlan);
-        self.alive()
+        self.published(|p| {
+            p.vlan.extended = on.then_some(outer_tpid);
+            C::write_tpid(&*p.regs, &p.vlan);
+            p.alive()
+        })
     }
 
     /// For init: the VLAN registers from the shadow (table cleared first, then TPID and
     /// extended setting, then the filter switch).
     pub(crate) fn restore_vlan(&self) {
-        let m = &*self.regs;
-        self.vlan.write_table(m);
-        C::write_tpid(m, &self.vlan);
-        self.write_filter();
+        restore_vlan::<C, _>(&*self.regs, &self.vlan);
     }
 
     /// The filter switch as the shadow says (CFIEN cleared).
     fn write_filter(&self) {
-        let (reg, vfe, cfien) = C::VFE;
-        let on = if self.vlan.enabled { vfe } else { 0 };
-        self.regs.modify(reg, vfe | cfien, on);
+        write_filter::<C, _>(&*self.regs, &self.vlan);
     }
+}
+
+/// A refused DMA mapping as the port sees it: the limit must allow everything the port maps
+/// (its pools and rings, [`IntelConfig::dma_allocations`]) on top of what was locked before
+/// it opened, not just the one mapping that was refused. Each allocation is counted in whole
+/// pages of the size the refused one used (2 MiB huge pages, or 4 KiB when none were left).
+fn memlock_for_port<C: Chip>(e: Error, locked_before: u64, cfg: &IntelConfig<C>) -> Error {
+    let Error::MemlockLimit {
+        bytes,
+        limit,
+        locked,
+        needed,
+        ..
+    } = e
+    else {
+        return e;
+    };
+    let page = crate::platform::dma::HUGE_PAGE as u64;
+    let page = if bytes % page == 0 { page } else { 4096 };
+    let all: u64 = cfg
+        .dma_allocations()
+        .iter()
+        .map(|&len| (len as u64).div_ceil(page) * page)
+        .sum();
+    let needed = needed.max(locked_before + all);
+    Error::MemlockLimit {
+        bytes,
+        limit,
+        locked,
+        needed,
+        needed_kib: needed.div_ceil(1024),
+    }
+}
+
+/// The VLAN registers from a shadow (table cleared first, then TPID and extended setting,
+/// then the filter switch): at init, and in a restore after an error.
+pub(crate) fn restore_vlan<C: IntelChip, M: Mmio + ?Sized>(m: &M, vlan: &VlanShadow) {
+    vlan.write_table(m);
+    C::write_tpid(m, vlan);
+    write_filter::<C, M>(m, vlan);
+}
+
+/// The filter switch as `vlan` says (CFIEN cleared).
+fn write_filter<C: IntelChip, M: Mmio + ?Sized>(m: &M, vlan: &VlanShadow) {
+    let (reg, vfe, cfien) = C::VFE;
+    let on = if vlan.enabled { vfe } else { 0 };
+    m.modify(reg, vfe | cfien, on);
 }
 
 impl<C: IntelChip, B: Bus> IntelPort<C, B> {
@@ -416,13 +575,28 @@ impl<C: IntelChip, B: Bus> Port for IntelPort<C, B> {
     }
 
     fn link(&self) -> Result<LinkStatus> {
-        match self.regs.read(C::LINK.0) {
-            u32::MAX => Err(self.gone()),
-            v => Ok(C::decode_link(v)),
+        if self.health.is_removed() {
+            return Err(Error::DeviceRemoved {
+                device: self.name.to_string(),
+            });
         }
+        let l = self.read_link()?;
+        if !self.health.recovering() {
+            self.health.observe_link(l);
+        }
+        Ok(l)
+    }
+
+    fn health(&self) -> Option<Arc<Health>> {
+        Some(self.health.clone())
     }
 
     fn stats(&mut self) -> Result<PortStats> {
+        if self.health.is_removed() {
+            return Err(Error::DeviceRemoved {
+                device: self.name.to_string(),
+            });
+        }
         self.stats.accumulate(&*self.regs, self.cfg.rx_queues);
         self.alive()?;
         Ok(PortStats {
@@ -438,7 +612,17 @@ impl<C: IntelChip, B: Bus> Port for IntelPort<C, B> {
             )));
         }
         self.taken = true;
-        Ok((std::mem::take(&mut self.rx), std::mem::take(&mut self.tx)))
+        let (mut rx, mut tx) = (std::mem::take(&mut self.rx), std::mem::take(&mut self.tx));
+        if self.shared.is_some() {
+            // Queues of a watched port look at its health on every burst.
+            for q in &mut rx {
+                C::intel_rx(q).watch = Some(QueueWatch::new(self.health.clone()));
+            }
+            for q in &mut tx {
+                q.watch = Some(QueueWatch::new(self.health.clone()));
+            }
+        }
+        Ok((rx, tx))
     }
 }
 
@@ -448,6 +632,8 @@ impl<C: IntelChip, B: Bus> Drop for IntelPort<C, B> {
     /// out), receive and transmit are turned off, the device is reset and bus mastering is
     /// disabled. Runs while a panic unwinds too.
     fn drop(&mut self) {
+        // The watch thread first: no restore may run while the port goes down.
+        self.watch = None;
         self.rx.clear();
         self.tx.clear();
         self.shutdown();
@@ -465,6 +651,8 @@ impl<C: IntelChip, B: Bus> VlanHardware for IntelPort<C, B> {
     }
 
     fn set_rx_strip(&mut self, queue: u16, on: bool) -> Result<()> {
+        // The chip publishes its strip state itself (the 82576's setter is public on its own;
+        // the 82599's queues share theirs with the port).
         C::set_rx_strip(self, queue, on)
     }
 
@@ -486,5 +674,61 @@ impl<C: IntelChip, B: Bus> VlanHardware for IntelPort<C, B> {
 
     fn set_extended_vlan(&mut self, on: bool, outer_tpid: Tpid) -> Result<()> {
         IntelPort::set_extended_vlan(self, on, outer_tpid.get())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::devices::igb::IgbConfig;
+    use crate::platform::dma::PoolConfig;
+
+    #[test]
+    fn a_refused_mapping_names_what_the_whole_port_needs() {
+        let cfg = IgbConfig {
+            rx_queues: 2,
+            tx_queues: 2,
+            rx_ring: 256,
+            tx_ring: 256,
+            pool: PoolConfig {
+                buffers: 1024,
+                buf_size: 2048,
+                ..PoolConfig::default()
+            },
+            ..IgbConfig::default()
+        };
+        // Two pools of 2 MiB, four rings of 4 KiB: six allocations.
+        assert_eq!(cfg.dma_allocations().len(), 6);
+        let refused = |bytes| Error::MemlockLimit {
+            bytes,
+            limit: 1 << 20,
+            locked: 0,
+            needed: bytes,
+            needed_kib: bytes / 1024,
+        };
+        // On huge pages every allocation takes whole 2 MiB pages: 6 of them, on top of the
+        // 1 MiB locked before the port opened.
+        let Error::MemlockLimit {
+            needed, needed_kib, ..
+        } = memlock_for_port(refused(2 << 20), 1 << 20, &cfg)
+        else {
+            panic!("still a memlock error")
+        };
+        assert_eq!(needed, (1 << 20) + 6 * (2 << 20));
+        assert_eq!(needed_kib, needed / 1024);
+        // On 4 KiB pages: the pools and the rings as they are.
+        let Error::MemlockLimit { needed, .. } = memlock_for_port(refused(4096), 0, &cfg) else {
+            panic!("still a memlock error")
+        };
+        assert_eq!(needed, 2 * (2 << 20) + 4 * 4096);
+        // Other errors pass through.
+        let other = memlock_for_port(Error::InvalidConfig("x".into()), 0, &cfg);
+        assert!(matches!(other, Error::InvalidConfig(_)));
+        // The message names the limit and both ways to set it.
+        let msg = memlock_for_port(refused(4096), 0, &cfg).to_string();
+        assert!(
+            msg.contains("ulimit -l 4112") && msg.contains("LimitMEMLOCK=4210688"),
+            "{msg}"
+        );
     }
 }

@@ -279,6 +279,31 @@ impl<M: Mmio> RxRing<M> {
         self.ring_doorbell((self.next.wrapping_sub(1) & self.mask) as u32);
     }
 
+    /// For a ring the device lost (a function reset) or a queue stopped to restart: every slot
+    /// armed again with the buffer it holds, frames the device finished but nobody received
+    /// yet dropped, a frame half gathered dropped, and the ring back at slot 0. Returns the
+    /// frames dropped (also counted in `dropped`). Only while the queue is disabled; program
+    /// the head at 0, enable, then [`RxRing::start`].
+    ///
+    /// Every slot is re-armed, not only the harvested ones: a slot whose frame could not be
+    /// taken (no buffer in reserve) still holds the device's write-back, whose words overwrote
+    /// the buffer address, and the device must never see that as an address.
+    pub fn reset_slots(&mut self) -> u64 {
+        let mut lost = u64::from(self.partial.take().is_some() || self.discard);
+        self.discard = false;
+        // The queue is disabled: the device writes none of these words now, and the status
+        // word is the only one read, so a plain load needs no barrier after it.
+        for (i, d) in self.desc.descs().iter().enumerate() {
+            let wb = RxStatus(d.load(1, Relaxed));
+            lost += u64::from(wb.done() && wb.bits() & RxStatus::EOP != 0);
+            arm(d, self.slots.data_iova(i));
+        }
+        self.next = 0;
+        self.idle_polls = 0;
+        self.stats.dropped += lost;
+        lost
+    }
+
     /// The pool buffers come from.
     pub fn pool(&self) -> &Pool {
         self.slots.pool()

@@ -12,14 +12,15 @@ use std::time::Duration;
 
 use super::config::{Chip, IntelConfig};
 use super::irq::QueueIrq;
-use super::queue::RingRegs;
+use super::queue::{RingRegs, RX_QUIESCE};
+use super::recovery::{QueueWatch, Verdict};
 use super::rx::{ChipRx, RxRing};
 use crate::device::{QueueError, QueueStats, RxQueue};
 use crate::error::{Error, Result};
 use crate::platform::bus::Bus;
 use crate::platform::dma::{DmaMapper, Packet, Pool};
 use crate::platform::irq::Interrupt;
-use crate::platform::mmio::Mmio;
+use crate::platform::mmio::{wait_for, Mmio};
 use crate::platform::regs::RegArray;
 
 /// A chip's receive queue registers and write-back bits.
@@ -32,6 +33,9 @@ pub struct RxRegs {
     /// SRRCTL's value for one buffer per frame of `kb` KB, advanced one-buffer descriptors and
     /// DROP_EN.
     pub one_buffer: fn(kb: u32) -> u32,
+    /// RXDCTL's value, ENABLE clear, from its value after a reset `old` and whether the queue
+    /// strips VLAN tags `strip`: the chip's thresholds (and, on the 82599, RXDCTL.VME).
+    pub ctl: fn(old: u32, strip: bool) -> u32,
     /// What the ring needs to know about the write-back.
     pub chip: ChipRx,
 }
@@ -41,7 +45,7 @@ pub struct RxRegs {
 /// one-buffer descriptors (QEMU's 82576 has no legacy receive), drop when the ring is empty
 /// rather than block the shared packet buffer (ixy, DPDK).
 macro_rules! rx_regs {
-    ($r:ident, $chip:expr) => {
+    ($r:ident, $chip:expr, $ctl:expr) => {
         $crate::devices::intel::rxq::RxRegs {
             ring: $crate::devices::intel::queue::ring_regs!($r, rx),
             srrctl: $r::SRRCTL,
@@ -50,6 +54,7 @@ macro_rules! rx_regs {
                     | $r::srrctl::BSIZEPKT.val(kb)
                     | $r::srrctl::DROP_EN.bit()
             },
+            ctl: $ctl,
             chip: $chip,
         }
     };
@@ -67,6 +72,11 @@ pub struct IntelRx<B: Bus> {
     pub(crate) queue: u32,
     pub(crate) timeout: Duration,
     rr: &'static RingRegs,
+    rx: &'static RxRegs,
+    /// SRRCTL as programmed (for a restart).
+    srrctl: u32,
+    /// The port's health, once the queue is handed out by a port that watches its device.
+    pub(crate) watch: Option<QueueWatch>,
 }
 
 impl<B: Bus> IntelRx<B> {
@@ -100,12 +110,94 @@ impl<B: Bus> IntelRx<B> {
             queue,
             timeout: cfg.reg_timeout,
             rr,
+            rx,
+            srrctl: (rx.one_buffer)(cfg.rx_buffer_kb()?),
+            watch: None,
         };
         let m: &B::Mmio = &q.regs;
         rr.ctl(queue).clear(m);
-        m.write(rx.srrctl.at(queue), (rx.one_buffer)(cfg.rx_buffer_kb()?));
+        m.write(rx.srrctl.at(queue), q.srrctl);
         rr.program(m, queue, q.ring.desc_iova(), q.ring.desc_len());
         Ok(q)
+    }
+
+    /// RXDCTL's value (ENABLE clear) from its current value: the chip's thresholds, and its
+    /// strip bit as the ring reads write-backs (`RxRegs::ctl`).
+    pub(crate) fn write_ctl(&self) {
+        let reg = self.rr.ctl(self.queue).reg;
+        let old = self.regs.read(reg);
+        self.regs.write(
+            reg,
+            (self.rx.ctl)(old, self.ring.hw_strip()) & !self.rr.enable,
+        );
+    }
+
+    /// Stops the queue and starts it again on the same ring: ENABLE cleared and polled, then
+    /// what `IntelRx::resync` does. Frames the device finished that were not received yet
+    /// are dropped (counted in the queue's `dropped`). For an application that restarts a
+    /// queue (a soak test, a reconfiguration); the port goes on.
+    pub fn restart(&mut self) -> Result<()> {
+        let c = self.rr.ctl(self.queue);
+        c.clear(&*self.regs);
+        wait_for(
+            &*self.regs,
+            &self.name,
+            c.reg,
+            c.what,
+            c.enable,
+            0,
+            self.timeout,
+        )?;
+        std::thread::sleep(RX_QUIESCE);
+        self.resync()
+    }
+
+    /// Programs the queue's ring again and enables it, for a ring the device lost (after the
+    /// port's function reset) or a stopped queue: SRRCTL, base, length, RXDCTL, every slot
+    /// re-armed ([`RxRing::reset_slots`]), head 0, ENABLE, then the tail.
+    pub(crate) fn resync(&mut self) -> Result<()> {
+        let (m, q) = (&*self.regs, self.queue);
+        self.rr.ctl(q).clear(m);
+        m.write(self.rx.srrctl.at(q), self.srrctl);
+        self.rr
+            .program(m, q, self.ring.desc_iova(), self.ring.desc_len());
+        self.write_ctl();
+        let lost = self.ring.reset_slots();
+        self.enable()?;
+        self.ring.start();
+        tracing::debug!(port = %self.name, queue = q, dropped = lost, "receive queue restarted");
+        Ok(())
+    }
+
+    /// The burst of a queue whose port's epoch moved (cold): what the port's state says.
+    #[cold]
+    #[inline(never)]
+    fn watched_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
+        let verdict = self
+            .watch
+            .as_ref()
+            .map_or(Verdict::Run, QueueWatch::verdict);
+        match verdict {
+            Verdict::Run => self.ring.rx_burst(batch, max),
+            Verdict::Wait => Ok(0),
+            Verdict::Removed => Err(QueueError::DeviceRemoved),
+            Verdict::Failed => Err(QueueError::DeviceGone),
+            Verdict::Resync(e) => {
+                match self.resync() {
+                    Ok(()) => {
+                        tracing::info!(port = %self.name, queue = self.queue, "receive queue back after the port's reset");
+                        if let Some(w) = &mut self.watch {
+                            w.synced(e);
+                        }
+                    }
+                    // Tried again at the next burst (a second reset may be under way).
+                    Err(err) => {
+                        tracing::warn!(port = %self.name, queue = self.queue, error = %err, "receive queue not back yet after the port's reset")
+                    }
+                }
+                Ok(0)
+            }
+        }
     }
 
     /// Sets RXDCTL.ENABLE and waits for it to read back.
@@ -145,6 +237,9 @@ impl<B: Bus> IntelRx<B> {
 impl<B: Bus> RxQueue for IntelRx<B> {
     #[inline]
     fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
+        if self.watch.as_ref().is_some_and(QueueWatch::moved) {
+            return self.watched_burst(batch, max);
+        }
         self.ring.rx_burst(batch, max)
     }
 

@@ -611,6 +611,23 @@ impl<M: Mmio> TxRing<M> {
         self.ctx_tci = None;
         self.ctx_offload = None;
     }
+
+    /// For a ring the device lost (a function reset) or a queue stopped to restart (after
+    /// [`TxRing::reclaim_by_head`] took back what was sent): every buffer still queued is
+    /// released, counted in `dropped` (the device will not send it any more), and the ring
+    /// starts again at slot 0 with no context cached. Only while the queue is disabled;
+    /// program head = tail = 0 before enabling it. Returns the buffers released.
+    pub fn reset_slots(&mut self) -> u64 {
+        let lost = self.slots.queued() as u64;
+        self.rs_marks.clear();
+        self.slots.release(self.slots.tail());
+        self.next = 0;
+        self.clean = 0;
+        self.since_rs = 0;
+        self.reset_context();
+        self.stats.dropped += lost;
+        lost
+    }
 }
 
 #[cfg(test)]

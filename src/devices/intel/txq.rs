@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::device::{QueueError, QueueStats, TxQueue};
+use crate::devices::intel::recovery::{QueueWatch, Verdict};
 use crate::devices::intel::tx::TxRing;
 use crate::error::Result;
 use crate::platform::bus::Bus;
@@ -27,6 +28,10 @@ pub struct IntelTx<B: Bus> {
     queue: u32,
     timeout: Duration,
     rr: &'static RingRegs,
+    /// TXDCTL as programmed, ENABLE clear (for a restart).
+    txdctl: u32,
+    /// The port's health, once the queue is handed out by a port that watches its device.
+    pub(crate) watch: Option<QueueWatch>,
 }
 
 impl<B: Bus> IntelTx<B> {
@@ -50,21 +55,102 @@ impl<B: Bus> IntelTx<B> {
             size,
             bus.dma_mapper(),
         )?;
-        let q = IntelTx {
+        let mut q = IntelTx {
             ring,
             regs,
             name,
             queue,
             timeout,
             rr,
+            txdctl: 0,
+            watch: None,
         };
         let m: &B::Mmio = &q.regs;
         let c = q.ctl();
         c.clear(m);
         rr.program(m, queue, q.ring.desc_iova(), q.ring.desc_len());
         let v = m.read(c.reg);
-        m.write(c.reg, ctl(v) & !c.enable);
+        q.txdctl = ctl(v) & !c.enable;
+        m.write(c.reg, q.txdctl);
         Ok(q)
+    }
+
+    /// Stops the queue and starts it again on the same ring: what was queued may leave
+    /// (briefly), ENABLE is cleared and polled, what the device sent is taken back, then
+    /// `IntelTx::resync`. Packets queued but not sent are dropped (counted in `dropped`).
+    pub fn restart(&mut self) -> Result<()> {
+        self.stop();
+        // A device that stopped answering is reported by the resync's enable.
+        let _ = self.ring.reclaim_by_head();
+        self.resync()
+    }
+
+    /// Lets what is queued leave (briefly), clears ENABLE and polls it
+    /// (`QueueCtl::stop_tx`).
+    fn stop(&self) {
+        self.ctl().stop_tx(
+            &*self.regs,
+            &self.name,
+            self.queue,
+            self.rr.head.at(self.queue),
+            self.ring.tail_slot() as u32,
+            self.timeout,
+        );
+    }
+
+    /// Programs the queue's ring again and enables it, for a ring the device lost (after the
+    /// port's function reset) or a stopped queue: every buffer still queued released
+    /// ([`TxRing::reset_slots`]), base, length, TXDCTL, head = tail = 0, ENABLE.
+    pub(crate) fn resync(&mut self) -> Result<()> {
+        let (m, q) = (&*self.regs, self.queue);
+        let c = self.ctl();
+        c.clear(m);
+        let lost = self.ring.reset_slots();
+        self.rr
+            .program(m, q, self.ring.desc_iova(), self.ring.desc_len());
+        m.write(c.reg, self.txdctl);
+        self.start()?;
+        tracing::debug!(port = %self.name, queue = q, dropped = lost, "transmit queue restarted");
+        Ok(())
+    }
+
+    /// The burst of a queue whose port's epoch moved (cold): what the port's state says.
+    #[cold]
+    #[inline(never)]
+    fn watched(&mut self) -> Result<bool, QueueError> {
+        let verdict = self
+            .watch
+            .as_ref()
+            .map_or(Verdict::Run, QueueWatch::verdict);
+        match verdict {
+            Verdict::Run => Ok(true),
+            Verdict::Wait => Ok(false),
+            Verdict::Removed => Err(QueueError::DeviceRemoved),
+            Verdict::Failed => Err(QueueError::DeviceGone),
+            Verdict::Resync(e) => match self.resync() {
+                Ok(()) => {
+                    tracing::info!(port = %self.name, queue = self.queue, "transmit queue back after the port's reset");
+                    if let Some(w) = &mut self.watch {
+                        w.synced(e);
+                    }
+                    Ok(true)
+                }
+                // Tried again at the next burst (a second reset may be under way).
+                Err(err) => {
+                    tracing::warn!(port = %self.name, queue = self.queue, error = %err, "transmit queue not back yet after the port's reset");
+                    Ok(false)
+                }
+            },
+        }
+    }
+
+    /// Whether a burst may use the ring: true at once unless the port's epoch moved.
+    #[inline(always)]
+    fn may_send(&mut self) -> Result<bool, QueueError> {
+        match &self.watch {
+            Some(w) if w.moved() => self.watched(),
+            _ => Ok(true),
+        }
     }
 
     fn ctl(&self) -> QueueCtl {
@@ -94,6 +180,9 @@ impl<B: Bus> IntelTx<B> {
 impl<B: Bus> TxQueue for IntelTx<B> {
     #[inline]
     fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
+        if !self.may_send()? {
+            return Ok(0);
+        }
         self.ring.tx_burst(batch)
     }
 
@@ -112,6 +201,9 @@ impl<B: Bus> SwVlanTx for IntelTx<B> {
         tpid: Tpid,
         counts: &mut SwVlanCounts,
     ) -> Result<usize, QueueError> {
+        if !self.may_send()? {
+            return Ok(0);
+        }
         self.ring.tx_burst_sw_vlan(batch, tpid, counts)
     }
 }
@@ -120,13 +212,6 @@ impl<B: Bus> Drop for IntelTx<B> {
     /// Let what is queued leave (briefly), clear ENABLE and poll it; the ring frees the buffers
     /// afterwards (datasheets: 82576 4.5.10, 82599 4.6.8.1).
     fn drop(&mut self) {
-        self.ctl().stop_tx(
-            &*self.regs,
-            &self.name,
-            self.queue,
-            self.rr.head.at(self.queue),
-            self.ring.tail_slot() as u32,
-            self.timeout,
-        );
+        self.stop();
     }
 }

@@ -20,7 +20,7 @@ use crate::platform::regs::ixgbe::{self as r};
 use crate::devices::intel::rss;
 
 use super::queue::{txdctl, IxgbeRx};
-use super::{swfw, IxgbePort};
+use super::{swfw, IxgbeConfig, IxgbePort};
 
 /// Receive packet buffer 0 gets all 512 KB with one traffic class and no Flow Director
 /// (Linux/DPDK `ixgbe_set_rxpba_generic`, PBA_STRATEGY_EQUAL: IXGBE_RXPBSIZE_MAX 0x80000).
@@ -40,6 +40,34 @@ pub(super) const RESET_SETTLE: Duration = Duration::from_millis(10);
 /// Interrupt mask clear: bits 30:0 (bit 31 is reserved in EIMC), as ixy writes it.
 const EIMC_ALL: u32 = 0x7FFF_FFFF;
 
+/// Notes 1.4 steps 1 to 3: interrupts masked; the global reset (datasheet 4.6.3.2: RST|LNK_RST,
+/// wait until both clear, settle); masked and cleared again as the datasheet says; then the
+/// EEPROM auto-read and the receive DMA init done. Shared by the bring-up and the restore after
+/// an error.
+pub(super) fn reset_chip<M: Mmio + ?Sized>(m: &M, name: &str, t: Duration) -> Result<()> {
+    m.write(r::EIMC, EIMC_ALL);
+    m.read(r::EICR);
+    let rst = r::ctrl::RST.bit() | r::ctrl::LNK_RST.bit();
+    m.modify(r::CTRL, 0, rst);
+    wait_for(m, name, r::CTRL, "CTRL.RST|LNK_RST", rst, 0, t)?;
+    std::thread::sleep(RESET_SETTLE);
+    m.write(r::EIMC, EIMC_ALL);
+    m.read(r::EICR);
+    let ard = r::eec::ARD.bit();
+    wait_for(m, name, r::EEC, "EEC.ARD", ard, ard, t)?;
+    let dmaidone = r::rdrxctl::DMAIDONE.bit();
+    wait_for(
+        m,
+        name,
+        r::RDRXCTL,
+        "RDRXCTL.DMAIDONE",
+        dmaidone,
+        dmaidone,
+        t,
+    )?;
+    Ok(())
+}
+
 impl<B: Bus> IxgbePort<B> {
     /// The whole bring-up. Called once by `open`, on a port whose `Drop` already cleans up.
     pub(super) fn init(&mut self) -> Result<()> {
@@ -48,33 +76,9 @@ impl<B: Bus> IxgbePort<B> {
         let name = self.name.clone();
         let t = self.cfg.reg_timeout;
 
-        // Notes 1.4 step 1: bus master on (done by the shell, `IntelPort::open`), mask
-        // interrupts.
-        m.write(r::EIMC, EIMC_ALL);
-        m.read(r::EICR);
-
-        // Step 2 (datasheet 4.6.3.2 "Global reset"): RST|LNK_RST, wait until both clear, settle.
-        let rst = r::ctrl::RST.bit() | r::ctrl::LNK_RST.bit();
-        m.modify(r::CTRL, 0, rst);
-        wait_for(m, &name, r::CTRL, "CTRL.RST|LNK_RST", rst, 0, t)?;
-        std::thread::sleep(RESET_SETTLE);
-
-        // Step 3: the reset unmasked nothing, but mask and clear again as the datasheet says;
-        // then EEPROM auto-read done, then receive DMA init done.
-        m.write(r::EIMC, EIMC_ALL);
-        m.read(r::EICR);
-        let ard = r::eec::ARD.bit();
-        wait_for(m, &name, r::EEC, "EEC.ARD", ard, ard, t)?;
-        let dmaidone = r::rdrxctl::DMAIDONE.bit();
-        wait_for(
-            m,
-            &name,
-            r::RDRXCTL,
-            "RDRXCTL.DMAIDONE",
-            dmaidone,
-            dmaidone,
-            t,
-        )?;
+        // Notes 1.4 steps 1 to 3: bus master on (done by the shell, `IntelPort::open`), mask,
+        // reset, mask, EEPROM and receive DMA ready.
+        reset_chip(m, &name, t)?;
 
         // The MAC address the EEPROM loaded into receive address 0.
         self.mac =
@@ -88,7 +92,10 @@ impl<B: Bus> IxgbePort<B> {
         self.clear_stats();
 
         // Step 6 (datasheet 4.6.7 "Receive initialization"): global part with receive off.
-        self.init_rx_global();
+        rx_global(m, &self.cfg, self.cfg.promiscuous);
+        // VLAN: the filter table is not cleared by reset (notes 1.4 step 10), so clear it and
+        // write the shadow back; then TPID and filter enable.
+        self.restore_vlan();
         self.rx = (0..self.cfg.rx_queues)
             .map(|q| {
                 IxgbeRx::setup(
@@ -101,11 +108,7 @@ impl<B: Bus> IxgbePort<B> {
                 )
             })
             .collect::<Result<_>>()?;
-        // No snoop off (DMA stays cache coherent), then the DCA bit ixy and the datasheet clear.
-        m.modify(r::CTRL_EXT, 0, r::ctrl_ext::NS_DIS.bit());
-        for q in 0..u32::from(self.cfg.rx_queues) {
-            m.modify(r::DCA_RXCTRL.at(q), r::dca_rxctrl::RSVD12.bit(), 0);
-        }
+        rx_dma(m, self.cfg.rx_queues);
         if self.cfg.rx_queues > 1 {
             rss::setup(m, &RSS, self.cfg.rx_queues);
         }
@@ -113,7 +116,7 @@ impl<B: Bus> IxgbePort<B> {
         self.setup_interrupts(IxgbeRx::set_irq)?;
 
         // Step 7 (datasheet 4.6.8 "Transmit initialization").
-        self.init_tx_global();
+        tx_global(m);
         self.setup_tx(txdctl)?;
         m.modify(r::DMATXCTL, 0, r::dmatxctl::TE.bit());
 
@@ -134,83 +137,89 @@ impl<B: Bus> IxgbePort<B> {
         // Step 9: wait for the link. Down after the timeout is not an error.
         self.wait_link()
     }
+}
 
-    /// Notes 1.4 steps 6 and 10: everything global about receive, with RXCTRL.RXEN off.
-    fn init_rx_global(&mut self) {
-        let m = &*self.regs;
-        m.modify(r::RXCTRL, r::rxctrl::RXEN.bit(), 0);
-        // Packet buffers: all of it to traffic class 0 (no DCB).
-        m.write(r::RXPBSIZE.at(0), RXPB_SIZE);
-        for i in 1..r::RXPBSIZE.count() {
-            m.write(r::RXPBSIZE.at(i), 0);
-        }
-        // Per-queue statistics: queue q (< 16) counts into QPRC/QBRC/QPRDC index q (reset maps
-        // every queue to index 0, which would sum all queues' drops in QPRDC0).
-        for i in 0..4u32 {
-            let q = 4 * i;
-            m.write(
-                r::RQSMR.at(i),
-                r::rqsmr::Q_MAP0.val(q)
-                    | r::rqsmr::Q_MAP1.val(q + 1)
-                    | r::rqsmr::Q_MAP2.val(q + 2)
-                    | r::rqsmr::Q_MAP3.val(q + 3),
-            );
-        }
-        // CRC strip must be set in both places (datasheet 8.2.3.8.8: RDRXCTL.CRCSTRIP must
-        // match HLREG0.RXCRCSTRP), jumbo and loopback live in HLREG0 too.
-        let mut set = r::hlreg0::RXCRCSTRP.bit();
-        let mut clear = r::hlreg0::JUMBOEN.bit() | r::hlreg0::LPBK.bit();
-        if self.cfg.mtu > 1500 {
-            set |= r::hlreg0::JUMBOEN.bit();
-            clear &= !r::hlreg0::JUMBOEN.bit();
-        }
-        if self.cfg.loopback {
-            set |= r::hlreg0::LPBK.bit();
-            clear &= !r::hlreg0::LPBK.bit();
-        }
-        m.modify(r::HLREG0, clear, set);
-        // RDRXCTL as Linux's ixgbe_setup_rdrxctl leaves it on the 82599: CRC strip, RSC first
-        // size 0, and RSCACKC and FCOE_WRFIX, which Linux sets "by default" although RSC and
-        // FCoE are off (DPDK sets RSCACKC only with LRO and never FCOE_WRFIX; we follow Linux).
-        m.modify(
-            r::RDRXCTL,
-            r::rdrxctl::RSCFRSTSIZE.mask(),
-            r::rdrxctl::CRCSTRIP.bit() | r::rdrxctl::RSCACKC.bit() | r::rdrxctl::FCOE_WRFIX.bit(),
-        );
-        if self.cfg.mtu > 1500 {
-            // MFS counts header and CRC but not VLAN tags (Linux: mtu + ETH_HLEN + ETH_FCS_LEN).
-            let mfs = u32::from(self.cfg.mtu) + 14 + 4;
-            m.modify(r::MAXFRS, r::maxfrs::MFS.mask(), r::maxfrs::MFS.val(mfs));
-        }
-        // Filters: broadcast always, unicast/multicast promiscuous on request.
-        let mut fctrl = r::fctrl::BAM.bit();
-        if self.cfg.promiscuous {
-            fctrl |= r::fctrl::UPE.bit() | r::fctrl::MPE.bit();
-        }
-        m.modify(r::FCTRL, r::fctrl::UPE.bit() | r::fctrl::MPE.bit(), fctrl);
-        // VLAN: the filter table is not cleared by reset (notes 1.4 step 10), so clear it and
-        // write the shadow back; then TPID and filter enable.
-        self.restore_vlan();
+/// No snoop off (DMA stays cache coherent), then the DCA bit ixy and the datasheet clear, for
+/// each of `queues` receive queues.
+pub(super) fn rx_dma<M: Mmio + ?Sized>(m: &M, queues: u16) {
+    m.modify(r::CTRL_EXT, 0, r::ctrl_ext::NS_DIS.bit());
+    for q in 0..u32::from(queues) {
+        m.modify(r::DCA_RXCTRL.at(q), r::dca_rxctrl::RSVD12.bit(), 0);
     }
+}
 
-    /// Notes 1.4 step 7: everything global about transmit.
-    fn init_tx_global(&mut self) {
-        let m = &*self.regs;
-        m.modify(
-            r::HLREG0,
-            0,
-            r::hlreg0::TXCRCEN.bit() | r::hlreg0::TXPADEN.bit(),
-        );
-        m.write(r::TXPBSIZE.at(0), TXPB_SIZE);
-        m.write(r::TXPBTHRESH.at(0), r::txpbthresh::THRESH.val(TXPB_THRESH));
-        for i in 1..r::TXPBSIZE.count() {
-            m.write(r::TXPBSIZE.at(i), 0);
-            m.write(r::TXPBTHRESH.at(i), 0);
-        }
-        // Without DCB: no per-request limit, and the DCB arbiter must run (ARBDIS = 0).
-        m.write(r::DTXMXSZRQ, 0xFFFF);
-        m.modify(r::RTTDCS, r::rttdcs::ARBDIS.bit(), 0);
+/// Notes 1.4 steps 6 and 10: everything global about receive, with RXCTRL.RXEN off, except
+/// the VLAN registers (the caller writes its shadow back). `promiscuous`: the configuration's,
+/// or as the port set it since.
+pub(super) fn rx_global<M: Mmio + ?Sized>(m: &M, cfg: &IxgbeConfig, promiscuous: bool) {
+    m.modify(r::RXCTRL, r::rxctrl::RXEN.bit(), 0);
+    // Packet buffers: all of it to traffic class 0 (no DCB).
+    m.write(r::RXPBSIZE.at(0), RXPB_SIZE);
+    for i in 1..r::RXPBSIZE.count() {
+        m.write(r::RXPBSIZE.at(i), 0);
     }
+    // Per-queue statistics: queue q (< 16) counts into QPRC/QBRC/QPRDC index q (reset maps
+    // every queue to index 0, which would sum all queues' drops in QPRDC0).
+    for i in 0..4u32 {
+        let q = 4 * i;
+        m.write(
+            r::RQSMR.at(i),
+            r::rqsmr::Q_MAP0.val(q)
+                | r::rqsmr::Q_MAP1.val(q + 1)
+                | r::rqsmr::Q_MAP2.val(q + 2)
+                | r::rqsmr::Q_MAP3.val(q + 3),
+        );
+    }
+    // CRC strip must be set in both places (datasheet 8.2.3.8.8: RDRXCTL.CRCSTRIP must
+    // match HLREG0.RXCRCSTRP), jumbo and loopback live in HLREG0 too.
+    let mut set = r::hlreg0::RXCRCSTRP.bit();
+    let mut clear = r::hlreg0::JUMBOEN.bit() | r::hlreg0::LPBK.bit();
+    if cfg.mtu > 1500 {
+        set |= r::hlreg0::JUMBOEN.bit();
+        clear &= !r::hlreg0::JUMBOEN.bit();
+    }
+    if cfg.loopback {
+        set |= r::hlreg0::LPBK.bit();
+        clear &= !r::hlreg0::LPBK.bit();
+    }
+    m.modify(r::HLREG0, clear, set);
+    // RDRXCTL as Linux's ixgbe_setup_rdrxctl leaves it on the 82599: CRC strip, RSC first
+    // size 0, and RSCACKC and FCOE_WRFIX, which Linux sets "by default" although RSC and
+    // FCoE are off (DPDK sets RSCACKC only with LRO and never FCOE_WRFIX; we follow Linux).
+    m.modify(
+        r::RDRXCTL,
+        r::rdrxctl::RSCFRSTSIZE.mask(),
+        r::rdrxctl::CRCSTRIP.bit() | r::rdrxctl::RSCACKC.bit() | r::rdrxctl::FCOE_WRFIX.bit(),
+    );
+    if cfg.mtu > 1500 {
+        // MFS counts header and CRC but not VLAN tags (Linux: mtu + ETH_HLEN + ETH_FCS_LEN).
+        let mfs = u32::from(cfg.mtu) + 14 + 4;
+        m.modify(r::MAXFRS, r::maxfrs::MFS.mask(), r::maxfrs::MFS.val(mfs));
+    }
+    // Filters: broadcast always, unicast/multicast promiscuous on request.
+    let mut fctrl = r::fctrl::BAM.bit();
+    if promiscuous {
+        fctrl |= r::fctrl::UPE.bit() | r::fctrl::MPE.bit();
+    }
+    m.modify(r::FCTRL, r::fctrl::UPE.bit() | r::fctrl::MPE.bit(), fctrl);
+}
+
+/// Notes 1.4 step 7: everything global about transmit.
+pub(super) fn tx_global<M: Mmio + ?Sized>(m: &M) {
+    m.modify(
+        r::HLREG0,
+        0,
+        r::hlreg0::TXCRCEN.bit() | r::hlreg0::TXPADEN.bit(),
+    );
+    m.write(r::TXPBSIZE.at(0), TXPB_SIZE);
+    m.write(r::TXPBTHRESH.at(0), r::txpbthresh::THRESH.val(TXPB_THRESH));
+    for i in 1..r::TXPBSIZE.count() {
+        m.write(r::TXPBSIZE.at(i), 0);
+        m.write(r::TXPBTHRESH.at(i), 0);
+    }
+    // Without DCB: no per-request limit, and the DCB arbiter must run (ARBDIS = 0).
+    m.write(r::DTXMXSZRQ, 0xFFFF);
+    m.modify(r::RTTDCS, r::rttdcs::ARBDIS.bit(), 0);
 }
 
 /// Sets RXCTRL.RXEN to `on` the way Linux's and DPDK's `ixgbe_enable_rx_dma_82599` do (82599
@@ -218,7 +227,7 @@ impl<B: Bus> IxgbePort<B> {
 /// stop the security block (SECRXCTRL.RX_DIS), wait for SECRXSTAT.SECRX_RDY, write RXCTRL,
 /// start the block again. Like Linux and DPDK, a block that does not report ready within
 /// [`SECRX_TIMEOUT`] is logged and RXCTRL written anyway; only a removed device is an error.
-fn set_rx_enable<M: Mmio + ?Sized>(m: &M, name: &str, on: bool) -> Result<()> {
+pub(super) fn set_rx_enable<M: Mmio + ?Sized>(m: &M, name: &str, on: bool) -> Result<()> {
     let dis = r::secrxctrl::RX_DIS.bit();
     m.modify(r::SECRXCTRL, 0, dis);
     let rdy = r::secrxstat::SECRX_RDY.bit();
@@ -268,7 +277,12 @@ pub(crate) fn sfp_part(device: u16) -> bool {
 /// AN restart resets the pipeline. AUTOC is written while holding the software/firmware
 /// semaphore of the MAC CSRs, because manageability firmware may write it too (Linux/DPDK
 /// `prot_autoc_write_82599`).
-fn setup_link<M: Mmio + ?Sized>(m: &M, name: &str, loopback: bool, sfp: bool) -> Result<()> {
+pub(super) fn setup_link<M: Mmio + ?Sized>(
+    m: &M,
+    name: &str,
+    loopback: bool,
+    sfp: bool,
+) -> Result<()> {
     let a = r::autoc::LMS.mask() | r::autoc::_10G_PMA_PMD.mask() | r::autoc::FLU.bit();
     let v = if loopback {
         r::autoc::LMS.val(1) | r::autoc::FLU.bit()
@@ -284,7 +298,7 @@ fn setup_link<M: Mmio + ?Sized>(m: &M, name: &str, loopback: bool, sfp: bool) ->
 }
 
 /// The RSS registers (datasheet 7.1.2.8): MRQE 1 is "RSS only" on the 82599.
-const RSS: rss::RssRegs = rss::rss_regs!(r, mrqe = 1);
+pub(super) const RSS: rss::RssRegs = rss::rss_regs!(r, mrqe = 1);
 
 /// The 82599's part of the shutdown, after every queue stopped (datasheet 4.6.7.1 / 4.6.8.1)
 /// and before the global reset (4.6.3.2): receive off through the same erratum workaround as

@@ -21,6 +21,7 @@
 
 mod init;
 pub(crate) mod queue;
+mod restore;
 mod swfw;
 mod vlan;
 
@@ -38,6 +39,8 @@ use crate::devices::intel::config::{Chip, IntelConfig, Limits};
 use crate::devices::intel::irq::IrqRegs;
 use crate::devices::intel::port::{link_status, IntelChip, IntelPort, ShellOnly};
 use crate::devices::intel::queue::RingRegs;
+use crate::devices::intel::recovery::Restore;
+use crate::devices::intel::rxq::IntelRx;
 use crate::devices::intel::vlan::VlanShadow;
 use crate::error::Result;
 use crate::platform::bus::Bus;
@@ -138,5 +141,13 @@ impl IntelChip for Chip82599 {
 
     fn write_tpid<M: Mmio + ?Sized>(m: &M, shadow: &VlanShadow) {
         vlan::write_tpid(m, shadow)
+    }
+
+    fn intel_rx<B: Bus>(q: &mut IxgbeRx<B>) -> &mut IntelRx<B> {
+        q.intel()
+    }
+
+    fn restore<M: Mmio + ?Sized>(m: &M, r: &Restore<'_, Self>, _: ShellOnly) -> Result<()> {
+        restore::restore(m, r)
     }
 }

@@ -99,7 +99,17 @@ const TX_WTHRESH: u32 = 0;
 
 /// The 82599's receive queue registers. Write-back error bits (notes 3.2): RXE b29, L4E/TCPE
 /// b30, IPE b31; VP means only "a tag matching VET was seen"; UDP's L4E is not to be believed.
-pub(crate) static RX: RxRegs = rx_regs!(r, ChipRx::errors(29, 31, 30).udp_l4_error_unreliable());
+pub(crate) static RX: RxRegs = rx_regs!(
+    r,
+    ChipRx::errors(29, 31, 30).udp_l4_error_unreliable(),
+    rxdctl
+);
+
+/// RXDCTL for the 82599: the reset's thresholds kept, VME as the queue strips, ENABLE clear.
+fn rxdctl(old: u32, strip: bool) -> u32 {
+    let vme = r::rxdctl::VME.bit();
+    old & !vme | if strip { vme } else { 0 }
+}
 
 /// The 82599's transmit ring registers.
 pub(crate) static TX_RING: RingRegs = ring_regs!(r, tx);
@@ -167,11 +177,8 @@ impl<B: Bus> IxgbeRx<B> {
         strip: Arc<StripCtl>,
     ) -> Result<Self> {
         let mut q: IntelRx<B> = IntelRx::setup(&RX, regs, name, queue, cfg, mapper)?;
-        let on = strip.applied();
-        q.ring.set_hw_strip(on);
-        let vme = r::rxdctl::VME.bit();
-        q.regs
-            .modify(r::RXDCTL.at(queue), vme, if on { vme } else { 0 });
+        q.ring.set_hw_strip(strip.applied());
+        q.write_ctl();
         Ok(IxgbeRx {
             q,
             strip,
@@ -191,6 +198,17 @@ impl<B: Bus> IxgbeRx<B> {
     /// The queue's number on its port.
     pub fn index(&self) -> u32 {
         self.q.index()
+    }
+
+    /// The shared receive queue inside (the shell's fault handling reaches its ring).
+    pub(crate) fn intel(&mut self) -> &mut IntelRx<B> {
+        &mut self.q
+    }
+
+    /// Stops the queue and starts it again on the same ring, its strip setting kept
+    /// ([`IntelRx::restart`]).
+    pub fn restart(&mut self) -> Result<()> {
+        self.q.restart()
     }
 
     /// Whether the device strips VLAN tags on this queue now (RXDCTL.VME as the ring uses it).
@@ -233,7 +251,7 @@ impl<B: Bus> IxgbeRx<B> {
                 // setting rather than report them wrongly.
                 let old = self.q.ring.hw_strip();
                 self.strip.request(old);
-                self.restart(old)?;
+                self.restart_with_strip(old)?;
                 return Err(Error::InvalidConfig(format!(
                     "{} rx queue {}: the pool has no free buffer to harvest the ring before switching VLAN stripping; free some packets and retry",
                     self.q.name, self.q.queue
@@ -241,12 +259,12 @@ impl<B: Bus> IxgbeRx<B> {
             }
             self.q.ring.rx_burst(out, size)?;
         }
-        self.restart(on)
+        self.restart_with_strip(on)
     }
 
     /// Step 3 of the procedure: the queue is stopped and drained; program VME and the head,
     /// enable, poll, then flip the ring's flag and give the slots back.
-    fn restart(&mut self, on: bool) -> Result<()> {
+    fn restart_with_strip(&mut self, on: bool) -> Result<()> {
         let m = &*self.q.regs;
         let reg = r::RXDCTL.at(self.q.queue);
         let vme = r::rxdctl::VME.bit();
@@ -318,7 +336,7 @@ impl<B: Bus> IxgbeRx<B> {
         }
         if !self.q.ring.done_pending() {
             let on = self.strip.wanted();
-            if let Err(e) = self.restart(on) {
+            if let Err(e) = self.restart_with_strip(on) {
                 tracing::error!(port = %self.q.name, queue = self.q.queue, error = %e, "restarting the queue after a VLAN strip switch failed");
                 return Err(QueueError::DeviceGone);
             }
@@ -336,7 +354,7 @@ impl<B: Bus> RxQueue for IxgbeRx<B> {
         {
             return self.slow_burst(batch, max);
         }
-        self.q.ring.rx_burst(batch, max)
+        self.q.rx_burst(batch, max)
     }
 
     fn stats(&self) -> QueueStats {

@@ -225,6 +225,30 @@ impl Container {
         Ok(group)
     }
 
+    /// Lets go of `group` (of the removed device `addr`, whose last handle is closing) when no
+    /// other device of the process uses it: out of the registry, so that it is closed (and
+    /// detached) right after the device. Not while it is the last group and DMA memory is still
+    /// mapped: the IOMMU would go with it; then it leaves with the container, when the last
+    /// buffer is freed (logged).
+    pub(super) fn release_group(&self, group: &Arc<Group>, addr: PciAddress) {
+        let mut st = lock(&self.state);
+        let number = group.number();
+        // The registry's handle and the closing device's: nobody else's.
+        if Arc::strong_count(group) > 2 || !st.groups.contains_key(&number) {
+            return;
+        }
+        if st.groups.len() == 1 && !st.mappings.is_empty() {
+            tracing::warn!(%addr, group = number, mappings = st.mappings.len(), "the removed device's group is the last in the container and DMA memory is still mapped: the removal completes once that memory is freed (drop the pools) or the process exits");
+            return;
+        }
+        st.groups.remove(&number);
+        if st.groups.is_empty() {
+            // The kernel tears the IOMMU down with the last group.
+            st.iommu_set = false;
+        }
+        tracing::info!(%addr, group = number, "the removed device's group leaves the container");
+    }
+
     /// Opens `/dev/vfio/<number>`, checks it is viable, attaches it and sets the IOMMU if it is
     /// the first group.
     fn attach(&self, st: &mut State, number: u32, addr: PciAddress, sysfs: &Sysfs) -> Result<File> {
@@ -360,6 +384,17 @@ impl Drop for Container {
 /// Turns a failed `VFIO_IOMMU_MAP_DMA` (or `IOMMU_IOAS_MAP`, `what`) into an error that says
 /// what to do.
 fn map_error(what: &str, len: u64, iova: u64, e: Errno) -> Error {
+    if e == Errno::ENOMEM {
+        if let Some((limit, locked, needed)) = crate::platform::memlock::refusal(len) {
+            return Error::MemlockLimit {
+                bytes: len,
+                limit,
+                locked,
+                needed,
+                needed_kib: needed.div_ceil(1024),
+            };
+        }
+    }
     let hint = match e {
         Errno::ENOMEM => {
             "the locked-memory limit is too low: raise it (`ulimit -l unlimited`, or LimitMEMLOCK= for a service) or run as root"

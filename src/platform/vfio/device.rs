@@ -82,9 +82,9 @@ pub fn command_with_bus_master(command: u16, enable: bool) -> u16 {
 }
 
 /// The state shared by a device handle and its BAR mappings. Fields drop in declaration order.
-struct Inner {
-    fd: File,
-    addr: PciAddress,
+pub(super) struct Inner {
+    pub(super) fd: File,
+    pub(super) addr: PciAddress,
     flags: u32,
     num_regions: u32,
     config: RegionInfo,
@@ -94,11 +94,31 @@ struct Inner {
     group: Option<Arc<Group>>,
     container: Arc<Container>,
     _claim: Claim,
+    /// The kernel asked for the device back (set by [`DeviceEvents`](super::DeviceEvents)):
+    /// when the last handle goes, its group leaves the container too, so that the removal can
+    /// complete (see `Drop`).
+    pub(super) removed: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for Inner {
+    /// A device being removed takes its group out of the container as it closes (the device
+    /// fd closes right after this, then the group fd): Linux completes the removal of a
+    /// group's last device only once the group has left its container, and the container
+    /// otherwise keeps every group it attached until the process's last DMA buffer is gone.
+    /// DPDK does the same (`rte_vfio_release_device` closes the group with its last device).
+    /// A device opened through its cdev (iommufd) has no group: closing its fd unbinds it.
+    fn drop(&mut self) {
+        if let Some(group) = &self.group {
+            if self.removed.load(std::sync::atomic::Ordering::Acquire) {
+                self.container.release_group(group, self.addr);
+            }
+        }
+    }
 }
 
 /// An open VFIO PCI device (re-exported as `vfio::VfioDevice`).
 pub struct Device {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 impl fmt::Debug for Device {
@@ -195,6 +215,7 @@ impl Device {
                 group,
                 container,
                 _claim: claim,
+                removed: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }

@@ -47,6 +47,11 @@ impl Group {
         }
     }
 
+    /// The group number.
+    pub(super) fn number(&self) -> u32 {
+        self.number
+    }
+
     /// The group fd.
     pub(super) fn fd(&self) -> BorrowedFd<'_> {
         self.file

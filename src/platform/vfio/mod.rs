@@ -15,12 +15,16 @@
 //! with the device cdev, and VFIO's no-IOMMU mode; `select.rs` says which opens a device
 //! ([`assess`], [`choose`]) and why the others cannot.
 //!
+//! A driver that handles faults takes the device's request and error notifications, its AER
+//! registers and its function reset from [`DeviceEvents`] (`events.rs`).
+//!
 //! This module is, with `dma` and `mmio`, where the crate's `unsafe` lives (ioctls in `ioctl.rs`,
 //! the BAR mapping in `device.rs`).
 
 mod backend;
 mod container;
 mod device;
+mod events;
 mod group;
 mod ioctl;
 mod iommufd;
@@ -32,6 +36,10 @@ pub use container::{iova_alignment, Container, CONTAINER_PATH, GROUP_DIR};
 pub use device::{
     command_with_bus_master, Device as VfioDevice, IrqCounts, RegionInfo, PCI_COMMAND,
     PCI_COMMAND_MASTER, PCI_COMMAND_MEMORY,
+};
+pub use events::{
+    bit_names, counter_growth, parse_counters, AerStatus, DeviceEvents, Signals, COR_NAMES,
+    UNCOR_NAMES,
 };
 pub use iommufd::{CDEV_DIR, IOMMU_PATH};
 pub use select::{
