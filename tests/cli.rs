@@ -924,6 +924,72 @@ fn bench_runs_the_seed_comparison_on_the_qm_device() {
     holm_judged_the_matrix(&v);
 }
 
+#[test]
+fn bench_runs_the_seed_comparison_on_the_virtio_device() {
+    let _one_at_a_time = bench_lock();
+    let v = json(&[
+        "bench",
+        "--device",
+        "virtio-inline",
+        "--pairs",
+        "2",
+        "--seconds",
+        "0.01",
+        "--work",
+        "fwd",
+        "--traffic",
+        "untagged",
+    ]);
+    let all = v["comparisons"].as_array().unwrap();
+    let planned: Vec<(&str, &str)> = all
+        .iter()
+        .filter(|c| c["kind"] != "A/A anew")
+        .map(|c| (c["device"].as_str().unwrap(), c["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        planned,
+        [
+            ("virtio", "A/A"),
+            ("virtio", "receive"),
+            ("virtio-inline", "A/A"),
+            ("virtio-inline", "receive")
+        ],
+        "{v}"
+    );
+    let seed = all
+        .iter()
+        .find(|c| c["device"] == "virtio" && c["kind"] == "receive")
+        .unwrap();
+    assert_eq!(seed["a"], "rx deferred tx sw", "{seed}");
+    assert_eq!(seed["b"], "rx sw tx sw", "{seed}");
+    // The threaded device's own time per frame (its device thread polled and found work).
+    assert!(seed["model_ns_per_frame"].is_number(), "{seed}");
+    let inline = all
+        .iter()
+        .find(|c| c["device"] == "virtio-inline" && c["kind"] == "receive")
+        .unwrap();
+    assert!(inline["model_ns_per_frame"].is_null(), "{inline}");
+    // The answer per device: one line each, "a difference" or "no difference measurable".
+    let lines: Vec<&str> = v["seed_lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for (line, dev) in lines.iter().zip(["virtio", "virtio-inline"]) {
+        assert!(
+            line.starts_with(&format!("seed question, {dev} untagged fwd: ")),
+            "{line}"
+        );
+        assert!(
+            line.contains(": a difference") || line.contains(": no difference measurable"),
+            "{line}"
+        );
+    }
+    holm_judged_the_matrix(&v);
+}
+
 /// An example program, built for this test: `cargo test` builds the examples only as test
 /// harnesses, so the first call runs `cargo build --examples` (in this test's profile; the
 /// build lock is free while tests run) and the programs are target/<profile>/examples/NAME.

@@ -9,7 +9,8 @@
 //! stream: it lets RECV's ring fill while nobody reads it, then times draining it
 //! ([`Rig::rep_drain`]), which is the receive path's own cost per packet. Compared: Hardware vs
 //! Deferred receive (the tag the kernel took delivered as metadata, or put back into the frame
-//! while copying: the seed's 0.6 %) and Hardware vs Software.
+//! while copying: the seed's 0.6 %), Hardware vs Software, and Deferred vs Software (the seed's
+//! question, as the qm and virtio rigs ask it).
 
 use std::time::{Duration, Instant};
 

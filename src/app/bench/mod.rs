@@ -22,6 +22,7 @@
 //! - `work`: the work a repetition times (`fwd`, `l2`) and its clock;
 //! - `rig`: two ports of one device and their VLAN switches, one repetition on them;
 //! - `afp`: the af_packet rig's generator thread and its ring-draining repetition;
+//! - `virtio`: the virtio rig (two software virtio-net devices) and its devices' check;
 //! - `measure`: the interleaved pairs, the floors, the A/A run anew;
 //! - [`judge`]: the results, judged as one family, and their JSON form;
 //! - [`irq`]: the interrupt row, polling against the adaptive loop ([`run_irq`]).
@@ -35,6 +36,7 @@ pub mod judge;
 mod measure;
 pub mod plan;
 mod rig;
+mod virtio;
 mod work;
 
 use std::sync::atomic::AtomicBool;

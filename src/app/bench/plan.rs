@@ -23,10 +23,16 @@ pub enum Device {
     Qm,
     /// The queue-manager model in inline mode.
     QmInline,
+    /// The virtio driver on the software virtio-net device, threaded (a device thread on the
+    /// other core polls its rings).
+    Virtio,
+    /// The software virtio-net device in inline mode (its work inside the doorbell writes).
+    VirtioInline,
 }
 
 impl Device {
-    /// The device's name in the results (`null`, `sim`, `sim-inline`, `afp`, `qm`, `qm-inline`).
+    /// The device's name in the results (`null`, `sim`, `sim-inline`, `afp`, `qm`, `qm-inline`,
+    /// `virtio`, `virtio-inline`).
     pub fn name(self) -> &'static str {
         match self {
             Device::Null => "null",
@@ -35,13 +41,16 @@ impl Device {
             Device::Afp => "afp",
             Device::Qm => "qm",
             Device::QmInline => "qm-inline",
+            Device::Virtio => "virtio",
+            Device::VirtioInline => "virtio-inline",
         }
     }
 
-    /// Whether a device thread of a model serves the ports (threaded software 82599 or
-    /// queue-manager model): each comparison then also measures the forwarder's busy time.
+    /// Whether a device thread of a model serves the ports (threaded software 82599,
+    /// queue-manager model or virtio-net device): each comparison then also measures the
+    /// forwarder's busy time.
     pub(super) fn threaded_model(self) -> bool {
-        matches!(self, Device::Sim | Device::Qm)
+        matches!(self, Device::Sim | Device::Qm | Device::Virtio)
     }
 }
 
@@ -134,15 +143,18 @@ pub(super) fn plan(device: Device) -> Vec<Cell> {
             // fwd only: the pool's fast vs slow path alone (see `Rig::rep_return`).
             ("return", (Deferred, TxSw), (Deferred, TxSw)),
         ],
+        // The last row is the seed's question (Software vs Deferred receive) asked directly.
         Device::Afp => vec![
             ("A/A", (Hardware, TxSw), (Hardware, TxSw)),
             ("receive", (Hardware, TxSw), (Deferred, TxSw)),
             ("receive", (Hardware, TxSw), (Software, TxSw)),
+            ("receive", (Deferred, TxSw), (Software, TxSw)),
         ],
         // The seed's argument (DPDK commit 87dd2307c0): the strip in the burst (Software)
         // against none (Deferred: the application strips, or never needs to). A DPNI has no
-        // strip and no insertion, so both transmit in software.
-        Device::Qm | Device::QmInline => vec![
+        // strip and no insertion, and virtio-net (VIRTIO_NET_F_CTRL_VLAN filters, nothing
+        // more) neither, so both transmit in software.
+        Device::Qm | Device::QmInline | Device::Virtio | Device::VirtioInline => vec![
             ("A/A", (Deferred, TxSw), (Deferred, TxSw)),
             ("receive", (Deferred, TxSw), (Software, TxSw)),
         ],

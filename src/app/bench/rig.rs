@@ -12,6 +12,7 @@
 //!   A and of B, the forwarder's busy time per packet: the larger of the two sets the pace.
 //! - `qm`: the qm driver on the queue-manager model, its source on port A (see [`Rig::qm`]).
 //! - `afp`: an af_packet port on a veth pair (see [`super::afp`]).
+//! - `virtio`: the virtio driver on two software virtio-net devices (see [`super::virtio`]).
 //!
 //! On the null device, `fwd` also runs as a pipeline: receive on this thread, transmit on a
 //! second one (on the second [`BenchConfig::pin`] CPU), bursts handed over through a lock-free
@@ -22,6 +23,7 @@
 //! device, the buffers freed on the other core (slow path) or handed back and freed where they
 //! were allocated (fast path).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::app::pipeline::{forward_pipelined, recycle_pipelined, FreeOn};
@@ -31,6 +33,7 @@ use crate::devices::null::{NullConfig, NullPort};
 use crate::devices::qm::model::{Mode as QmMode, QmSoc, QmSocConfig};
 use crate::devices::qm::{QmConfig, QmPort};
 use crate::devices::sim::{pin_current_thread, DeviceThread, Mode, SimConfig, SimPort, Source};
+use crate::devices::virtio::model::VirtioModel;
 use crate::devices::{AnyPort, AnyRx, AnyTx};
 use crate::platform::dma::PoolConfig;
 use crate::vlan::{RxMode, TxMode, VlanConfig, VlanControl, VlanRx, VlanTx};
@@ -55,6 +58,9 @@ pub(super) struct Rig {
     sim: Option<(SimPort, SimPort)>,
     /// The queue-manager model's set of ports (its device thread's busy time, its counters).
     qm: Option<QmSoc>,
+    /// The software virtio-net devices of ports A and B (their device thread's busy time, their
+    /// counters).
+    pub(super) virtio: Option<(Arc<VirtioModel>, Arc<VirtioModel>)>,
     /// What the placement is now.
     now: Placement,
     /// Packets sent since the rig was made (to check against the model's transmit counter).
@@ -73,6 +79,8 @@ impl Rig {
             Device::SimInline => Rig::sim(config, traffic, Mode::Inline),
             Device::Qm => Rig::qm(config, traffic, QmMode::Threaded),
             Device::QmInline => Rig::qm(config, traffic, QmMode::Inline),
+            Device::Virtio => Rig::virtio(config, traffic, true),
+            Device::VirtioInline => Rig::virtio(config, traffic, false),
         }
     }
 
@@ -159,6 +167,7 @@ impl Rig {
             tx,
             sim,
             qm: None,
+            virtio: None,
             now,
             sent: 0,
             generator: None,
@@ -333,6 +342,12 @@ impl Rig {
         if self.device == Device::Qm {
             return self.qm.as_ref().map(|q| (q.busy().0, self.sent));
         }
+        if self.device == Device::Virtio {
+            return self
+                .virtio
+                .as_ref()
+                .map(|(a, b)| (a.busy().0 + b.busy().0, self.sent));
+        }
         if self.device != Device::Sim {
             return None;
         }
@@ -346,6 +361,9 @@ impl Rig {
     pub(super) fn check_model(&self) -> Result<()> {
         if let Some(q) = &self.qm {
             return check_qm(q, self.sent);
+        }
+        if let Some((a, b)) = &self.virtio {
+            return super::virtio::check_virtio(a, b, self.sent);
         }
         let Some((sa, sb)) = &self.sim else {
             return Ok(());

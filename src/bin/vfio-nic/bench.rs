@@ -88,6 +88,11 @@ pub enum DeviceSel {
     Qm,
     /// The queue-manager model in inline mode too (its writes on the forwarding core).
     QmInline,
+    /// The virtio driver on the threaded software virtio-net device (a device thread polls its
+    /// rings): the seed's Software vs Deferred receive.
+    Virtio,
+    /// The software virtio-net device in inline mode too (its work inside the doorbells).
+    VirtioInline,
     /// The interrupt row: polling against the adaptive loop (interrupt mode) on the threaded
     /// software 82599, under load and for the wake-up latency (`bench_irq.rs`).
     Irq,
@@ -170,6 +175,8 @@ fn config(args: &BenchArgs) -> Result<BenchConfig> {
         DeviceSel::Afp => vec![Device::Afp],
         DeviceSel::Qm => vec![Device::Qm],
         DeviceSel::QmInline => vec![Device::Qm, Device::QmInline],
+        DeviceSel::Virtio => vec![Device::Virtio],
+        DeviceSel::VirtioInline => vec![Device::Virtio, Device::VirtioInline],
         // (main.rs sends `--device irq` to bench_irq.rs.)
         DeviceSel::Irq => vec![],
     };
@@ -187,13 +194,14 @@ fn config(args: &BenchArgs) -> Result<BenchConfig> {
     })
 }
 
-/// The machine's cross-core latency and huge pages, which the sim and qm figures follow
+/// The machine's cross-core latency and huge pages, which the sim, qm and virtio figures follow
 /// (`machine.rs`); measured before anything is pinned or running, where a model runs.
 fn probe_machine(config: &BenchConfig) -> Result<Option<MachineNotes>> {
-    let models = config
-        .devices
-        .iter()
-        .any(|d| d.name().starts_with("sim") || d.name().starts_with("qm"));
+    let models = config.devices.iter().any(|d| {
+        ["sim", "qm", "virtio"]
+            .iter()
+            .any(|m| d.name().starts_with(m))
+    });
     if !models {
         return Ok(None);
     }
@@ -254,8 +262,9 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
     }
     let cold = cold_lines(&rows);
     let piped = pipeline_lines(&rows);
+    let seed = seed_lines(&rows);
     if !json_out {
-        for line in cold.iter().chain(&piped) {
+        for line in cold.iter().chain(&piped).chain(&seed) {
             outln!("{line}");
         }
     }
@@ -274,7 +283,7 @@ pub fn run(args: &BenchArgs, json_out: bool, stop: Arc<AtomicBool>) -> Result<()
             "pairs": args.pairs, "seconds": args.seconds, "burst": args.burst, "ring": args.ring,
             "frame_bytes": FRAME, "pin": args.pin, "interval": "95 % paired t", "correction": correction,
             "machine": machine, "machine_at_end": machine_end,
-            "comparisons": rows, "cold_lines": cold, "pipeline_lines": piped,
+            "comparisons": rows, "cold_lines": cold, "pipeline_lines": piped, "seed_lines": seed,
         });
         outln!("{v}");
     }
@@ -423,6 +432,44 @@ fn cold_lines(results: &[Judged]) -> Vec<String> {
     out
 }
 
+/// The seed's question (DPDK commit 87dd2307c0: dpaa2's strip in the receive burst), one line
+/// per device, traffic and work where the run asked it: Software receive (the strip in the
+/// burst) against Deferred (none: the application strips, or never needs to), both with
+/// software insertion, and the answer, "a difference" or "no difference measurable", with the
+/// paired interval and p(Holm).
+fn seed_lines(results: &[Judged]) -> Vec<String> {
+    results
+        .iter()
+        .filter(|r| r.c.kind == "receive" && r.c.a == "rx deferred tx sw" && r.c.b == "rx sw tx sw")
+        .map(|r| {
+            let c = &r.c;
+            let answer = match r.verdict {
+                Verdict::NoDifference { within } => {
+                    format!("no difference measurable (+-{within:.2} ns)")
+                }
+                _ => "a difference".to_string(),
+            };
+            let p = r.p_holm.map_or_else(String::new, |p| format!(", {}", p_holm_text(p)));
+            let paced = if matches!(c.pace, Some(Pace::Model { .. })) {
+                " [the model set the pace: the system's difference, not the driver's alone]"
+            } else {
+                ""
+            };
+            format!(
+                "seed question, {} {} {}: software strip vs deferred receive, {:.2} vs {:.2} ns per packet, B - A {:+.2} ns [{:+.2}, {:+.2}]: {answer}{p}{paced}",
+                c.device,
+                c.traffic,
+                c.work.name(),
+                c.b_mean.mean,
+                c.a_mean.mean,
+                c.diff.mean,
+                c.diff.lo,
+                c.diff.hi,
+            )
+        })
+        .collect()
+}
+
 /// The pipeline comparisons against page_pool's seed figure (72.74 ns per packet recycled on
 /// the allocating CPU, 74.42 ns returned from another, called noise by its authors).
 fn pipeline_lines(results: &[Judged]) -> Vec<String> {
@@ -454,10 +501,19 @@ fn pipeline_lines(results: &[Judged]) -> Vec<String> {
 fn chart(path: &std::path::Path, results: &[Judged], args: &BenchArgs) -> Result<()> {
     use plotters::prelude::*;
     let fail = |e: String| Error::InvalidConfig(format!("writing {}: {e}", path.display()));
-    let devices: Vec<&str> = ["null", "afp", "sim", "sim-inline", "qm", "qm-inline"]
-        .into_iter()
-        .filter(|d| results.iter().any(|r| r.c.device == *d))
-        .collect();
+    let devices: Vec<&str> = [
+        "null",
+        "afp",
+        "sim",
+        "sim-inline",
+        "qm",
+        "qm-inline",
+        "virtio",
+        "virtio-inline",
+    ]
+    .into_iter()
+    .filter(|d| results.iter().any(|r| r.c.device == *d))
+    .collect();
     if devices.is_empty() {
         return Ok(());
     }
@@ -497,7 +553,9 @@ fn chart(path: &std::path::Path, results: &[Judged], args: &BenchArgs) -> Result
             "sim" => "ixgbe on the software 82599, threaded",
             "sim-inline" => "ixgbe on the software 82599, inline",
             "qm" => "qm on the queue-manager model, threaded",
-            _ => "qm on the queue-manager model, inline",
+            "qm-inline" => "qm on the queue-manager model, inline",
+            "virtio" => "virtio on the software virtio-net device, threaded",
+            _ => "virtio on the software virtio-net device, inline",
         };
         let mut ch = ChartBuilder::on(&area)
             .caption(

@@ -77,6 +77,8 @@ fn ring(iommu: &StdArc<SoftIommu>) -> (SplitRing, DeviceQueue) {
         vector: 0xffff,
         last_avail: START,
         used_idx: START,
+        // The model's device thread sets the flag itself (below), as QEMU's does.
+        no_notify: false,
     };
     (ring, q)
 }

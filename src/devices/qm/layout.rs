@@ -81,6 +81,23 @@ impl Fd {
         Fd([lo(0), hi(0), lo(1), hi(1), lo(2), hi(2), lo(3), hi(3)])
     }
 
+    /// Whether a descriptor whose 64-bit words 1 and 2 (as a device writes them, see
+    /// [`from_u64s`](Self::from_u64s)) are `w1` and `w2` is a single-buffer frame without
+    /// error bits: what [`ctrl`](Self::ctrl) and [`format`](Self::format) say, in one test.
+    #[inline(always)]
+    pub fn plain_u64s(w1: u64, w2: u64) -> bool {
+        // FMT (word 3 bits 29:28) moved onto CTRL's error byte (word 5 bits 7:0): one test of
+        // that byte. (Word 3 bits 31:30, a reserved bit and the short-length flag, land there
+        // too: a frame with either is not called plain here, and the careful path decides.)
+        ((w1 >> 28 | w2) >> 32) as u8 & (Self::CTRL_ERR_MASK as u8) == 0
+    }
+
+    /// The frame offset of a descriptor whose 64-bit word 1 is `w1` ([`offset`](Self::offset)).
+    #[inline(always)]
+    pub fn offset_u64(w1: u64) -> u16 {
+        (w1 >> 48 & 0xfff) as u16
+    }
+
     /// Buffer bus address.
     pub fn addr(&self) -> u64 {
         u64::from(self.0[0]) | u64::from(self.0[1]) << 32
@@ -152,6 +169,13 @@ pub mod dq {
     /// The first word: verb (byte 0), stat (byte 1), token (byte 7).
     pub const fn word0(verb: u8, stat: u8, tok: u8) -> u64 {
         verb as u64 | (stat as u64) << 8 | (tok as u64) << 56
+    }
+    /// The mask and value of a usual first word of pull `tok`'s results: a dequeue response
+    /// (verb) with a frame (VALIDFRAME), not the pull's last (EXPIRED clear), with that token.
+    /// Anything else (not written yet, stale, no frame, the last) differs under the mask.
+    pub const fn usual(tok: u8) -> (u64, u64) {
+        let mask = word0(VERB_MASK, STAT_VALIDFRAME | STAT_EXPIRED, 0xff);
+        (mask, word0(VERB_DQ, STAT_VALIDFRAME, tok))
     }
     /// The verb of a first word.
     pub const fn verb(w0: u64) -> u8 {

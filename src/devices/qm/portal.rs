@@ -6,15 +6,16 @@
 //! entries last seen (EQCR_CI is read again only when they run out, as in DPDK's
 //! `qbman_swp_enqueue_multiple_mem_back`), and the management response's valid bit.
 //!
-//! Ordering: entries and commands are written as plain 32-bit stores to the CENA area (an
-//! enqueue entry as one block, the other commands' verb word last); the doorbell or read
-//! trigger goes through [`Mmio::doorbell`], whose [`dma_wmb`](crate::platform::barrier::dma_wmb)
-//! orders every earlier store before it (DPDK's `dma_wmb()` before the CINH write); a
-//! management response is read after its valid bit was seen and [`dma_rmb`]. On real DPAA2
-//! silicon the CENA area is cacheable memory the portal stashes into, and Linux and DPDK
-//! flush and prefetch its cache lines around these accesses (`dccvac`, `dcivac`); the model's
-//! CENA is an [`Mmio`] window, so this driver has no cache operations, and a port to a
-//! real portal needs them beside the barriers.
+//! Ordering: entries and commands are written as plain 32-bit stores to the CENA area (a
+//! burst's enqueue entries, each whole, as one block per stretch of the ring, from the
+//! driver's copy of the ring ([`EqRun`]); a pull command as one block; the other commands'
+//! verb word last); the doorbell or read trigger goes through [`Mmio::doorbell`], whose
+//! [`dma_wmb`](crate::platform::barrier::dma_wmb) orders every earlier store before it (DPDK's
+//! `dma_wmb()` before the CINH write); a management response is read after its valid bit was
+//! seen and [`dma_rmb`]. On real DPAA2 silicon the CENA area is cacheable memory the portal
+//! stashes into, and Linux and DPDK flush and prefetch its cache lines around these accesses
+//! (`dccvac`, `dcivac`); the model's CENA is an [`Mmio`] window, so this driver has no cache
+//! operations, and a port to a real portal needs them beside the barriers.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,6 +51,86 @@ pub struct SwPortal<M: Mmio> {
     available: u32,
     /// Valid bit the next management response will carry.
     mr_vb: u32,
+    /// The driver's copy of the enqueue ring's entries, which [`EqRun`] fills and copies to
+    /// the portal: the words an entry never changes (the zero command words, FRC, CTRL, FLC)
+    /// stay as they are here, the target FQID is written when it changes, and only the verb
+    /// and the FD's first four words are written per entry.
+    eq_copy: Box<[[u32; eq::WORDS]; EQCR_SIZE as usize]>,
+    /// The target FQID in `eq_copy`'s entries (0: none yet).
+    eq_copy_fqid: u32,
+}
+
+/// Enqueue entries written in one pass ([`SwPortal::eq_run`]): each [`push`](Self::push)
+/// fills the next entry in the driver's copy of the ring, and when the run ends
+/// ([`finish`](Self::finish)) the entries it filled go to the portal as at most two [`Mmio::write_block`]s (one per
+/// contiguous stretch of the ring), whole (64 bytes each), as DPDK's
+/// `qbman_swp_enqueue_multiple_mem_back` writes each entry whole. The producer index moves
+/// then too; [`SwPortal::eq_doorbell`] hands them to the portal.
+///
+/// The run keeps its place in the ring, the verb with its valid bit and its count as values
+/// of its own (a loop holds them in registers) and writes the portal's state back when it
+/// ends.
+pub struct EqRun<'a, M: Mmio> {
+    cena: &'a M,
+    copy: &'a mut [[u32; eq::WORDS]; EQCR_SIZE as usize],
+    /// The portal's producer index, valid bit and free entries, moved when the run ends.
+    at: (&'a mut u32, &'a mut u32, &'a mut u32),
+    /// The ring slot of the next entry, and the verb it gets (the valid bit of its pass).
+    slot: usize,
+    verb: u32,
+    /// Entries filled.
+    n: u32,
+}
+
+impl<M: Mmio> EqRun<'_, M> {
+    /// Fills the next entry: frame `len` bytes long at `offset` in the buffer at `buf`,
+    /// released to pool `bpid` after transmit (a single-buffer FD, as [`Fd::simple`]), to the
+    /// run's frame queue. The caller checked the room ([`SwPortal::eq_room`]): at most the
+    /// free entries are pushed in one run.
+    #[inline(always)]
+    pub fn push(&mut self, buf: u64, len: u32, bpid: u16, offset: u16) {
+        let e = &mut self.copy[self.slot];
+        // The target FQID is in every entry of the copy already (`eq_run`).
+        e[0] = self.verb;
+        let fd = Fd::simple(buf, len, bpid, offset);
+        e[eq::FD_WORD..eq::FD_WORD + 4].copy_from_slice(&fd.0[..4]);
+        self.slot = (self.slot + 1) % EQCR_SIZE as usize;
+        if self.slot == 0 {
+            // The ring wraps: the next pass's entries carry the other valid bit.
+            self.verb ^= VALID_BIT;
+        }
+        self.n += 1;
+    }
+}
+
+impl<M: Mmio> EqRun<'_, M> {
+    /// Ends the run: copies the entries filled to the portal and moves the producer index
+    /// past them. (Not a `Drop`: a run left on a panic writes nothing, and its buffers stay
+    /// lent, leaked; and a loop whose run has no drop glue keeps the run in registers.)
+    #[inline]
+    pub fn finish(self) {
+        let n = self.n;
+        if n == 0 {
+            return;
+        }
+        debug_assert!(n <= *self.at.2, "an enqueue run beyond the free entries");
+        let pi = *self.at.0;
+        let from = (pi & (EQCR_SIZE - 1)) as usize;
+        let to = from + n as usize;
+        let ring = self.copy.as_flattened();
+        let size = EQCR_SIZE as usize;
+        self.cena.write_block(
+            cena::eqcr(from as u32),
+            &ring[from * eq::WORDS..to.min(size) * eq::WORDS],
+        );
+        if to > size {
+            self.cena
+                .write_block(cena::eqcr(0), &ring[..(to - size) * eq::WORDS]);
+        }
+        *self.at.0 = (pi + n) & PI_MASK;
+        *self.at.1 = self.verb & VALID_BIT;
+        *self.at.2 -= n;
+    }
 }
 
 impl<M: Mmio> SwPortal<M> {
@@ -128,6 +209,8 @@ impl<M: Mmio> SwPortal<M> {
             vb: eqcr_pi & VALID_BIT,
             available: EQCR_SIZE.saturating_sub(pi.wrapping_sub(ci) & PI_MASK),
             mr_vb: VALID_BIT,
+            eq_copy: Box::new([[0; eq::WORDS]; EQCR_SIZE as usize]),
+            eq_copy_fqid: 0,
         })
     }
 
@@ -183,6 +266,29 @@ impl<M: Mmio> SwPortal<M> {
         self.available -= 1;
     }
 
+    /// Enqueue entries to frame queue `fqid`, written in one pass (see [`EqRun`]).
+    #[inline(always)]
+    pub fn eq_run(&mut self, fqid: u32) -> EqRun<'_, M> {
+        if self.eq_copy_fqid != fqid {
+            for e in self.eq_copy.iter_mut() {
+                e[eq::TGTID_WORD] = fqid;
+            }
+            self.eq_copy_fqid = fqid;
+        }
+        let (slot, verb) = (
+            (self.pi & (EQCR_SIZE - 1)) as usize,
+            eq::VERB_REJECTS_TO_FQ | self.vb,
+        );
+        EqRun {
+            cena: &self.cena,
+            copy: &mut self.eq_copy,
+            at: (&mut self.pi, &mut self.vb, &mut self.available),
+            slot,
+            verb,
+            n: 0,
+        }
+    }
+
     /// The EQCR_PI doorbell: RT, the producer index and the valid bit of the next entry, after
     /// `dma_wmb` ([`Mmio::doorbell`]). Out of line on arm64 only, so that `scripts/arm64
     /// barriers` finds it in the disassembly; inlined where the compiler likes elsewhere.
@@ -197,17 +303,18 @@ impl<M: Mmio> SwPortal<M> {
     /// (`frames` results of 64 bytes), tagged `tok` (never 0: 0 means "not written yet").
     pub fn pull(&self, storage: u64, fqid: u32, frames: usize, tok: u8) {
         debug_assert!(tok != 0 && (1..=pull::MAX_FRAMES).contains(&frames));
-        let c = &*self.cena;
-        c.write32(cena::VDQCR + 4 * pull::DQ_SRC_WORD, fqid);
-        c.write32(cena::VDQCR + 4 * pull::RSP_ADDR_WORD, storage as u32);
-        c.write32(
-            cena::VDQCR + 4 * pull::RSP_ADDR_WORD + 4,
-            (storage >> 32) as u32,
-        );
         // The valid bit does not matter under the VDQCR read trigger (VPM); Linux and DPDK
         // still toggle one, and so would a driver for an older portal. We send it set.
         let w0 = pull::word0(pull::VERB_FQ_TO_STORAGE | VALID_BIT, frames as u32, tok);
-        c.write32(cena::VDQCR, w0);
+        let mut cmd = [0u32; 4];
+        cmd[0] = w0;
+        cmd[pull::DQ_SRC_WORD] = fqid;
+        cmd[pull::RSP_ADDR_WORD] = storage as u32;
+        cmd[pull::RSP_ADDR_WORD + 1] = (storage >> 32) as u32;
+        // One block, the verb word with the rest: under the read trigger the portal reads the
+        // command at the VDQCR_RT write, which the doorbell's `dma_wmb` orders after all of it
+        // (DPDK's mem-backed pull: the body, the verb, `dma_wmb`, VDQCR_RT).
+        self.cena.write_block(cena::VDQCR, &cmd);
         self.cinh.doorbell(r::VDQCR_RT.offset(), RT);
     }
 

@@ -127,12 +127,15 @@ impl<B: QmBus> QmRx<B> {
     /// Reads the active pull's results into `batch` until it holds `limit` packets, a result
     /// is not written yet, or the pull is over.
     ///
-    /// One pass per result: its first word, then [`dma_rmb`] (a nonzero token means the
-    /// device wrote it, and the rest is read after it), the FD's four words with one index
-    /// test (the storage half is checked once per burst), the packet built in the
-    /// batch; the take-backs ([`LentBuffers::take_backs`]) and the queue's counters are
-    /// counted once per burst. Kept out of line on arm64, so that `scripts/arm64 barriers`
-    /// finds its `dma_rmb` in the disassembly.
+    /// The usual result (this pull's token, a dequeue response with a frame, not the pull's
+    /// last, a single-buffer FD without error bits) is one mask and one compare of its first
+    /// word, then [`dma_rmb`] (a nonzero token means the device wrote it, and the rest is read
+    /// after it), and one test of the FD's format and error bits; a run of them is taken back
+    /// in one pass ([`TakeBacks::take_run`]: every buffer checked, the packets built in the
+    /// batch). Anything else, and the pull's last result, goes through the careful path of
+    /// one result (its first word, then `dma_rmb`). The storage half is checked once per
+    /// burst; the take-backs and the queue's counters are counted once per burst. Kept out of
+    /// line on arm64, so that `scripts/arm64 barriers` finds its `dma_rmb` in the disassembly.
     #[cfg_attr(target_arch = "aarch64", inline(never))]
     fn harvest(&mut self, batch: &mut Vec<Packet>, limit: usize) {
         let Some(mut a) = self.active else { return };
@@ -146,11 +149,37 @@ impl<B: QmBus> QmRx<B> {
         let mut back = self.lent.take_backs();
         let mut c = Counts::default();
         let start = batch.len();
-        batch.reserve(limit.saturating_sub(batch.len()).min(self.pull - a.next));
+        let (mask, usual) = dq::usual(a.tok);
         let over = loop {
-            if batch.len() >= limit {
-                break false;
+            let n = limit.saturating_sub(batch.len()).min(self.pull - a.next);
+            if n == 0 {
+                break a.next == self.pull;
             }
+            let first = a.next;
+            let run = back.take_run(batch, n, |k| {
+                let at = (first + k) * dq::SIZE / 8;
+                let w0 = results.load(at, Relaxed);
+                if w0 & mask != usual {
+                    return None;
+                }
+                // The token seen: the rest of the result is read after it.
+                dma_rmb();
+                let [addr, w1, w2] = [0, 1, 2].map(|j| results.load(at + dq::FD / 8 + j, Relaxed));
+                if !Fd::plain_u64s(w1, w2) {
+                    return None;
+                }
+                results.store(at, 0, Relaxed);
+                Some((addr, Fd::offset_u64(w1), w1 as u32))
+            });
+            a.next += run.decoded;
+            c.bytes += run.bytes;
+            if let Some(e) = run.refused {
+                refused(&self.shared.name, e, &mut c);
+            }
+            if run.decoded == n || run.refused.is_some() {
+                continue;
+            }
+            // The careful path: one result.
             let at = a.next * dq::SIZE / 8;
             let w0 = results.load(at, Relaxed);
             // The token first, the rest of the result after it.

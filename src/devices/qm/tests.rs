@@ -395,6 +395,25 @@ fn a_descriptor_naming_a_buffer_never_lent_is_refused() {
     );
 }
 
+/// A refused descriptor in the middle of a pull's results ends the receive loop's run there:
+/// the frames before and after it are delivered, in order, and it alone is counted.
+#[test]
+fn a_refused_descriptor_between_good_frames_costs_only_itself() {
+    let mut p = pair(small());
+    let pool = p.rx.pool().clone();
+    let mut batch = packets(&pool, 3, 64);
+    p.tx.tx_burst(&mut batch).unwrap();
+    p.db.inject_fd(Fd::simple(0xdead_0000, 60, p.b.bpid(), 128))
+        .unwrap();
+    let mut batch = packets(&pool, 3, 64);
+    p.tx.tx_burst(&mut batch).unwrap();
+    let got = receive(&mut p.rx, 6);
+    let seqs: Vec<u8> = got.iter().map(|p| p.data()[17]).collect();
+    assert_eq!(seqs, [0, 1, 2, 0, 1, 2]);
+    assert_eq!(p.rx.qm_stats().refused_fds, 1);
+    assert_eq!(p.rx.stats().packets, 6);
+}
+
 #[test]
 fn hardware_vlan_strip_is_refused_by_name_and_the_filter_runs_in_the_device() {
     let mut p = pair(small());

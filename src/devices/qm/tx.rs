@@ -17,14 +17,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::layout::Fd;
 use super::portal::SwPortal;
 use super::shared::{lender_of, Lender, Shared};
 use super::QmBus;
 use crate::device::{QueueError, QueueStats, TxQueue};
 use crate::error::Result;
-use crate::platform::dma::Packet;
-use crate::vlan::SwVlanTx;
+use crate::platform::dma::{Meta, Packet};
+use crate::vlan::insert::insert_all;
+use crate::vlan::{SwVlanCounts, SwVlanTx, Tpid};
 
 /// Buffers the device may hold beyond the receive queue's target before the transmit queue
 /// takes the surplus back (and the most it takes per burst).
@@ -140,8 +140,18 @@ impl<B: QmBus> QmTx<B> {
 /// The largest frame offset a frame descriptor holds (12 bits, `FD_OFFSET_MASK`).
 const MAX_FD_OFFSET: usize = 0xfff;
 
-impl<B: QmBus> TxQueue for QmTx<B> {
-    fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
+impl<B: QmBus> QmTx<B> {
+    /// The transmit burst; with `SW_VLAN`, software VLAN insertion too (TPID `tpid`, the
+    /// tags and drops counted in `counts`), as the VLAN layer's pass ([`insert_all`]) does
+    /// before a burst, but only for a burst that has a packet asking for a tag (see below).
+    /// Not inlined into the VLAN layer's wrapper: its loop keeps its values in registers.
+    #[inline(never)]
+    fn burst<const SW_VLAN: bool>(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        tpid: Tpid,
+        counts: &mut SwVlanCounts,
+    ) -> Result<usize, QueueError> {
         let mut room = self.portal.eq_room(batch.len() as u32)? as usize;
         // One pass: the packets at the front that the cached lender's pool lends go out as a
         // run (an enqueue entry each, written as its buffer is lent; the lender's `alive` read
@@ -155,6 +165,10 @@ impl<B: QmBus> TxQueue for QmTx<B> {
         // through the software fallback once (chains linearized, offloads done, order kept)
         // before the next run. The usual burst asks for neither and pays one bit test per
         // packet for it, in the run, instead of a pass of its own.
+        //
+        // Software VLAN insertion the same way: the first packet that asks for a tag ends the
+        // run, and the rest of the batch gets its tags pushed ([`insert_all`]) before anything
+        // else, so a burst without tags pays one test per packet instead of a pass.
         let (mut sent, mut bytes) = (0, 0u64);
         let (mut vouched, mut resolved) = (false, false);
         loop {
@@ -163,17 +177,20 @@ impl<B: QmBus> TxQueue for QmTx<B> {
                 break;
             }
             let k = if self.last.alive.load(Ordering::Relaxed) {
-                let (portal, fqid, bpid) = (&mut self.portal, self.fqid, self.last.bpid);
-                self.last.table.lend_run(batch, left, |buf, p| {
-                    let software = !p.is_plain() && soft::needs_software(p, TxCaps::NONE);
-                    if p.headroom() > MAX_FD_OFFSET || (software && !resolved) {
+                let mut eq = self.portal.eq_run(self.fqid);
+                let bpid = self.last.bpid;
+                let k = self.last.table.lend_run(batch, left, |buf, p, plain| {
+                    let software = !plain && soft::needs_software(p, TxCaps::NONE);
+                    let tag = SW_VLAN && p.meta.flags & Meta::TX_VLAN != 0;
+                    if p.headroom() > MAX_FD_OFFSET || (software && !resolved) || tag {
                         return false;
                     }
-                    let fd = Fd::simple(buf, p.len() as u32, bpid, p.headroom() as u16);
-                    portal.eq_write(fqid, &fd);
+                    eq.push(buf, p.len() as u32, bpid, p.headroom() as u16);
                     bytes += p.len() as u64;
                     true
-                })
+                });
+                eq.finish();
+                k
             } else {
                 0
             };
@@ -181,8 +198,16 @@ impl<B: QmBus> TxQueue for QmTx<B> {
             if k == left || batch.is_empty() {
                 break;
             }
-            // Off the usual path: before anything else (a copy reads a frame's data, which
-            // must be one buffer's), the rest of the batch through the fallback, once.
+            // Off the usual path: first the tags (as the VLAN layer's pass would have pushed
+            // them before the burst), then (a copy reads a frame's data, which must be one
+            // buffer's) the rest of the batch through the fallback, once.
+            if SW_VLAN && batch[0].meta.flags & Meta::TX_VLAN != 0 {
+                // Every tag pushed (or its packet dropped): no packet asks for one after this.
+                let (inserted, malformed) = insert_all(batch, tpid);
+                counts.inserted += inserted;
+                counts.malformed += malformed;
+                continue;
+            }
             if !resolved {
                 soft::resolve_for_queue(
                     batch,
@@ -223,14 +248,30 @@ impl<B: QmBus> TxQueue for QmTx<B> {
         }
         Ok(sent)
     }
+}
+
+impl<B: QmBus> TxQueue for QmTx<B> {
+    fn tx_burst(&mut self, batch: &mut Vec<Packet>) -> Result<usize, QueueError> {
+        self.burst::<false>(batch, Tpid::default(), &mut SwVlanCounts::default())
+    }
 
     fn stats(&self) -> QueueStats {
         self.stats
     }
 }
 
-/// Software insertion by the VLAN layer's default pass: a DPNI inserts no tags.
-impl<B: QmBus> SwVlanTx for QmTx<B> {}
+/// Software insertion inside the burst, where a run stops for a packet that asks for a tag
+/// (a DPNI inserts no tags): a burst without tags pays one test per packet for them.
+impl<B: QmBus> SwVlanTx for QmTx<B> {
+    fn tx_burst_sw_vlan(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        tpid: Tpid,
+        counts: &mut SwVlanCounts,
+    ) -> Result<usize, QueueError> {
+        self.burst::<true>(batch, tpid, counts)
+    }
+}
 
 impl<B: QmBus> Drop for QmTx<B> {
     /// Waits until the device has taken every entry written (their buffers are then its).

@@ -12,7 +12,16 @@
 //! - transmit: descriptor pairs. The first of pair `k` (descriptor `2k`) always points at one
 //!   shared zeroed header in the ring's driver area, and chains to `2k + 1`, which takes the
 //!   frame. Pairs go in send order ([`TxSlots`] is a FIFO); a pair the device returns early is
-//!   marked done and released when every older one is.
+//!   marked done and released when every older one is. The ring keeps no chain states for
+//!   them: every pair the FIFO holds was published by the burst that queued it, so a used
+//!   entry must name one of them that has not come back yet (checked against the FIFO), and
+//!   one naming the next in send order (what QEMU returns) costs one compare.
+//!
+//! Split rings only: packed ones (VIRTIO_F_RING_PACKED) were built and measured against them
+//! on the instruction count of the burst paths (commit e0eca3d: 150.4 against 135.4 per
+//! forwarded packet, `bench/instructions`), and lost: a packed ring rewrites a whole
+//! descriptor (two words) per buffer posted, where the split ring's descriptors keep their
+//! length and flags and take one available entry. See bench/README.md.
 //!
 //! A virtio device cannot stop one queue without VIRTIO_F_RING_RESET, so a dropped queue does
 //! not free its ring and buffers: it leaves them to the port's shared state, which frees them
@@ -24,7 +33,7 @@ use std::cell::Cell;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::ring::{held, SplitRing, DESC_F_NEXT, DESC_F_WRITE};
+use super::ring::{held_state, SplitRing, DESC_F_NEXT, DESC_F_WRITE};
 use super::shared::Shared;
 use super::transport::{Doorbell, NO_VECTOR};
 use crate::device::{QueueError, QueueStats, RxQueue, TxQueue};
@@ -46,11 +55,6 @@ pub const MIN_RX_BUFFER: u32 = 1530;
 /// sends the bytes it is given, so the driver pads, as Intel MACs do in hardware.
 pub const PAD_TX_LEN: usize = 60;
 
-/// A run of up to a whole ring, for [`RxSlots::harvest`], which walks a slice of descriptors:
-/// the receive queue's are in the ring's memory (never a Rust reference), so its decoder reads
-/// each used entry itself and the slice is of zero-sized placeholders.
-static RUN: [(); super::ring::MAX_SIZE as usize] = [(); super::ring::MAX_SIZE as usize];
-
 /// A receive queue of a virtio-net port.
 pub struct VirtioRx<M: Mmio> {
     /// The ring and its buffers: the device's as long as it runs, so a dropped queue leaves
@@ -66,6 +70,10 @@ pub struct VirtioRx<M: Mmio> {
     // frees what this queue's `Drop` left it.
     shared: Arc<Shared<M>>,
 }
+
+/// What one receive burst did: frames taken, their bytes, frames dropped, and whether the
+/// device wants a doorbell for the buffers posted again.
+type RxDone = (usize, u64, u64, bool);
 
 /// What a receive queue lends the device.
 struct RxParts {
@@ -131,90 +139,18 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
     /// One burst, as DPDK's `virtio_recv_pkts` and `virtqueue_enqueue_recv_refill`: the used
     /// index read once, then the entries. While the device returns buffers in the order they
     /// were posted (QEMU does), the entries name consecutive descriptors and a run is harvested
-    /// in one pass ([`RxSlots::harvest`]: each slot re-armed with a fresh buffer) and posted
-    /// again as a batch ([`RingState::requeue_run`](super::ring::RingState::requeue_run)). An entry out of that order, or with a
-    /// length the buffer cannot have, ends the run and goes through the careful path of one
-    /// entry; every entry is checked either way. One publish and at most one doorbell end the
-    /// burst.
+    /// in one pass ([`RxSlots::harvest`]: each slot re-armed with a fresh buffer, its chain
+    /// queued again in the same pass: [`RingState::requeue_parts`](super::ring::RingState::requeue_parts)).
+    /// An entry out of that order, or with a length the buffer cannot have, ends the run and
+    /// goes through the careful path of one entry; every entry is checked either way. One
+    /// publish and at most one doorbell end the burst.
     fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
         let desc_len = self.desc_len;
         let RxParts { ring, slots } = self.parts.as_mut().expect(LIVE);
         let have = slots.reserve(max, 2 * max);
         let want = max.min(have);
-        let pending = usize::from(ring.used_pending()?).min(want);
-        let size = usize::from(ring.size());
-        let fast = u32::from(slots.fast_len());
-        let (mut got, mut bytes, mut dropped) = (0usize, 0u64, 0u64);
-        let (v, st) = ring.burst();
-        while got + (dropped as usize) < pending {
-            let first = st.next_in_order();
-            let run = (pending - got - dropped as usize).min(size - usize::from(first));
-            // Entries decoded in this run (the decoder and the re-arm share it), and what the
-            // loop reads, as values it keeps in registers across the ring's atomic stores.
-            let k = Cell::new(0u16);
-            let (_, epoch, state) = st.reader();
-            let used = v.used();
-            let (n, b) = slots.harvest(
-                usize::from(first),
-                &RUN[..run],
-                batch,
-                |_| {
-                    // In a run `first + k` is below the ring size: it is both the used slot
-                    // (the next used index modulo the size) and the descriptor expected there.
-                    let want = first + k.get();
-                    let pos = 2 * usize::from(want);
-                    let (id, len) = (used.load(pos, Relaxed), used.load(pos + 1, Relaxed));
-                    let frame = len.wrapping_sub(NET_HDR_LEN as u32);
-                    if id != u32::from(want) || frame > fast || !held(state, epoch, id) {
-                        return None;
-                    }
-                    k.set(k.get() + 1);
-                    Some((frame as u16, Meta::default()))
-                },
-                // The length, flags and next of a receive descriptor never change.
-                |_, new| v.set_addr(first + k.get() - 1, new - NET_HDR_LEN as u64),
-            );
-            st.requeue_run(&v, first, n as u16);
-            got += n;
-            bytes += b;
-            if n == run {
-                continue;
-            }
-            // The careful path: one entry.
-            let (id, len) = st.used_at(&v, 0);
-            let id = match st.take_used(id, len) {
-                Ok(id) => id,
-                // The frames already taken are delivered; the broken ring refuses the next call.
-                Err(e) if got == 0 && dropped == 0 => return Err(e),
-                Err(_) => break,
-            };
-            let frame = (len as usize).wrapping_sub(NET_HDR_LEN);
-            if len as usize > desc_len as usize || (len as usize) < NET_HDR_LEN {
-                // A length the buffer cannot have: the frame is dropped and the buffer posted
-                // again as it is.
-                st.push(&v, id);
-                dropped += 1;
-                continue;
-            }
-            let taken = slots.take(
-                usize::from(id),
-                frame as u16,
-                Meta::default(),
-                batch,
-                |new| v.set_addr(id, new - NET_HDR_LEN as u64),
-            );
-            // The reserve covers `pending`, and the length was checked: a slot is always taken.
-            debug_assert!(taken, "virtio receive: a checked frame was not taken");
-            if !taken {
-                st.push(&v, id);
-                dropped += 1;
-                continue;
-            }
-            st.push(&v, id);
-            got += 1;
-            bytes += frame as u64;
-        }
-        if ring.publish() {
+        let (got, bytes, dropped, bell) = rx_split(ring, slots, batch, want, desc_len)?;
+        if bell {
             self.bell.ring();
         }
         if want < max && got == want {
@@ -264,6 +200,105 @@ impl<M: Mmio + 'static> RxQueue for VirtioRx<M> {
     fn disarm_interrupt(&mut self) {
         self.parts.as_ref().expect(LIVE).ring.set_interrupts(false);
     }
+}
+
+/// The split ring's receive burst (see [`VirtioRx::rx_burst`]).
+#[inline(always)]
+fn rx_split(
+    ring: &mut SplitRing,
+    slots: &mut RxSlots,
+    batch: &mut Vec<Packet>,
+    want: usize,
+    desc_len: u32,
+) -> Result<RxDone, QueueError> {
+    let pending = usize::from(ring.used_pending()?).min(want);
+    let size = usize::from(ring.size());
+    let fast = u32::from(slots.fast_len());
+    let (mut got, mut bytes, mut dropped) = (0usize, 0u64, 0u64);
+    let (v, st) = ring.burst();
+    while got + (dropped as usize) < pending {
+        let first = st.next_in_order();
+        let run = (pending - got - dropped as usize).min(size - usize::from(first));
+        // Entries decoded in this run (the decoder and the re-arm share it), and what the
+        // loop reads, as values it keeps in registers across the ring's atomic stores.
+        let k = Cell::new(0u16);
+        // Each chain taken is queued again at once (its state stamped, its head in the next
+        // available slot), in the same pass.
+        let (at, epoch, states) = st.requeue_parts(first, run);
+        // The available slot of chain `first + k` is `first + k + off`: on a receive queue
+        // that keeps all its chains posted and got them back in order, the slot of its own
+        // number, which holds it already (`at` is None: nothing to write).
+        let off = at.map(|at| at.wrapping_sub(usize::from(first)));
+        let (used, avail) = (v.used(), v.avail());
+        // The harvest walks the run's chain states (one per slot, as cells): each decode gets
+        // its own.
+        let states = Cell::from_mut(states).as_slice_of_cells();
+        let (n, b) = slots.harvest(
+            usize::from(first),
+            states,
+            batch,
+            |s| {
+                // In a run `first + k` is below the ring size: it is both the used slot
+                // (the next used index modulo the size) and the descriptor expected there.
+                let i = k.get();
+                let want = first + i;
+                let e = used.load(usize::from(want), Relaxed);
+                let (id, len) = (e as u32, (e >> 32) as u32);
+                let frame = len.wrapping_sub(NET_HDR_LEN as u32);
+                if id != u32::from(want) || frame > fast || !held_state(s.get(), epoch) {
+                    return None;
+                }
+                s.set(epoch);
+                if let Some(off) = off {
+                    avail.store(usize::from(want).wrapping_add(off), want, Relaxed);
+                }
+                k.set(i + 1);
+                Some((frame as u16, Meta::default()))
+            },
+            // The length, flags and next of a receive descriptor never change.
+            |_, new| v.set_addr(first + k.get() - 1, new - NET_HDR_LEN as u64),
+        );
+        st.requeued(n as u16);
+        got += n;
+        bytes += b;
+        if n == run {
+            continue;
+        }
+        // The careful path: one entry.
+        let (id, len) = st.used_at(&v, 0);
+        let id = match st.take_used(id, len) {
+            Ok(id) => id,
+            // The frames already taken are delivered; the broken ring refuses the next call.
+            Err(e) if got == 0 && dropped == 0 => return Err(e),
+            Err(_) => break,
+        };
+        let frame = (len as usize).wrapping_sub(NET_HDR_LEN);
+        if len as usize > desc_len as usize || (len as usize) < NET_HDR_LEN {
+            // A length the buffer cannot have: the frame is dropped and the buffer posted
+            // again as it is.
+            st.push(&v, id);
+            dropped += 1;
+            continue;
+        }
+        let taken = slots.take(
+            usize::from(id),
+            frame as u16,
+            Meta::default(),
+            batch,
+            |new| v.set_addr(id, new - NET_HDR_LEN as u64),
+        );
+        // The reserve covers `pending`, and the length was checked: a slot is always taken.
+        debug_assert!(taken, "virtio receive: a checked frame was not taken");
+        if !taken {
+            st.push(&v, id);
+            dropped += 1;
+            continue;
+        }
+        st.push(&v, id);
+        got += 1;
+        bytes += frame as u64;
+    }
+    Ok((got, bytes, dropped, ring.publish()))
 }
 
 impl<M: Mmio> Drop for VirtioRx<M> {
@@ -328,6 +363,8 @@ impl<M: Mmio> VirtioTx<M> {
             );
             ring.set_desc(2 * k + 1, 0, 0, 0, 0);
         }
+        // Pair `k` goes to the available slots `k` and `k + n` (FIFO positions modulo the size).
+        ring.fix_avail(|s| 2 * (s % n));
         let bell = shared.transport.setup_queue(q, &mut ring, NO_VECTOR)?;
         Ok(VirtioTx {
             parts: Some(TxParts {
@@ -358,30 +395,57 @@ impl<M: Mmio> VirtioTx<M> {
         let TxParts { ring, slots } = self.parts.as_mut().expect(LIVE);
         let tail = slots.tail();
         let mut head = tail.wrapping_sub(slots.queued());
-        let pending = ring.used_pending()?;
+        let mut pending = ring.used_pending()?;
         let (v, st) = ring.burst();
-        let (done, early) = (&mut self.done, &mut self.early);
-        let r = st.take_used_heads(&v, pending, |id| {
-            // Only heads (even descriptors) are held, so anything else was refused.
-            let pair = usize::from(id / 2);
-            if pair == head & mask {
+        if self.early == 0 {
+            // Every pair the FIFO holds is the device's: those it returns in send order (what
+            // QEMU does) cost one compare each.
+            let k = st.take_heads_in_order(&v, pending, head, mask);
+            head = head.wrapping_add(usize::from(k));
+            pending -= k;
+        }
+        // Any other entry is checked against the FIFO: it must name the head of a pair the
+        // FIFO holds (from `head` to `tail`, published by the burst that queued it) that has
+        // not come back yet.
+        let mut r = Ok(());
+        for _ in 0..pending {
+            let (id, len) = st.used_at(&v, 0);
+            let pair = (id / 2) as usize;
+            let ahead = pair.wrapping_sub(head) & mask;
+            if id % 2 != 0 || pair > mask || ahead >= tail.wrapping_sub(head) || self.done[pair] {
+                r = Err(st.refuse(id, len));
+                break;
+            }
+            st.took_untracked();
+            if ahead == 0 {
                 head = head.wrapping_add(1);
             } else {
-                done[pair] = true;
-                *early += 1;
+                self.done[pair] = true;
+                self.early += 1;
             }
-        });
-        if let Err(e) = r {
-            slots.release(head);
-            return Err(e);
         }
-        while self.early > 0 && head != tail && self.done[head & mask] {
-            self.done[head & mask] = false;
-            self.early -= 1;
-            head = head.wrapping_add(1);
+        self.release_done(head, tail, r)
+    }
+
+    /// Releases the buffers of the pairs before `head` (returned in send order), and of the
+    /// ones after it that came back early, up to the first still out (or all the FIFO holds,
+    /// `tail`); then reports `r` (a violation found, after releasing what came before it).
+    fn release_done(
+        &mut self,
+        mut head: usize,
+        tail: usize,
+        r: Result<(), QueueError>,
+    ) -> Result<(), QueueError> {
+        let mask = self.done.len() - 1;
+        if r.is_ok() {
+            while self.early > 0 && head != tail && self.done[head & mask] {
+                self.done[head & mask] = false;
+                self.early -= 1;
+                head = head.wrapping_add(1);
+            }
         }
-        slots.release(head);
-        Ok(())
+        self.parts.as_mut().expect(LIVE).slots.release(head);
+        r
     }
 
     /// Replaces the packet at the front of `batch`, whose pool the device cannot reach, by a
@@ -412,23 +476,21 @@ impl<M: Mmio + 'static> TxQueue for VirtioTx<M> {
                 break;
             }
             let first = slots.tail() & (cap - 1);
-            let (v, st) = ring.burst();
             let pairs = &self.pairs[first..first + n];
             // The walk stops before a chain or an offload request (marked pool pointer), a pool
             // the device cannot reach, and (here) a frame shorter than 60 bytes: each is
             // handled below and the walk resumes, so a burst of plain frames costs no pass of
             // its own for any of them.
-            // The walk writes each frame's descriptor; the chain heads are queued after it in
-            // one pass (`push_heads`).
-            let desc = &v;
-            let (k, bytes) = slots.send(batch, pairs, |&pair, p, len| {
-                if len < PAD_TX_LEN as u32 {
-                    return false;
-                }
-                desc.set_desc(2 * pair + 1, p.data_iova(), len, 0);
+            // The walk writes each frame's descriptor; its chain's head is in the available
+            // slot of the FIFO position already (`fix_avail`); no chain states: the FIFO says
+            // which pairs the device holds. It stops before a frame shorter than 60 bytes
+            // (padded below).
+            let (v, st) = ring.burst();
+            let (k, bytes) = slots.send_min(batch, pairs, PAD_TX_LEN, move |&pair, p, len| {
+                v.set_desc(2 * pair + 1, p.data_iova(), len, 0);
                 true
             });
-            st.push_heads(&v, &pairs[..k]);
+            st.pushed_untracked(k as u16);
             sent += k;
             bytes_all += bytes;
             if k == n {

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use crate::device::{QueueError, Violation};
 use crate::error::{Error, Result};
 use crate::platform::barrier::{virtio_mb, virtio_rmb, virtio_wmb, VirtioOrder};
-use crate::platform::dma::{DmaMapper, DmaMemory, DmaWords};
+use crate::platform::dma::{DmaMapper, DmaMemory, DmaSpan, DmaWords};
 
 /// `VIRTQ_DESC_F_NEXT`: the chain continues in the `next` field.
 pub const DESC_F_NEXT: u16 = 1;
@@ -55,7 +55,8 @@ pub struct Layout {
     pub size: u16,
     /// Offset of the available ring (the descriptor table is at 0, 16 bytes per descriptor).
     pub avail: usize,
-    /// Offset of the used ring (4-byte aligned; page-aligned here).
+    /// Offset of the used ring (4-byte aligned: 4 bytes into a page here, so that its
+    /// 8-byte elements are 8-byte aligned and each is read as one word).
     pub used: usize,
     /// Offset of the driver's own area behind the rings (headers, control commands).
     pub extra: usize,
@@ -68,7 +69,7 @@ impl Layout {
     pub fn new(size: u16, extra: usize) -> Layout {
         let n = usize::from(size);
         let avail = 16 * n;
-        let used = (avail + 6 + 2 * n).next_multiple_of(4096);
+        let used = (avail + 6 + 2 * n).next_multiple_of(4096) + 4;
         let used_end = used + 6 + 8 * n;
         let extra_at = used_end.next_multiple_of(64);
         Layout {
@@ -96,11 +97,18 @@ pub fn check_size(size: u16, what: &str) -> Result<()> {
 /// earlier epoch, so published and not returned ([`RingState::holds`] for one id).
 #[inline(always)]
 pub fn held(state: &[u32], epoch: u32, id: u32) -> bool {
-    // Stamps never exceed the current epoch, so `FREE < s < epoch` is one unsigned compare:
-    // `s - 1` wraps to the largest value for FREE and equals `epoch - 1` for the current one.
     state
         .get(id as usize)
-        .is_some_and(|&s| s.wrapping_sub(1) < epoch.wrapping_sub(1))
+        .is_some_and(|&s| held_state(s, epoch))
+}
+
+/// Whether a chain in state `s` is held by the device in publish epoch `epoch` ([`held`] of
+/// one state).
+#[inline(always)]
+pub fn held_state(s: u32, epoch: u32) -> bool {
+    // Stamps never exceed the current epoch, so `FREE < s < epoch` is one unsigned compare:
+    // `s - 1` wraps to the largest value for FREE and equals `epoch - 1` for the current one.
+    s.wrapping_sub(1) < epoch.wrapping_sub(1)
 }
 
 /// One split virtqueue.
@@ -119,6 +127,9 @@ pub fn held(state: &[u32], epoch: u32, id: u32) -> bool {
 pub struct SplitRing {
     mem: DmaMemory,
     layout: Layout,
+    /// The descriptor table, the available ring's entries and the used ring's elements as
+    /// word arrays, checked once here ([`burst`](Self::burst) makes their views).
+    spans: (DmaSpan<u64>, DmaSpan<u16>, DmaSpan<u64>),
     /// The barriers the device asked for (Linux `weak_barriers`).
     order: VirtioOrder,
     st: RingState,
@@ -148,21 +159,28 @@ pub struct RingState {
     peeked: Option<u16>,
     /// A protocol violation was seen: every later call fails with it.
     broken: Option<Violation>,
+    /// Every available slot holds the chain of its own number (what posting descriptors
+    /// `0..size` in order leaves), so a receive run that queues chain `s` again in slot `s`
+    /// finds it there already ([`requeue_parts`](Self::requeue_parts)). Cleared when a chain
+    /// goes to a slot of another number.
+    avail_identity: bool,
 }
 
 /// A ring's descriptor table and rings as word arrays, checked once per burst instead of once
 /// per access ([`DmaWords`]): what the burst paths read and write.
+#[derive(Clone, Copy)]
 pub struct RingView<'m> {
     /// The descriptor table as 64-bit words: the address of descriptor `id` at word `2 id`,
     /// its length, flags and next at word `2 id + 1` (little-endian: length in the low half).
     desc: DmaWords<'m, u64>,
     /// The available ring's entries.
     avail: DmaWords<'m, u16>,
-    /// The used ring's entries: id at word `2 slot`, length at `2 slot + 1`.
-    used: DmaWords<'m, u32>,
+    /// The used ring's elements, one word each: the id in the low half, the length in the
+    /// high half (little-endian `struct virtq_used_elem`).
+    used: DmaWords<'m, u64>,
 }
 
-impl RingView<'_> {
+impl<'m> RingView<'m> {
     /// Writes descriptor `id` whole with no chain (`next` 0): two 64-bit stores. The caller
     /// owns it (the device does not hold its chain).
     #[inline(always)]
@@ -180,10 +198,17 @@ impl RingView<'_> {
         self.desc.store(2 * usize::from(id), addr, Relaxed);
     }
 
-    /// The used ring's entries (a copy, for a loop to keep in registers).
+    /// The used ring's elements (a copy, for a loop to keep in registers): element `slot` is
+    /// word `slot`, its id the low half and its length the high half.
     #[inline(always)]
-    pub fn used(&self) -> DmaWords<'_, u32> {
+    pub fn used(&self) -> DmaWords<'m, u64> {
         self.used
+    }
+
+    /// The available ring's entries (a copy, for a loop to keep in registers).
+    #[inline(always)]
+    pub fn avail(&self) -> DmaWords<'m, u16> {
+        self.avail
     }
 }
 
@@ -205,9 +230,16 @@ impl SplitRing {
             mem.loom_bytes(layout.extra, extra);
         }
         mem.store_u16(layout.avail, AVAIL_F_NO_INTERRUPT, Relaxed);
+        let n = usize::from(size);
+        let spans = (
+            mem.span(0, 2 * n),
+            mem.span(layout.avail + 4, n),
+            mem.span(layout.used + 4, n),
+        );
         Ok(SplitRing {
             mem,
             layout,
+            spans,
             order: VirtioOrder::Smp,
             st: RingState {
                 mask: size - 1,
@@ -220,6 +252,7 @@ impl SplitRing {
                 in_flight: 0,
                 peeked: None,
                 broken: None,
+                avail_identity: true,
             },
         })
     }
@@ -392,13 +425,12 @@ impl SplitRing {
     /// The ring's word arrays and its bookkeeping, to change both in a burst.
     #[inline(always)]
     pub fn burst(&mut self) -> (RingView<'_>, &mut RingState) {
-        let n = usize::from(self.layout.size);
-        let l = self.layout;
+        let (d, a, u) = &self.spans;
         (
             RingView {
-                desc: self.mem.words(0, 2 * n),
-                avail: self.mem.words(l.avail + 4, n),
-                used: self.mem.words(l.used + 4, 2 * n),
+                desc: self.mem.words_in(d),
+                avail: self.mem.words_in(a),
+                used: self.mem.words_in(u),
             },
             &mut self.st,
         )
@@ -487,6 +519,19 @@ impl SplitRing {
         self.st.broken
     }
 
+    /// Writes every available slot `s` with `head(s)` once, for a queue that only ever queues
+    /// its chains in that fixed order ([`RingState::pushed_untracked`]): the transmit queue's
+    /// pairs. DPDK's virtio transmit queues fix their available ring the same way
+    /// (`virtio_dev_tx_queue_setup_finish`).
+    pub fn fix_avail(&mut self, head: impl Fn(u16) -> u16) {
+        let size = self.layout.size;
+        let (v, st) = self.burst();
+        for s in 0..size {
+            v.avail.store(usize::from(s), head(s), Relaxed);
+        }
+        st.avail_identity = false;
+    }
+
     /// Sets the publish epoch: only for the host test of its wrap-around, on a fresh ring.
     #[cfg(test)]
     pub(crate) fn set_epoch(&mut self, epoch: u32) {
@@ -514,8 +559,10 @@ impl RingState {
     /// (unchecked: [`take_used`](Self::take_used) and [`holds`](Self::holds) check the head).
     #[inline(always)]
     pub fn used_at(&self, v: &RingView<'_>, k: u16) -> (u32, u32) {
-        let slot = 2 * usize::from(self.last_used.wrapping_add(k));
-        (v.used.load(slot, Relaxed), v.used.load(slot + 1, Relaxed))
+        let e = v
+            .used
+            .load(usize::from(self.last_used.wrapping_add(k)), Relaxed);
+        (e as u32, (e >> 32) as u32)
     }
 
     /// Whether the device holds the chain headed by `id` (published, not returned): what a
@@ -552,76 +599,10 @@ impl RingState {
         let st = &mut self.state[usize::from(id)];
         assert!(*st == FREE, "virtqueue: descriptor {id} posted twice");
         *st = epoch;
-        v.avail.store(usize::from(self.avail_idx), id, Relaxed);
+        let slot = usize::from(self.avail_idx);
+        v.avail.store(slot, id, Relaxed);
+        self.avail_identity &= slot & usize::from(self.mask) == usize::from(id);
         self.avail_idx = self.avail_idx.wrapping_add(1);
-    }
-
-    /// What a loop over used entries needs, as values it can keep in registers: the position
-    /// of the next used entry, the current epoch and the chain states (see [`held`]).
-    #[inline(always)]
-    pub fn reader(&self) -> (u16, u32, &[u32]) {
-        (self.last_used, self.epoch, &self.state)
-    }
-
-    /// Takes the next `n` used entries (`n` at most [`SplitRing::used_pending`]'s count),
-    /// checking that the device held each chain they name, and gives each head to `each`; the
-    /// lengths are not read (the transmit queue's entries carry none it needs). One pass with
-    /// the indices in registers. At an entry naming a chain the device does not hold, the ring
-    /// breaks: the entries before it are taken, it and those after are not.
-    #[inline(always)]
-    pub fn take_used_heads(
-        &mut self,
-        v: &RingView<'_>,
-        n: u16,
-        mut each: impl FnMut(u16),
-    ) -> Result<(), QueueError> {
-        let (used, epoch) = (v.used, self.epoch);
-        let state = &mut self.state[..];
-        let mut pos = self.last_used;
-        let mut bad = None;
-        let mut k = 0u16;
-        while k < n {
-            let at = 2 * usize::from(pos);
-            let id = used.load(at, Relaxed);
-            match state.get_mut(id as usize) {
-                // Held: as in `held`.
-                Some(s) if s.wrapping_sub(1) < epoch.wrapping_sub(1) => *s = FREE,
-                _ => {
-                    bad = Some((id, used.load(at + 1, Relaxed)));
-                    break;
-                }
-            }
-            each(id as u16);
-            pos = pos.wrapping_add(1);
-            k += 1;
-        }
-        self.last_used = pos;
-        self.in_flight -= k;
-        match bad {
-            Some((id, len)) => Err(self.not_held(id, len)),
-            None => Ok(()),
-        }
-    }
-
-    /// Queues the chains headed by `2 p` for each pair number `p` of `pairs`, in order: the
-    /// transmit queue's pairs after a walk, in one pass that keeps the ring's indices in
-    /// registers.
-    ///
-    /// # Panics
-    /// As [`push`](Self::push), if a chain is already queued or held.
-    #[inline(always)]
-    pub fn push_heads(&mut self, v: &RingView<'_>, pairs: &[u16]) {
-        let (epoch, at) = (self.epoch, usize::from(self.avail_idx));
-        let avail = v.avail;
-        let state = &mut self.state[..];
-        for (k, &pair) in pairs.iter().enumerate() {
-            let id = 2 * pair;
-            let st = &mut state[usize::from(id)];
-            assert!(*st == FREE, "virtqueue: descriptor {id} posted twice");
-            *st = epoch;
-            avail.store(at + k, id, Relaxed);
-        }
-        self.avail_idx = self.avail_idx.wrapping_add(pairs.len() as u16);
     }
 
     /// The descriptor the next used entry names when the device returns chains in the order
@@ -633,30 +614,99 @@ impl RingState {
         self.last_used & self.mask
     }
 
-    /// Takes back the chains the next `n` used entries name, which are descriptors
-    /// `first..first + n` and held by the device (the caller checked each with
-    /// [`holds`](Self::holds)), and queues them again in that order: the receive queue's
-    /// re-post of a run it harvested in order. One pass, no state test per chain.
+    /// What a receive run that takes back the chains of descriptors `first..first + n` in
+    /// order and queues each again at once needs, as values a loop keeps in registers: where
+    /// the first goes in the available ring (`None`: to the available slot of its own number,
+    /// which holds it already, see `avail_identity`; the loop writes nothing there), the epoch,
+    /// and those descriptors' states (each checked with [`held`]`(s, epoch)` and stamped with the
+    /// epoch, queued again, by the loop itself). [`requeued`](Self::requeued) then moves the
+    /// indices.
     ///
     /// # Panics
     /// If the run leaves the ring or exceeds the chains held (a driver bug).
     #[inline(always)]
-    pub fn requeue_run(&mut self, v: &RingView<'_>, first: u16, n: u16) {
-        let avail = v.avail;
+    pub fn requeue_parts(&mut self, first: u16, n: usize) -> (Option<usize>, u32, &mut [u32]) {
+        let end = usize::from(first) + n;
         assert!(
-            usize::from(first) + usize::from(n) <= self.state.len() && n <= self.in_flight,
+            end <= self.state.len() && n <= usize::from(self.in_flight),
             "virtqueue: a run beyond the ring"
         );
-        let epoch = self.epoch;
         let at = usize::from(self.avail_idx);
-        let state = &mut self.state[usize::from(first)..usize::from(first + n)];
-        for (k, st) in state.iter_mut().enumerate() {
-            *st = epoch;
-            avail.store(at + k, first + k as u16, Relaxed);
-        }
+        let in_place = self.avail_identity && at & usize::from(self.mask) == usize::from(first);
+        (
+            (!in_place).then_some(at),
+            self.epoch,
+            &mut self.state[usize::from(first)..end],
+        )
+    }
+
+    /// `n` chains of a [`requeue_parts`](Self::requeue_parts) run were taken back and queued
+    /// again: the next used entry, the chains held and the next available slot move on.
+    #[inline(always)]
+    pub fn requeued(&mut self, n: u16) {
         self.in_flight -= n;
         self.last_used = self.last_used.wrapping_add(n);
         self.avail_idx = self.avail_idx.wrapping_add(n);
+    }
+
+    /// Takes the next used entries (at most `n`, [`SplitRing::used_pending`]'s count) while
+    /// each names the head `2 ((first + k) & mask)`, the order the transmit queue sent its
+    /// pairs in; returns how many. The transmit queue keeps no chain states (see
+    /// [`pushed_untracked`](Self::pushed_untracked)): it calls this only while every pair its
+    /// FIFO holds is the device's (none returned early), so an entry naming the next one in send
+    /// order names a chain the device holds, at one compare per entry; it checks any other
+    /// against its FIFO ([`used_at`](Self::used_at), [`took_untracked`](Self::took_untracked)).
+    #[inline(always)]
+    pub fn take_heads_in_order(
+        &mut self,
+        v: &RingView<'_>,
+        n: u16,
+        first: usize,
+        mask: usize,
+    ) -> u16 {
+        let used = v.used;
+        let pos = usize::from(self.last_used);
+        // The head expected next: `2 (first + k)` modulo `2 (mask + 1)`.
+        let heads = 2 * mask + 1;
+        let mut want = (2 * first) & heads;
+        let mut k = 0;
+        while k < usize::from(n) {
+            if used.load(pos + k, Relaxed) as u32 as usize != want {
+                break;
+            }
+            want = (want + 2) & heads;
+            k += 1;
+        }
+        let k = k as u16;
+        self.last_used = self.last_used.wrapping_add(k);
+        self.in_flight -= k;
+        k
+    }
+
+    /// The next used entry was taken by a queue that keeps no chain states (it checked the
+    /// entry itself).
+    #[inline(always)]
+    pub fn took_untracked(&mut self) {
+        self.last_used = self.last_used.wrapping_add(1);
+        self.in_flight -= 1;
+    }
+
+    /// `n` chains were queued by a queue that keeps no chain states and whose available ring
+    /// holds a fixed map ([`SplitRing::fix_avail`]): the transmit queue, whose pair heads go to
+    /// the available slots in FIFO order, so slot `s` always holds the head of pair
+    /// `s mod pairs`, written once; it knows which chains the device holds from its FIFO (every
+    /// pair there was published by the burst that queued it, and a used entry is checked
+    /// against it), so their states stay FREE.
+    #[inline(always)]
+    pub fn pushed_untracked(&mut self, n: u16) {
+        self.avail_idx = self.avail_idx.wrapping_add(n);
+    }
+
+    /// Breaks the ring for a used entry naming chain `id` (`len` bytes) that the device does
+    /// not hold, as a queue that keeps no chain states found.
+    #[cold]
+    pub fn refuse(&mut self, id: u32, len: u32) -> QueueError {
+        self.not_held(id, len)
     }
 
     /// Starts the next publish epoch. Before the 32-bit epoch would wrap (after 4 billion
@@ -830,7 +880,7 @@ mod tests {
         }
         assert_eq!(ring(256).size(), 256);
         let l = Layout::new(256, 64);
-        assert_eq!((l.avail, l.used % 4096), (4096, 0));
+        assert_eq!((l.avail, l.used % 4096, (l.used + 4) % 8), (4096, 4, 0));
         assert!(l.extra >= l.used + 6 + 8 * 256 && l.total % 4096 == 0);
     }
 

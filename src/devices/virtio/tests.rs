@@ -511,6 +511,63 @@ fn transmit_completions_out_of_order() {
     assert_eq!(pool.stats().free, free0);
 }
 
+/// Receive completions out of order, then in order through many ring wraps: every frame
+/// arrives whole, in the order the device returned it. (After the first out of order, the
+/// receive runs no longer find the available ring in place and write it.)
+#[test]
+fn receive_completions_out_of_order_then_in_order() {
+    let fake = Fake::new(GOOD, [8, 8, 0]);
+    let mut port = open(&fake).unwrap();
+    let (mut rx, _tx) = port.take_queues().unwrap();
+    let rx = &mut rx[0];
+    let chains: Vec<(u16, Vec<Desc>)> = (0..3).map(|_| pop(&fake, 0).unwrap()).collect();
+    for (k, (head, chain)) in chains.iter().enumerate().rev() {
+        let mut bytes = vec![0u8; 12];
+        bytes.extend_from_slice(&frame(64, k as u8));
+        fake.iommu.write(chain[0].0, &bytes).unwrap();
+        push_used(&fake, 0, u32::from(*head), bytes.len() as u32, true);
+    }
+    let mut batch = Vec::new();
+    assert_eq!(rx.rx_burst(&mut batch, 32).unwrap(), 3);
+    let got: Vec<&[u8]> = batch.iter().map(|p| p.data()).collect();
+    assert_eq!(got, [&frame(64, 2)[..], &frame(64, 1), &frame(64, 0)]);
+    batch.clear();
+    for i in 0..40u32 {
+        let f = frame(60 + (i as usize * 13) % 300, i as u8);
+        deliver(&fake, &f);
+        assert_eq!(rx.rx_burst(&mut batch, 32).unwrap(), 1);
+        assert_eq!(batch.pop().unwrap().data(), &f[..], "frame {i}");
+    }
+    assert_eq!(fake.iommu.faults(), 0);
+}
+
+/// A transmit used entry must name a pair the FIFO holds that has not come back: one
+/// returned twice, the second descriptor of a pair, or a pair never sent stops the queue.
+#[test]
+fn transmit_used_entries_naming_no_pair_in_flight_are_refused() {
+    for bad in [
+        |c: &[u16]| u32::from(c[0]),
+        |c: &[u16]| u32::from(c[0]) + 1,
+        |_: &[u16]| 6,
+    ] {
+        let fake = Fake::new(GOOD, [8, 8, 0]);
+        let mut port = open(&fake).unwrap();
+        let (rx, mut tx) = port.take_queues().unwrap();
+        let pool = rx[0].pool().clone();
+        let mut batch = Vec::new();
+        pool.alloc_bulk_len(2, 64, &mut batch);
+        assert_eq!(tx[0].tx_burst(&mut batch).unwrap(), 2);
+        let chains: Vec<u16> = std::iter::from_fn(|| pop(&fake, 1).map(|c| c.0)).collect();
+        push_used(&fake, 1, u32::from(chains[0]), 0, true);
+        tx[0].tx_burst(&mut batch).unwrap();
+        assert_eq!(tx[0].in_flight(), 1);
+        push_used(&fake, 1, bad(&chains), 0, true);
+        let e = tx[0].tx_burst(&mut batch).unwrap_err();
+        assert!(matches!(e, QueueError::ProtocolViolation(_)), "{e}");
+        assert_eq!(tx[0].in_flight(), 1, "nothing released for the bad entry");
+    }
+}
+
 #[test]
 fn a_used_index_that_jumps_stops_the_queue_without_handing_anything_out() {
     let fake = Fake::new(GOOD, [8, 8, 0]);

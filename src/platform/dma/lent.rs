@@ -9,7 +9,14 @@
 //! names a buffer it was never given must not get a second owner of a live buffer.
 //!
 //! [`LentBuffers`] is that table, one per pool: a bit per buffer, set while the device holds the
-//! buffer. [`lend`](LentBuffers::lend) consumes a packet and sets its bit;
+//! buffer. The bits are kept per 128-byte granule of the pool (a buffer size is a multiple of
+//! 128, [`Pool::new`]), the bit of a buffer being its first granule's: so a bus address is
+//! checked and turned into its bit by one subtraction, one rotation by a constant and one
+//! compare (an address off a granule boundary rotates its low bits to the top, past every
+//! granule), and only a buffer's start can ever have its bit set. That takes one bit per 128
+//! bytes of the pool (8.5 KiB for 4096 buffers of 2176 bytes), against a 64-bit division (or a
+//! multiplication and a variable rotation) per buffer with one bit per buffer.
+//! [`lend`](LentBuffers::lend) consumes a packet and sets its bit;
 //! [`take_back`](LentBuffers::take_back) clears the bit of a buffer named by its address and
 //! builds the packet, or refuses an address that is not the start of a lent buffer of this
 //! pool. A burst uses [`lend_run`](LentBuffers::lend_run) and
@@ -26,6 +33,10 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::pool::{Meta, Packet, Pool, Shared};
+
+/// The bytes per bit of a table: every pool's buffer size is a multiple of this
+/// ([`Pool::new`]), so every buffer starts on one.
+const GRANULE: usize = 128;
 
 /// Why [`LentBuffers::take_back`] refused a bus address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -54,13 +65,9 @@ pub struct LentBuffers {
     shared: NonNull<Shared>,
     iova: u64,
     buf_size: usize,
-    /// `buf_size` is `odd << shift`: the buffer index of an offset is the offset times
-    /// `odd_inverse` (its inverse modulo 2^64), rotated right by `shift` (see `index`).
-    shift: u32,
-    odd_inverse: u64,
-    /// Buffers in the pool.
-    buffers: u64,
-    /// Bit `i % 64` of word `i / 64`: buffer `i` is lent.
+    /// 128-byte granules in the pool.
+    granules: u64,
+    /// Bit `i % 64` of word `i / 64`: the buffer starting at granule `i` is lent.
     bits: Box<[AtomicU64]>,
     lent: AtomicUsize,
 }
@@ -77,17 +84,18 @@ impl LentBuffers {
     pub fn new(pool: &Pool) -> LentBuffers {
         let buffers = pool.stats().capacity;
         let buf_size = pool.buf_size();
-        assert!(buf_size > 0, "a pool's buffers are never empty");
-        let shift = buf_size.trailing_zeros();
+        assert!(
+            buf_size > 0 && buf_size % GRANULE == 0,
+            "a pool's buffer size is a multiple of {GRANULE}"
+        );
+        let granules = (buffers * buf_size / GRANULE) as u64;
         LentBuffers {
             pool: pool.clone(),
             shared: pool.shared_ptr(),
             iova: pool.iova(),
             buf_size,
-            shift,
-            odd_inverse: inverse_mod_2_64((buf_size >> shift) as u64),
-            buffers: buffers as u64,
-            bits: (0..buffers.div_ceil(64))
+            granules,
+            bits: (0..granules.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             lent: AtomicUsize::new(0),
@@ -120,7 +128,8 @@ impl LentBuffers {
     /// Lends the packets at the front of `batch`, at most `max`, and removes them from it;
     /// returns how many. The run ends at the first packet of another pool or chained (as
     /// [`lend`](Self::lend) refuses them), or for which `send` says no; that packet and the
-    /// rest stay in the batch. `send` is called with each packet's buffer address before its
+    /// rest stay in the batch. `send` is called with each packet's buffer address, and whether
+    /// it is plain ([`Packet::is_plain`], which the run's pool test has found out), before its
     /// buffer is lent (a transmit queue writes its descriptor there): the caller hands the
     /// buffers to the device only after this returns (its doorbell), never inside `send`.
     ///
@@ -133,7 +142,7 @@ impl LentBuffers {
         &self,
         batch: &mut Vec<Packet>,
         max: usize,
-        mut send: impl FnMut(u64, &Packet) -> bool,
+        mut send: impl FnMut(u64, &Packet, bool) -> bool,
     ) -> usize {
         let len = batch.len();
         let most = max.min(len);
@@ -147,28 +156,45 @@ impl LentBuffers {
         // the buffer, read below through `base`.
         unsafe { batch.set_len(0) };
         let base = batch.as_mut_ptr();
+        // The table's fields as values the loop keeps in registers.
+        let (shared, iova, bits) = (self.shared, self.iova, &self.bits[..]);
         let mut k = 0;
         while k < most {
             // SAFETY: `k < len`: an initialized packet of the batch's buffer, not moved out
             // (packets before `k` are lent and no longer touched).
             let p = unsafe { &*base.add(k) };
-            if !p.is_from(&self.pool) || p.is_chained() {
+            // A plain packet of this pool is one compare (its pool pointer, mark bit clear);
+            // a marked one (chain or offload request) is looked at further.
+            let plain = p.pool == shared;
+            if !plain && (p.shared_ptr() != shared || p.is_chained()) {
                 break;
             }
-            let buf = self.iova + u64::from(p.off());
-            if !send(buf, p) {
+            let off = u64::from(p.off());
+            let buf = iova + off;
+            if !send(buf, p, plain) {
                 break;
             }
+            // The packet is of this pool: `off` is one of its buffers, so its granule is below
+            // `granules` and its bit's word exists.
+            let i = (off / GRANULE as u64) as usize;
+            debug_assert!((i as u64) < self.granules);
+            // SAFETY: `i < granules` (above) and `bits` has `granules.div_ceil(64)` words.
+            let word = unsafe { bits.get_unchecked(i / 64) };
+            let was = word.fetch_or(1 << (i % 64), Ordering::AcqRel);
+            // A packet owns its buffer exclusively, so the buffer cannot be lent already.
+            debug_assert_eq!(was & 1 << (i % 64), 0, "buffer at granule {i} lent twice");
             // SAFETY: as above; the packet is consumed here, its ownership going to its bit,
             // and the batch never drops it (its slot is overwritten or cut off below).
-            self.set_bit(std::mem::ManuallyDrop::new(unsafe { base.add(k).read() }));
+            std::mem::forget(unsafe { base.add(k).read() });
             k += 1;
         }
         // SAFETY: packets `k..len` are initialized and owned by nobody else; they move to the
         // front (the slots of the lent ones, whose packets are not dropped) and the batch owns
         // them again.
         unsafe {
-            std::ptr::copy(base.add(k), base, len - k);
+            if k < len {
+                std::ptr::copy(base.add(k), base, len - k);
+            }
             batch.set_len(len - k);
         }
         if k < most {
@@ -181,25 +207,21 @@ impl LentBuffers {
     /// returns the buffer's bus address. The caller checked the pool and counted it.
     #[inline(always)]
     fn set_bit(&self, p: std::mem::ManuallyDrop<Packet>) -> u64 {
-        let i = self.index(u64::from(p.off())) as usize;
+        let i = p.off() as usize / GRANULE;
         let was = self.bits[i / 64].fetch_or(1 << (i % 64), Ordering::AcqRel);
         // A packet owns its buffer exclusively, so the buffer cannot be lent already.
-        debug_assert_eq!(was & 1 << (i % 64), 0, "buffer {i} lent twice");
+        debug_assert_eq!(was & 1 << (i % 64), 0, "buffer at granule {i} lent twice");
         self.iova + u64::from(p.off())
     }
 
-    /// The buffer index of byte offset `rel` in the pool, when `rel` is a multiple of the
-    /// buffer size; any other offset gives a number of `buffers` or more (for a pool that
-    /// fits 2^64 bytes), so one compare both checks and divides.
-    ///
-    /// Exact division by the modular inverse (Hacker's Delight, 2nd ed., 10-16; Granlund and
-    /// Montgomery 1994): with `buf_size = odd << shift`, `x -> (x * odd^-1) rotr shift` is a
-    /// bijection of the 64-bit numbers that maps `q * buf_size` to `q` for every `q` below
-    /// 2^(64 - shift), so exactly the buffer starts map below `buffers`. Two instructions
-    /// instead of a 64-bit division (the buffer size is a multiple of 128, seldom a power of 2).
+    /// The granule of byte offset `rel` in the pool, when `rel` is a multiple of 128; any
+    /// other offset gives 2^57 or more (its low 7 bits rotated to the top), which is more
+    /// than the granules of any pool (at most 4 GiB: 2^25), so one compare with `granules`
+    /// both checks the boundary and the range. Whether the granule starts a lent buffer is
+    /// its bit's to say: only a buffer's start is ever set.
     #[inline(always)]
-    fn index(&self, rel: u64) -> u64 {
-        rel.wrapping_mul(self.odd_inverse).rotate_right(self.shift)
+    fn index(rel: u64) -> u64 {
+        rel.rotate_right(GRANULE.trailing_zeros())
     }
 
     /// Takes a lent buffer back from the device: the packet owning the buffer at bus address
@@ -221,7 +243,11 @@ impl LentBuffers {
     pub fn take_backs(&self) -> TakeBacks<'_> {
         TakeBacks {
             table: self,
+            iova: self.iova,
+            granules: self.granules,
+            buf_size: self.buf_size,
             taken: 0,
+            refused: None,
         }
     }
 
@@ -230,31 +256,39 @@ impl LentBuffers {
     #[inline(always)]
     fn claim(&self, buf_iova: u64, offset: u16, len: u32, meta: Meta) -> Result<Packet, NotLent> {
         let rel = buf_iova.wrapping_sub(self.iova);
-        // Inside the pool and on a buffer boundary, in one compare (see `index`).
-        let i = self.index(rel);
-        if i >= self.buffers {
-            return Err(NotLent::NotABuffer(buf_iova));
-        }
-        if usize::from(offset) + len as usize > self.buf_size {
-            return Err(NotLent::TooLong {
+        // Inside the pool and on a granule boundary, in one compare (see `index`).
+        let i = Self::index(rel);
+        if i >= self.granules || usize::from(offset) + len as usize > self.buf_size {
+            return Err(refusal(
+                rel,
+                buf_iova,
                 offset,
                 len,
-                buf_size: self.buf_size,
-            });
+                self.buf_size,
+                self.granules,
+            ));
         }
         let i = i as usize;
         let bit = 1u64 << (i % 64);
-        // SAFETY: `i < buffers` (checked above) and `bits` has `buffers.div_ceil(64)` words.
+        // SAFETY: `i < granules` (checked above) and `bits` has `granules.div_ceil(64)` words.
         let word = unsafe { self.bits.get_unchecked(i / 64) };
         if word.fetch_and(!bit, Ordering::AcqRel) & bit == 0 {
-            return Err(NotLent::NotLent(buf_iova));
+            return Err(refusal(
+                rel,
+                buf_iova,
+                offset,
+                len,
+                self.buf_size,
+                self.granules,
+            ));
         }
         let (off, data) = (rel as u32, self.iova + u64::from(offset));
-        // Its bit was set, so `lend` lent it and consumed its packet; the `fetch_and` above,
-        // which cleared the bit, gave it to this call alone.
+        // Its bit was set, so `lend` lent the buffer starting there and consumed its packet
+        // (only a buffer's first granule is ever set); the `fetch_and` above, which cleared
+        // the bit, gave it to this call alone.
         // SAFETY: the pool is alive (this table holds a handle); `off` is one of its buffers
-        // (checked: inside the pool, on a boundary), owned by nobody else (above), and
-        // `offset + len` fits it (checked).
+        // (its bit was set), owned by nobody else (above), and `offset + len` fits it
+        // (checked).
         let p = unsafe { Packet::from_parts(self.shared, data, off, offset, len as u16, meta) };
         Ok(p)
     }
@@ -262,10 +296,30 @@ impl LentBuffers {
 
 /// Take-backs from one [`LentBuffers`] whose count moves once, when this goes (see
 /// [`LentBuffers::take_backs`]): the count is then above the bits for the run's length,
-/// never below them.
+/// never below them. It keeps the table's fields the checks read, so that a receive loop
+/// holds them in registers.
 pub struct TakeBacks<'a> {
     table: &'a LentBuffers,
+    iova: u64,
+    granules: u64,
+    buf_size: usize,
     taken: usize,
+    /// Why the last [`take_run`](TakeBacks::take_run) stopped at a frame it refused, if it
+    /// did (set out of its loop).
+    refused: Option<NotLent>,
+}
+
+/// What [`TakeBacks::take_run`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TakenRun {
+    /// Entries `next` returned a frame for (each one consumed: taken, or refused).
+    pub decoded: usize,
+    /// Packets appended to the batch.
+    pub taken: usize,
+    /// Their frames' bytes.
+    pub bytes: u64,
+    /// Why the run's last decoded entry was refused, if it was (the run stopped there).
+    pub refused: Option<NotLent>,
 }
 
 impl TakeBacks<'_> {
@@ -281,6 +335,124 @@ impl TakeBacks<'_> {
         let p = self.table.claim(buf_iova, offset, len, meta)?;
         self.taken += 1;
         Ok(p)
+    }
+
+    /// Takes back up to `n` buffers in one pass and appends their packets to `batch`: for
+    /// each `k` in turn, `next(k)` returns the frame of entry `k` (the buffer's bus address,
+    /// the frame's offset in it and its length), or `None` to stop there (the entry is not
+    /// there yet, or unusual: the caller's careful path handles it). Each frame is checked as
+    /// [`take_back`](LentBuffers::take_back) checks it; the first one refused ends the run
+    /// with its error (it counts as decoded: `next` consumed it). The packets carry no
+    /// metadata. A receive burst's loop: the batch is reserved once, the table's fields and
+    /// the run's position are values, not memory.
+    #[inline(always)]
+    pub fn take_run(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        n: usize,
+        mut next: impl FnMut(usize) -> Option<(u64, u16, u32)>,
+    ) -> TakenRun {
+        batch.reserve(n);
+        let mut g = Appended {
+            len: batch.len(),
+            batch,
+            added: 0,
+        };
+        // SAFETY: `len + n <= capacity` after the reserve: the `n` spare slots.
+        let out = unsafe { g.batch.as_mut_ptr().add(g.len) };
+        let (iova, granules, buf_size) = (self.iova, self.granules, self.buf_size);
+        let (shared, bits) = (self.table.shared, &self.table.bits[..]);
+        let mut bytes = 0u64;
+        self.refused = None;
+        // One count for the entries and the packets: every entry decoded is a packet, but for
+        // a refused one, which ends the run.
+        while g.added < n {
+            let k = g.added;
+            let Some((buf_iova, offset, len)) = next(k) else {
+                break;
+            };
+            let rel = buf_iova.wrapping_sub(iova);
+            // Inside the pool and on a granule boundary, in one compare (see `index`).
+            let i = LentBuffers::index(rel);
+            if i >= granules || usize::from(offset) + len as usize > buf_size {
+                self.refused = Some(refusal(rel, buf_iova, offset, len, buf_size, granules));
+                break;
+            }
+            let i = i as usize;
+            let bit = 1u64 << (i % 64);
+            // SAFETY: `i < granules` (checked above) and `bits` has `granules.div_ceil(64)`
+            // words.
+            let word = unsafe { bits.get_unchecked(i / 64) };
+            if word.fetch_and(!bit, Ordering::AcqRel) & bit == 0 {
+                self.refused = Some(refusal(rel, buf_iova, offset, len, buf_size, granules));
+                break;
+            }
+            // As in `claim`: the bit was set, so `lend` lent the buffer starting there and
+            // consumed its packet, and the `fetch_and` that cleared it gave it to this call
+            // alone.
+            // SAFETY: the pool is alive (the table holds a handle); `rel` is one of its
+            // buffers (its bit was set), owned by nobody else (above), and `offset + len`
+            // fits it (checked). `out + k` is a spare slot (`k < n`).
+            unsafe {
+                // `rel` is a buffer's offset in a pool of at most 4 GiB: 32 bits, as a
+                // location word's offset field.
+                let loc = rel | u64::from(offset) << 32 | u64::from(len) << 48;
+                let p =
+                    Packet::from_dma(shared, buf_iova + u64::from(offset), loc, Meta::default());
+                out.add(k).write(p);
+            }
+            g.added = k + 1;
+            bytes += u64::from(len);
+        }
+        self.taken += g.added;
+        TakenRun {
+            decoded: g.added + usize::from(self.refused.is_some()),
+            taken: g.added,
+            bytes,
+            refused: self.refused,
+        }
+    }
+}
+
+/// Why a frame at byte `rel` of the pool (bus address `buf_iova`) was refused, once the fast
+/// checks said it was (out of the loops): not a buffer's start, then too long, then not lent.
+#[cold]
+#[inline(never)]
+fn refusal(
+    rel: u64,
+    buf_iova: u64,
+    offset: u16,
+    len: u32,
+    buf_size: usize,
+    granules: u64,
+) -> NotLent {
+    let pool_len = granules * GRANULE as u64;
+    if rel >= pool_len || rel % buf_size as u64 != 0 {
+        NotLent::NotABuffer(buf_iova)
+    } else if usize::from(offset) + len as usize > buf_size {
+        NotLent::TooLong {
+            offset,
+            len,
+            buf_size,
+        }
+    } else {
+        NotLent::NotLent(buf_iova)
+    }
+}
+
+/// Commits the packets a run wrote into a batch's spare capacity (also on unwind).
+struct Appended<'a> {
+    batch: &'a mut Vec<Packet>,
+    len: usize,
+    added: usize,
+}
+
+impl Drop for Appended<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // SAFETY: the `added` slots behind `len` were initialised with packets before
+        // `added` counted them, within the capacity reserved.
+        unsafe { self.batch.set_len(self.len + self.added) };
     }
 }
 
@@ -325,18 +497,6 @@ impl Drop for TakeBacks<'_> {
             self.table.lent.fetch_sub(self.taken, Ordering::Relaxed);
         }
     }
-}
-
-/// The inverse of odd `d` modulo 2^64, by Newton's iteration (Hacker's Delight 10-16): `d` is
-/// its own inverse modulo 8, and each step doubles the bits that are right (3, 6, ..., 96).
-const fn inverse_mod_2_64(d: u64) -> u64 {
-    let mut x = d;
-    let mut k = 0;
-    while k < 5 {
-        x = x.wrapping_mul(2u64.wrapping_sub(d.wrapping_mul(x)));
-        k += 1;
-    }
-    x
 }
 
 impl Drop for LentBuffers {
@@ -409,7 +569,7 @@ mod tests {
     }
 
     #[test]
-    fn the_index_divides_exactly_and_refuses_every_other_offset() {
+    fn only_a_lent_buffers_start_comes_back_and_every_other_address_says_why() {
         for buf_size in [256, 384, 1152, 2048, 2176, 9216 + 128, 32_640] {
             let p = Pool::new(
                 PoolConfig {
@@ -421,18 +581,26 @@ mod tests {
             )
             .unwrap();
             let t = LentBuffers::new(&p);
-            assert_eq!(t.odd_inverse.wrapping_mul((buf_size >> t.shift) as u64), 1);
-            for rel in (0..40 * buf_size as u64).step_by(8) {
-                let want = (rel % buf_size as u64 == 0 && rel / (buf_size as u64) < 37)
-                    .then_some(rel / buf_size as u64);
-                let got = Some(t.index(rel)).filter(|&i| i < t.buffers);
-                assert_eq!(got, want, "buf_size {buf_size}, offset {rel:#x}");
+            let mut all = Vec::new();
+            p.alloc_bulk(37, &mut all);
+            let lent: Vec<u64> = all.into_iter().map(|pk| t.lend(pk).unwrap()).collect();
+            for rel in (0..40 * buf_size as u64).step_by(64) {
+                let a = p.iova() + rel;
+                let got = t.take_back(a, 0, 0, Meta::default());
+                if rel % buf_size as u64 == 0 && rel / (buf_size as u64) < 37 {
+                    assert!(got.is_ok(), "buf_size {buf_size}, offset {rel:#x}: {got:?}");
+                    // Back once only.
+                    assert_eq!(
+                        t.take_back(a, 0, 0, Meta::default()).unwrap_err(),
+                        NotLent::NotLent(a)
+                    );
+                } else {
+                    assert_eq!(got.unwrap_err(), NotLent::NotABuffer(a), "offset {rel:#x}");
+                }
             }
+            assert_eq!((t.lent(), lent.len()), (0, 37));
             for rel in [u64::MAX, u64::MAX - 127, 1 << 63, (1 << 63) + 128, 1] {
-                assert!(
-                    t.index(rel) >= t.buffers,
-                    "buf_size {buf_size}, offset {rel:#x}"
-                );
+                assert!(LentBuffers::index(rel) >= t.granules, "offset {rel:#x}");
             }
         }
     }
@@ -448,7 +616,8 @@ mod tests {
         let want: Vec<u64> = batch[..3].iter().map(|p| p.buf_iova()).collect();
         let mut seen = Vec::new();
         assert_eq!(
-            t.lend_run(&mut batch, 8, |a, _| {
+            t.lend_run(&mut batch, 8, |a, _, plain| {
+                assert!(plain);
                 seen.push(a);
                 true
             }),
@@ -463,13 +632,13 @@ mod tests {
         // At most `max`, and `send` ends the run: the packet it refused stays.
         let mut fourth = 0;
         assert_eq!(
-            t.lend_run(&mut batch, 1, |a, _| {
+            t.lend_run(&mut batch, 1, |a, _, _| {
                 fourth = a;
                 true
             }),
             1
         );
-        assert_eq!(t.lend_run(&mut batch, 8, |_, _| false), 0);
+        assert_eq!(t.lend_run(&mut batch, 8, |_, _, _| false), 0);
         assert_eq!((t.lent(), batch.len()), (4, 1));
         let mut back = t.take_backs();
         for a in &want {
@@ -485,6 +654,40 @@ mod tests {
         // The last one back too, so that the pool can go (a buffer still lent keeps it).
         drop(t.take_back(fourth, 128, 0, Meta::default()).unwrap());
         assert_eq!(t.lent(), 0);
+    }
+
+    /// A run of take-backs: `next` ends it with `None` (nothing consumed), a refused frame
+    /// ends it with its error (consumed, not taken), and the count moves when the run ends.
+    #[test]
+    fn a_run_of_take_backs_stops_where_next_says_or_at_a_refusal() {
+        let p = pool(8);
+        let t = LentBuffers::new(&p);
+        let mut v = Vec::new();
+        p.alloc_bulk(4, &mut v);
+        let addrs: Vec<u64> = v.into_iter().map(|pk| t.lend(pk).unwrap()).collect();
+        let mut back = t.take_backs();
+        let mut batch = Vec::new();
+        let run = back.take_run(&mut batch, 4, |k| (k < 2).then(|| (addrs[k], 128, 60)));
+        assert_eq!(
+            (run.decoded, run.taken, run.bytes, run.refused),
+            (2, 2, 120, None)
+        );
+        // Taken already: refused, consumed, and the run stops there.
+        let again = [addrs[1], addrs[2]];
+        let run = back.take_run(&mut batch, 2, |k| Some((again[k], 128, 60)));
+        assert_eq!(
+            (run.decoded, run.taken, run.refused),
+            (1, 0, Some(NotLent::NotLent(addrs[1])))
+        );
+        let run = back.take_run(&mut batch, 1, |_| Some((addrs[2], 2000, 600)));
+        assert!(matches!(run.refused, Some(NotLent::TooLong { .. })));
+        let run = back.take_run(&mut batch, 2, |k| Some((addrs[2 + k], 128, 64)));
+        assert_eq!((run.decoded, run.taken), (2, 2));
+        assert_eq!(t.lent(), 4, "counted when the run ends");
+        drop(back);
+        assert_eq!((t.lent(), batch.len()), (0, 4));
+        assert_eq!(batch[0].buf_iova(), addrs[0]);
+        assert_eq!((batch[3].len(), batch[3].headroom()), (64, 128));
     }
 
     #[test]

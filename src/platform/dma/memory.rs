@@ -144,6 +144,19 @@ pub struct DmaWords<'m, T> {
     _mem: std::marker::PhantomData<&'m DmaMemory>,
 }
 
+/// A word array of a [`DmaMemory`], checked once ([`DmaMemory::span`]), to make its
+/// [`DmaWords`] with one compare ([`DmaMemory::words_in`]). It holds no borrow, so a ring keeps
+/// it beside its memory.
+#[derive(Clone, Copy, Debug)]
+pub struct DmaSpan<T> {
+    /// Byte offset of the first word, and of the byte after the last.
+    offset: usize,
+    end: usize,
+    /// Words - 1 (a power of two of them).
+    mask: usize,
+    _t: std::marker::PhantomData<fn() -> T>,
+}
+
 impl<T> Clone for DmaWords<'_, T> {
     fn clone(&self) -> Self {
         *self
@@ -341,6 +354,44 @@ impl DmaMemory {
             // SAFETY: `offset < len` (checked above), inside the allocation.
             base: unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(offset)) }.cast(),
             mask: n - 1,
+            _mem: std::marker::PhantomData,
+        }
+    }
+
+    /// The `n` words of type `T` from byte `offset`, checked as [`words`](Self::words) checks
+    /// them, kept to make their [`DmaWords`] later with one compare
+    /// ([`words_in`](Self::words_in)): a ring checks its arrays once, when it is made, not in
+    /// every burst.
+    ///
+    /// # Panics
+    /// As [`words`](Self::words).
+    pub fn span<T>(&self, offset: usize, n: usize) -> DmaSpan<T> {
+        let _ = self.words::<T>(offset, n);
+        DmaSpan {
+            offset,
+            end: offset + n * std::mem::size_of::<T>(),
+            mask: n - 1,
+            _t: std::marker::PhantomData,
+        }
+    }
+
+    /// The word array `span` describes ([`span`](Self::span)): one compare, that its words
+    /// lie inside this memory (they do when the span was made from it). Every DMA memory
+    /// starts on a page, so an offset aligned for `T` in one is aligned in any other.
+    ///
+    /// # Panics
+    /// If the span's words do not lie inside this memory (a span made from a larger one).
+    #[inline(always)]
+    pub fn words_in<T>(&self, span: &DmaSpan<T>) -> DmaWords<'_, T> {
+        assert!(
+            span.end <= self.len,
+            "a DMA word span past the end of this memory"
+        );
+        DmaWords {
+            // SAFETY: `offset < end <= len`: inside this allocation, aligned for `T` (checked
+            // by `span` against a page-aligned base, as this one is).
+            base: unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(span.offset)) }.cast(),
+            mask: span.mask,
             _mem: std::marker::PhantomData,
         }
     }

@@ -547,8 +547,23 @@ impl TxSlots {
         &mut self,
         batch: &mut Vec<Packet>,
         descs: &[D],
+        put: impl FnMut(&D, &Packet, u32) -> bool,
+    ) -> (usize, u64) {
+        self.send_min(batch, descs, MIN_TX_LEN, put)
+    }
+
+    /// [`send`](Self::send), stopping before a frame shorter than `min_len` (at least
+    /// [`MIN_TX_LEN`]) instead: for a ring whose own shortest frame is longer (virtio-net pads
+    /// to 60 bytes), which then tests the length once.
+    #[inline(always)]
+    pub fn send_min<D>(
+        &mut self,
+        batch: &mut Vec<Packet>,
+        descs: &[D],
+        min_len: usize,
         mut put: impl FnMut(&D, &Packet, u32) -> bool,
     ) -> (usize, u64) {
+        let min_len = min_len.max(MIN_TX_LEN);
         let n = descs.len();
         assert!(
             n <= batch.len() && n <= self.fifo.len() - self.queued(),
@@ -569,31 +584,16 @@ impl TxSlots {
         let n1 = n.min(cap - first);
         let packets = g.batch[..n].as_ptr();
         let mut bytes = 0u64;
-        // One part: `walk` over three arrays; a packet of another pool ends a walk, the new
-        // run is recorded here and the walk resumes.
-        let mut part = |descs: &[D], slots: &mut [u32], from: usize, g: &mut Taken| {
-            let m = descs.len().min(slots.len());
-            let mut k = 0;
-            loop {
-                // SAFETY: `from + m <= n <= len`; the packets stay in the vector (borrowed,
-                // not moved) until the guard removes them.
-                let ps = unsafe { std::slice::from_raw_parts(packets.add(from), m) };
-                let (done, b) = walk(&descs[k..m], &mut slots[k..m], &ps[k..], *cur, &mut put);
-                bytes += b;
-                k += done;
-                g.taken = from + k;
-                if k == m {
-                    return true;
-                }
-                if ps[k].pool == *cur
-                    || !new_run(runs, cur, ps[k].pool, tail0.wrapping_add(from + k))
-                {
-                    return false;
-                }
-            }
+        let mut at = Part {
+            packets,
+            min_len,
+            runs,
+            cur,
+            tail0,
+            bytes: &mut bytes,
         };
-        if part(&descs[..n1], &mut fifo_b[..n1], 0, &mut g) && n > n1 {
-            part(&descs[n1..], &mut fifo_a[..n - n1], n1, &mut g);
+        if at.part(&descs[..n1], &mut fifo_b[..n1], 0, &mut g, &mut put) && n > n1 {
+            at.part(&descs[n1..], &mut fifo_a[..n - n1], n1, &mut g, &mut put);
         }
         (g.taken, bytes)
     }
@@ -698,6 +698,65 @@ impl TxSlots {
     }
 }
 
+/// What the parts of one [`TxSlots::send`] share.
+struct Part<'a> {
+    /// The batch's packets (borrowed, not moved, until the guard removes them).
+    packets: *const Packet,
+    /// The shortest frame the walk takes (see [`TxSlots::send_min`]).
+    min_len: usize,
+    runs: &'a mut Runs,
+    cur: &'a mut NonNull<Shared>,
+    tail0: usize,
+    bytes: &'a mut u64,
+}
+
+impl Part<'_> {
+    /// One part of a send, the packets `from..` into FIFO slots `slots`: `walk` over three
+    /// arrays; a packet of another pool ends a walk, the new run is recorded here and the walk
+    /// resumes. Whether the part went whole.
+    #[inline(always)]
+    fn part<D>(
+        &mut self,
+        descs: &[D],
+        slots: &mut [u32],
+        from: usize,
+        g: &mut Taken,
+        put: &mut impl FnMut(&D, &Packet, u32) -> bool,
+    ) -> bool {
+        let m = descs.len().min(slots.len());
+        let mut k = 0;
+        loop {
+            // SAFETY: `from + m <= n <= len`; the packets stay in the vector (borrowed, not
+            // moved) until the guard removes them.
+            let ps = unsafe { std::slice::from_raw_parts(self.packets.add(from), m) };
+            let (done, b) = walk(
+                &descs[k..m],
+                &mut slots[k..m],
+                &ps[k..],
+                *self.cur,
+                self.min_len,
+                put,
+            );
+            *self.bytes += b;
+            k += done;
+            g.taken = from + k;
+            if k == m {
+                return true;
+            }
+            if ps[k].pool == *self.cur
+                || !new_run(
+                    self.runs,
+                    self.cur,
+                    ps[k].pool,
+                    self.tail0.wrapping_add(from + k),
+                )
+            {
+                return false;
+            }
+        }
+    }
+}
+
 /// Frames shorter than this never get a transmit descriptor from [`TxSlots::send`]: the walk
 /// stops before them so that the ring can pad them first (see `devices::intel::tx::MIN_TX_LEN`).
 pub const MIN_TX_LEN: usize = 17;
@@ -714,6 +773,7 @@ fn walk<D>(
     slots: &mut [u32],
     packets: &[Packet],
     pool: NonNull<Shared>,
+    min_len: usize,
     put: &mut impl FnMut(&D, &Packet, u32) -> bool,
 ) -> (usize, u64) {
     let m = descs.len().min(slots.len()).min(packets.len());
@@ -727,11 +787,11 @@ fn walk<D>(
                 packets.get_unchecked(k),
             )
         };
-        // A frame shorter than MIN_TX_LEN ends the walk too (the ring pads it on its slow
+        // A frame shorter than `min_len` ends the walk too (the ring pads it on its slow
         // path): the length is read for the byte count anyway. So does a chain or an offload
         // request: its pool pointer carries a mark (`pool::EXT`), so it is not `pool`.
         let len = p.len();
-        if p.pool != pool || len < MIN_TX_LEN || !put(d, p, len as u32) {
+        if p.pool != pool || len < min_len || !put(d, p, len as u32) {
             return (k, bytes);
         }
         *slot = p.off();

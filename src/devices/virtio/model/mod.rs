@@ -32,6 +32,15 @@
 //! has no buffer for is dropped and counted there). The used ring's flags stay 0: the device
 //! wants every doorbell, since a doorbell is its only chance to run.
 //!
+//! # Or on a device thread
+//! With [`ModelConfig::thread`], the device works on a device thread of its own (or one it
+//! shares with other models: [`DeviceThread`], `devices/worker.rs`), as the software 82599's
+//! and the queue-manager model's threaded modes do: the thread polls the rings, consumes every
+//! available transmit chain and fills every posted receive buffer, so descriptors and frames
+//! are written by another core, as DMA is (for `vfio-nic bench`). A polling device needs no
+//! doorbell: its used rings carry VIRTQ_USED_F_NO_NOTIFY, and the driver, which reads that
+//! flag after each publish, rings none (virtio 1.2, 2.7.10).
+//!
 //! The register entry points (`Mmio::read*` and `write*` of [`VirtioModel`]) are
 //! `#[inline(never)]`, so that `bench/instructions` can switch callgrind's collection off
 //! inside them and count the driver alone (as for the software 82599's `SimRegs`).
@@ -41,7 +50,7 @@ pub mod virtqueue;
 #[cfg(test)]
 mod tests;
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -50,6 +59,7 @@ use super::transport::{status, Transport, Window, NO_VECTOR};
 use super::{feature, VirtioConfig, VirtioPort};
 use crate::device::MacAddr;
 use crate::devices::sim::Source;
+use crate::devices::worker::DeviceThread;
 use crate::error::Result;
 use crate::platform::dma::{DmaFault, DmaView, SoftIommu};
 use crate::platform::mmio::Mmio;
@@ -86,6 +96,9 @@ pub struct ModelConfig {
     /// Frames the device receives whenever the driver posts buffers (None: only what a wired
     /// peer sends).
     pub source: Option<Source>,
+    /// Work on this device thread instead of inside the doorbell writes (see the module
+    /// doc); `None`: inline.
+    pub thread: Option<DeviceThread>,
 }
 
 impl Default for ModelConfig {
@@ -96,6 +109,7 @@ impl Default for ModelConfig {
             queue_max: 256,
             link_up: true,
             source: None,
+            thread: None,
         }
     }
 }
@@ -159,6 +173,14 @@ pub struct VirtioModel {
     cfg: ModelConfig,
     /// The wired peer's receive side (None: transmit into the void).
     peer: Mutex<Option<Weak<VirtioModel>>>,
+    /// Threaded mode: a device thread serves the device now.
+    alive: Arc<AtomicBool>,
+    /// A device thread was started for the device (false inline, or when the system refused
+    /// the thread: the device then works inline, as the software 82599 does).
+    threaded: AtomicBool,
+    /// Threaded mode: the device thread's time in polls that found work, and those polls.
+    busy_ns: AtomicU64,
+    busy_polls: AtomicU64,
 }
 
 /// The features the device offers.
@@ -167,6 +189,8 @@ const OFFERED: u64 = feature::VERSION_1 | feature::ACCESS_PLATFORM | feature::MA
 impl VirtioModel {
     /// A device doing its DMA through `iommu` (share one between devices whose drivers pass
     /// packets to each other without a copy: one DMA domain).
+    ///
+    /// In threaded mode, a device whose thread the system refuses works inline (logged).
     pub fn new(cfg: ModelConfig, iommu: Arc<SoftIommu>) -> Arc<VirtioModel> {
         let mut queues = [DeviceQueue::default(); QUEUES];
         queues[RX].max = cfg.queue_max;
@@ -179,7 +203,7 @@ impl VirtioModel {
                 remaining: s.count,
             }
         });
-        Arc::new(VirtioModel {
+        let m = Arc::new(VirtioModel {
             st: Mutex::new(State {
                 driver_features: 0,
                 dfsel: 0,
@@ -194,7 +218,35 @@ impl VirtioModel {
             counters: Counters::default(),
             cfg,
             peer: Mutex::new(None),
-        })
+            alive: Arc::new(AtomicBool::new(false)),
+            threaded: AtomicBool::new(false),
+            busy_ns: AtomicU64::new(0),
+            busy_polls: AtomicU64::new(0),
+        });
+        if let Some(thread) = &m.cfg.thread {
+            match crate::devices::worker::attach(&m, m.alive.clone(), thread) {
+                Ok(()) => m.threaded.store(true, Relaxed),
+                Err(e) => {
+                    tracing::error!(error = %e, "virtio model: no device thread; running inline")
+                }
+            }
+        }
+        m
+    }
+
+    /// Whether the device works on a device thread ([`ModelConfig::thread`]).
+    pub fn threaded(&self) -> bool {
+        self.threaded.load(Relaxed)
+    }
+
+    /// Threaded mode: the device thread's time in polls that found work (ns), and those polls.
+    pub fn busy(&self) -> (u64, u64) {
+        (self.busy_ns.load(Relaxed), self.busy_polls.load(Relaxed))
+    }
+
+    /// Threaded mode: whether a device thread serves the device now.
+    pub fn thread_alive(&self) -> bool {
+        self.alive.load(Relaxed)
     }
 
     /// Wires two devices: what either transmits, the other receives.
@@ -286,8 +338,9 @@ impl VirtioModel {
         }
     }
 
-    /// The source fills every receive buffer the driver made available.
-    fn run_source(&self, s: &mut State) {
+    /// The source fills every receive buffer the driver made available; whether it filled
+    /// any.
+    fn run_source(&self, s: &mut State) -> bool {
         let State {
             queues,
             source,
@@ -295,13 +348,18 @@ impl VirtioModel {
             status: st,
             ..
         } = s;
-        let Some(src) = source.as_mut() else { return };
+        let Some(src) = source.as_mut() else {
+            return false;
+        };
         let q = &mut queues[RX];
         if *st & status::DRIVER_OK == 0 || !q.live() {
-            return;
+            return false;
         }
         let v = self.iommu.view();
         let (mut frames, mut bytes) = (0u64, 0u64);
+        // Published only when something was returned: a polling device thread that rewrote
+        // the used index on every poll would pull the line away from the driver reading it.
+        let first = q.used_idx;
         let r = (|| {
             while src.remaining != Some(0) {
                 if q.available(&v)? == 0 {
@@ -322,6 +380,9 @@ impl VirtioModel {
                     *n -= 1;
                 }
             }
+            if q.used_idx == first {
+                return Ok(());
+            }
             q.publish(&v)
         })();
         self.counters.rx_frames.fetch_add(frames, Relaxed);
@@ -330,6 +391,7 @@ impl VirtioModel {
         if let Err(e) = r {
             Self::needs_reset(s, "DMA fault on the receive queue", e);
         }
+        frames > 0
     }
 
     /// Frames a wired peer sent: each into the next available receive buffer, or dropped.
@@ -376,7 +438,8 @@ impl VirtioModel {
 
     /// Takes every available transmit chain: header and frame read (the header must be the
     /// 12 bytes, device-readable), the frame counted and kept for the peer when `keep`.
-    fn run_tx(&self, s: &mut State, keep: bool) -> Vec<Vec<u8>> {
+    /// Returns the frames kept and how many went.
+    fn run_tx(&self, s: &mut State, keep: bool) -> (Vec<Vec<u8>>, u64) {
         let mut out = Vec::new();
         let State {
             queues,
@@ -386,10 +449,13 @@ impl VirtioModel {
         } = s;
         let q = &mut queues[TX];
         if *st & status::DRIVER_OK == 0 || !q.live() {
-            return out;
+            return (out, 0);
         }
         let v = self.iommu.view();
         let (mut frames, mut bytes) = (0u64, 0u64);
+        // Published only when something was returned: a polling device thread that rewrote
+        // the used index on every poll would pull the line away from the driver reading it.
+        let first = q.used_idx;
         let r = (|| {
             while let Some(head) = q.pop_into(&v, chain)? {
                 let mut frame = Vec::new();
@@ -419,6 +485,9 @@ impl VirtioModel {
                 frames += 1;
                 bytes += n as u64;
             }
+            if q.used_idx == first {
+                return Ok(());
+            }
             q.publish(&v)
         })();
         self.counters.tx_frames.fetch_add(frames, Relaxed);
@@ -427,13 +496,23 @@ impl VirtioModel {
         if let Err(e) = r {
             Self::needs_reset(s, "DMA fault on the transmit queue", e);
         }
-        out
+        (out, frames)
     }
 
     fn doorbell(&self, q: u16) {
         if let Some(c) = self.counters.notifies.get(usize::from(q)) {
             c.fetch_add(1, Relaxed);
         }
+        if self.threaded() {
+            // The device thread polls the rings.
+            return;
+        }
+        self.run_queue(q);
+    }
+
+    /// The work a doorbell of queue `q` asks for: the source fills the receive buffers, or
+    /// the transmit chains go out (to the peer, or into the void). Whether any was done.
+    fn run_queue(&self, q: u16) -> bool {
         match usize::from(q) {
             RX => self.run_source(&mut self.st()),
             TX => {
@@ -443,14 +522,18 @@ impl VirtioModel {
                     .unwrap_or_else(|e| e.into_inner())
                     .as_ref()
                     .and_then(Weak::upgrade);
-                let frames = self.run_tx(&mut self.st(), peer.is_some());
+                let (frames, n) = self.run_tx(&mut self.st(), peer.is_some());
                 // Delivered with this device's lock released: two wired devices sending to
                 // each other from two threads cannot deadlock.
                 if let Some(p) = peer {
                     p.receive(&frames);
                 }
+                n > 0
             }
-            _ => tracing::warn!(queue = q, "virtio model: a doorbell for a queue it lacks"),
+            _ => {
+                tracing::warn!(queue = q, "virtio model: a doorbell for a queue it lacks");
+                false
+            }
         }
     }
 
@@ -550,7 +633,12 @@ impl VirtioModel {
                 tracing::warn!(queue = sel, "virtio model: a write to a queue it lacks")
             }
             _ if is(c::QUEUE_SIZE.offset(), 2) => s.queues[sel].size = v as u16,
-            _ if is(c::QUEUE_ENABLE.offset(), 2) => s.queues[sel].enabled = v & 1 == 1,
+            _ if is(c::QUEUE_ENABLE.offset(), 2) => {
+                let q = &mut s.queues[sel];
+                q.enabled = v & 1 == 1;
+                // A device thread polls: it asks for no doorbells.
+                q.no_notify = self.threaded();
+            }
             _ if width == 4
                 && (c::QUEUE_DESC_LO.offset()..=c::QUEUE_DEVICE_HI.offset()).contains(&off) =>
             {
@@ -642,6 +730,27 @@ impl Mmio for VirtioModel {
     }
     fn len(&self) -> usize {
         BAR_LEN
+    }
+}
+
+/// The device thread's work (threaded mode): the transmit chains out, the receive buffers
+/// filled.
+impl crate::sealed::Sealed for VirtioModel {}
+
+impl crate::devices::worker::Polled for VirtioModel {
+    fn poll(&self) -> bool {
+        let sent = self.run_queue(TX as u16);
+        let received = self.run_queue(RX as u16);
+        sent || received
+    }
+
+    fn name(&self) -> &str {
+        "virtio model"
+    }
+
+    fn busy(&self, ns: u64) {
+        self.busy_ns.fetch_add(ns, Relaxed);
+        self.busy_polls.fetch_add(1, Relaxed);
     }
 }
 

@@ -10,7 +10,8 @@
 //!
 //! The software IOMMU has 32- and 64-bit words only, so the 16-bit fields (available index,
 //! ring entries) are read as the 32-bit word that holds them; the used ring's flags and index
-//! are one 32-bit store (the device keeps the flags at 0: it wants every doorbell).
+//! are one 32-bit store (the flags 0: the device wants every doorbell; or
+//! VIRTQ_USED_F_NO_NOTIFY for a device thread that polls, see [`DeviceQueue::no_notify`]).
 //!
 //! Shared by the software device ([`super::VirtioModel`]) and the host tests' fake.
 
@@ -44,6 +45,8 @@ pub struct DeviceQueue {
     pub last_avail: u16,
     /// The device's used index (the next used entry it writes).
     pub used_idx: u16,
+    /// The device polls the ring: its used ring's flags say VIRTQ_USED_F_NO_NOTIFY.
+    pub no_notify: bool,
 }
 
 impl DeviceQueue {
@@ -120,10 +123,12 @@ impl DeviceQueue {
         Ok(())
     }
 
-    /// Makes the used entries written visible: the used index (and flags 0) with a release
-    /// store, after the entries and the buffers they describe.
+    /// Makes the used entries written visible: the used index (and the flags: 0, or
+    /// VIRTQ_USED_F_NO_NOTIFY for a device that polls) with a release store, after the entries
+    /// and the buffers they describe.
     pub fn publish(&self, v: &DmaView<'_>) -> Result<(), DmaFault> {
-        v.store_u32(self.used, u32::from(self.used_idx) << 16, Release)
+        let flags = u32::from(self.no_notify);
+        v.store_u32(self.used, u32::from(self.used_idx) << 16 | flags, Release)
     }
 
     /// Returns chain `id` with `len` bytes written, and with `publish` makes it visible (the
