@@ -82,16 +82,9 @@ impl FromStr for MacAddr {
     }
 }
 
-/// Link state.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LinkStatus {
-    /// Whether the link is up.
-    pub up: bool,
-    /// Speed in Mb/s (0 when down or unknown).
-    pub speed_mbps: u32,
-    /// Full duplex.
-    pub full_duplex: bool,
-}
+/// Link state (defined beside the rest of what a driver sees of its device, in
+/// [`crate::health`], which sits below this module).
+pub use crate::health::LinkStatus;
 
 /// Static facts about an open port.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -24,7 +24,17 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::device::LinkStatus;
+/// Link state, as [`Port::link`](crate::device::Port::link) reports it and [`Health::link`]
+/// keeps it (also `vfio_nic::device::LinkStatus`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStatus {
+    /// Whether the link is up.
+    pub up: bool,
+    /// Speed in Mb/s (0 when down or unknown).
+    pub speed_mbps: u32,
+    /// Full duplex.
+    pub full_duplex: bool,
+}
 
 /// How many events a [`Health`] keeps (the oldest go first).
 pub const EVENTS_KEPT: usize = 64;
