@@ -275,7 +275,7 @@ impl<M: Mmio> TxRing<M> {
 
     /// Reclaims the buffers of every finished group of descriptors: the newest done mark
     /// completes all before it, so their buffers go back in one release.
-    #[inline]
+    #[inline(always)]
     fn reclaim(&mut self) {
         let desc = &self.desc;
         Self::release_marks(
