@@ -113,10 +113,10 @@ enum Backing {
     Contiguous(ContiguousRegion),
 }
 
-// SAFETY: DmaMemory owns its mapping exclusively; every access that code outside this crate can
-// make through `&self` is an atomic word access (a plain copy, `write_bytes`/`read_bytes`, is
-// crate-private: its callers own the bytes they copy, as documented there), so moving it to or
-// sharing it with another thread adds no data race of its own.
+// DmaMemory owns its mapping exclusively; every access that code outside this crate can make
+// through `&self` is an atomic word access (a plain copy, `write_bytes`/`read_bytes`, is
+// crate-private: its callers own the bytes they copy, as documented there).
+// SAFETY: so moving it to another thread adds no data race of its own.
 unsafe impl Send for DmaMemory {}
 // SAFETY: see `Send`.
 unsafe impl Sync for DmaMemory {}

@@ -34,6 +34,7 @@ pub(crate) trait Word: Copy {
     /// `p` is aligned to the word and lies inside live DMA memory (or other memory a device
     /// shares), which is only ever accessed atomically or by copies its owner makes while no
     /// one else touches those bytes.
+    // SAFETY: a contract for callers (above), kept by DmaMemory's word accessors.
     unsafe fn load_at(p: *mut Self, order: Ordering) -> Self;
 
     /// Atomically stores `value` at `p`.
@@ -47,6 +48,7 @@ macro_rules! word {
     ($t:ty, $atomic:ident) => {
         impl Word for $t {
             #[inline(always)]
+            // SAFETY: the caller keeps `Word::load_at`'s contract; the body relies on it.
             unsafe fn load_at(p: *mut Self, order: Ordering) -> Self {
                 #[cfg(not(loom))]
                 {
@@ -60,6 +62,7 @@ macro_rules! word {
             }
 
             #[inline(always)]
+            // SAFETY: the caller keeps `Word::store_at`'s contract; the body relies on it.
             unsafe fn store_at(p: *mut Self, value: Self, order: Ordering) {
                 #[cfg(not(loom))]
                 {
