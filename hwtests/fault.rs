@@ -38,6 +38,13 @@ use super::{step, Outcome};
 /// A fault test's result: `Err` is its outcome (a failure, or a skip with the reason).
 pub type Res<T> = Result<T, Outcome>;
 
+/// The vfio-nic tool the fault tests run, or a skip that says how to name it.
+pub fn tool() -> Res<String> {
+    super::cli_tests::cli().ok_or_else(|| {
+        Outcome::Skip("no vfio-nic binary (set VFIO_NIC_CLI or put it on PATH)".into())
+    })
+}
+
 /// Turns a fault test's body into its outcome.
 pub fn outcome(f: impl FnOnce() -> Res<String>) -> Outcome {
     match f() {

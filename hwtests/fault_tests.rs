@@ -21,10 +21,10 @@ use vfio_nic::platform::dma::Pool;
 use vfio_nic::platform::pci::PciAddress;
 use vfio_nic::vlan::{RxMode, VlanConfig, VlanControl, VlanFilter};
 
-use super::cli_tests::{cli, interrupt, wait_serving};
+use super::cli_tests::{interrupt, wait_serving};
 use super::drv;
 use super::fault::{
-    fail, health, outcome, present, queues, test_frame, tx_pool, wait_until, Flow, Injector,
+    fail, health, outcome, present, queues, test_frame, tool, tx_pool, wait_until, Flow, Injector,
     OrFail, Res,
 };
 use super::proc::Bounded;
@@ -186,7 +186,7 @@ fn flap_on_status_lines(inj: &Injector, tool: &mut Bounded, a: &str) -> Res<(Str
 pub fn link_flap_fwd(ctx: &Ctx) -> Outcome {
     outcome(|| {
         let inj = Injector::from_env()?;
-        let bin = cli().ok_or_else(|| Outcome::Skip("no vfio-nic binary".into()))?;
+        let bin = tool()?;
         let (a_addr, b_addr) = pair(ctx)?;
         let (c_addr, d_addr) = second_pair(ctx)?;
         let (a_s, c_s) = (a_addr.to_string(), c_addr.to_string());
@@ -244,7 +244,7 @@ pub fn link_flap_fwd(ctx: &Ctx) -> Outcome {
 pub fn link_flap_respond(ctx: &Ctx) -> Outcome {
     outcome(|| {
         let inj = Injector::from_env()?;
-        let bin = cli().ok_or_else(|| Outcome::Skip("no vfio-nic binary".into()))?;
+        let bin = tool()?;
         let (a_addr, b_addr) = pair(ctx)?;
         let a_s = a_addr.to_string();
         let mut respond = serving(&bin, &["respond", &a_s, "--ip", "10.39.0.1/24"])?;
@@ -666,7 +666,7 @@ pub fn hot_unplug_driver(ctx: &Ctx) -> Outcome {
 pub fn hot_unplug_fwd(ctx: &Ctx) -> Outcome {
     outcome(|| {
         let inj = Injector::from_env()?;
-        let bin = cli().ok_or_else(|| Outcome::Skip("no vfio-nic binary".into()))?;
+        let bin = tool()?;
         let (a_addr, b_addr) = pair(ctx)?;
         let (c_addr, d_addr) = second_pair(ctx)?;
         let (a_s, c_s) = (a_addr.to_string(), c_addr.to_string());

@@ -15,8 +15,7 @@ use std::time::Duration;
 
 use nix::sys::resource::{setrlimit, Resource};
 
-use super::cli_tests::cli;
-use super::fault::{fail, outcome, OrFail, Res};
+use super::fault::{fail, outcome, tool, OrFail, Res};
 use super::proc;
 use super::{step, Ctx, Outcome};
 
@@ -71,16 +70,10 @@ fn as_user(bin: &str, args: &[&str], memlock: u64) -> Res<proc::Finished> {
     .or_fail()
 }
 
-fn binary() -> Res<String> {
-    cli().ok_or_else(|| {
-        Outcome::Skip("no vfio-nic binary (set VFIO_NIC_CLI or put it on PATH)".into())
-    })
-}
-
 /// Without ownership of the group the tool says what to do; with it, it runs.
 pub fn unprivileged_tool_runs(ctx: &Ctx) -> Outcome {
     outcome(|| {
-        let bin = binary()?;
+        let bin = tool()?;
         let port = ctx.ports[0].to_string();
         let node = group_node(ctx)?;
         let refused = as_user(&bin, &["--json", "info", &port], ENOUGH)?;
@@ -126,7 +119,7 @@ fn ulimit_kib(msg: &str) -> Option<u64> {
 /// and the ways to set it, and running again with exactly that limit works.
 pub fn unprivileged_memlock_limit_named(ctx: &Ctx) -> Outcome {
     outcome(|| {
-        let bin = binary()?;
+        let bin = tool()?;
         let port = ctx.ports[0].to_string();
         let _owned = Owned::give(group_node(ctx)?)?;
         let low = 1 << 20;
@@ -191,7 +184,7 @@ impl Drop for HugePages {
 /// No huge pages reserved: the port still opens, on 4 KiB pages, and the tool says so.
 pub fn unprivileged_without_huge_pages(ctx: &Ctx) -> Outcome {
     outcome(|| {
-        let bin = binary()?;
+        let bin = tool()?;
         let port = ctx.ports[0].to_string();
         let _owned = Owned::give(group_node(ctx)?)?;
         let _none = HugePages::set(0)?;

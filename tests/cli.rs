@@ -879,16 +879,15 @@ fn every_command_works_on_qm_ports() {
     assert!(err.contains("qm:17: VLAN receive mode hw"), "{err}");
 }
 
-/// `bench` on the queue-manager device, threaded and inline: the seed's comparison (Software
-/// vs Deferred receive) runs on both, with the model's pace reported for the threaded one.
-/// A smoke test of the report's shape; no figure is asserted.
-#[test]
-fn bench_runs_the_seed_comparison_on_the_qm_device() {
-    let _one_at_a_time = bench_lock();
+/// `vfio-nic --json bench --device INLINE` (the threaded device and its inline mode) on
+/// untagged forwarding, briefly: checks that the plan is the seed's comparison (Software vs
+/// Deferred receive) after an A/A on each of the two, and returns the report with the threaded
+/// device's seed row.
+fn seed_comparison(inline: &str, threaded: &str) -> (Value, Value) {
     let v = json(&[
         "bench",
         "--device",
-        "qm-inline",
+        inline,
         "--pairs",
         "2",
         "--seconds",
@@ -907,19 +906,30 @@ fn bench_runs_the_seed_comparison_on_the_qm_device() {
     assert_eq!(
         planned,
         [
-            ("qm", "A/A"),
-            ("qm", "receive"),
-            ("qm-inline", "A/A"),
-            ("qm-inline", "receive")
+            (threaded, "A/A"),
+            (threaded, "receive"),
+            (inline, "A/A"),
+            (inline, "receive")
         ],
         "{v}"
     );
     let seed = all
         .iter()
-        .find(|c| c["device"] == "qm" && c["kind"] == "receive")
-        .unwrap();
+        .find(|c| c["device"] == threaded && c["kind"] == "receive")
+        .unwrap()
+        .clone();
     assert_eq!(seed["a"], "rx deferred tx sw", "{seed}");
     assert_eq!(seed["b"], "rx sw tx sw", "{seed}");
+    (v, seed)
+}
+
+/// `bench` on the queue-manager device, threaded and inline: the seed's comparison (Software
+/// vs Deferred receive) runs on both, with the model's pace reported for the threaded one.
+/// A smoke test of the report's shape; no figure is asserted.
+#[test]
+fn bench_runs_the_seed_comparison_on_the_qm_device() {
+    let _one_at_a_time = bench_lock();
+    let (v, seed) = seed_comparison("qm-inline", "qm");
     assert!(seed["model_ns_per_frame"].is_number(), "{seed}");
     holm_judged_the_matrix(&v);
 }
@@ -927,41 +937,8 @@ fn bench_runs_the_seed_comparison_on_the_qm_device() {
 #[test]
 fn bench_runs_the_seed_comparison_on_the_virtio_device() {
     let _one_at_a_time = bench_lock();
-    let v = json(&[
-        "bench",
-        "--device",
-        "virtio-inline",
-        "--pairs",
-        "2",
-        "--seconds",
-        "0.01",
-        "--work",
-        "fwd",
-        "--traffic",
-        "untagged",
-    ]);
+    let (v, seed) = seed_comparison("virtio-inline", "virtio");
     let all = v["comparisons"].as_array().unwrap();
-    let planned: Vec<(&str, &str)> = all
-        .iter()
-        .filter(|c| c["kind"] != "A/A anew")
-        .map(|c| (c["device"].as_str().unwrap(), c["kind"].as_str().unwrap()))
-        .collect();
-    assert_eq!(
-        planned,
-        [
-            ("virtio", "A/A"),
-            ("virtio", "receive"),
-            ("virtio-inline", "A/A"),
-            ("virtio-inline", "receive")
-        ],
-        "{v}"
-    );
-    let seed = all
-        .iter()
-        .find(|c| c["device"] == "virtio" && c["kind"] == "receive")
-        .unwrap();
-    assert_eq!(seed["a"], "rx deferred tx sw", "{seed}");
-    assert_eq!(seed["b"], "rx sw tx sw", "{seed}");
     // The threaded device's own time per frame (its device thread polled and found work).
     assert!(seed["model_ns_per_frame"].is_number(), "{seed}");
     let inline = all

@@ -256,31 +256,18 @@ impl LentBuffers {
     #[inline(always)]
     fn claim(&self, buf_iova: u64, offset: u16, len: u32, meta: Meta) -> Result<Packet, NotLent> {
         let rel = buf_iova.wrapping_sub(self.iova);
+        let refused = || refusal(rel, buf_iova, offset, len, self.buf_size, self.granules);
         // Inside the pool and on a granule boundary, in one compare (see `index`).
         let i = Self::index(rel);
         if i >= self.granules || usize::from(offset) + len as usize > self.buf_size {
-            return Err(refusal(
-                rel,
-                buf_iova,
-                offset,
-                len,
-                self.buf_size,
-                self.granules,
-            ));
+            return Err(refused());
         }
         let i = i as usize;
         let bit = 1u64 << (i % 64);
         // SAFETY: `i < granules` (checked above) and `bits` has `granules.div_ceil(64)` words.
         let word = unsafe { self.bits.get_unchecked(i / 64) };
         if word.fetch_and(!bit, Ordering::AcqRel) & bit == 0 {
-            return Err(refusal(
-                rel,
-                buf_iova,
-                offset,
-                len,
-                self.buf_size,
-                self.granules,
-            ));
+            return Err(refused());
         }
         let (off, data) = (rel as u32, self.iova + u64::from(offset));
         // Its bit was set, so `lend` lent the buffer starting there and consumed its packet
