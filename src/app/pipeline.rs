@@ -258,12 +258,15 @@ pub fn recycle_pipelined(
     Ok((packets, busy1 + busy2))
 }
 
-/// How long past its time a run that has moved nothing goes on: the stages are threads, and on
-/// a loaded machine (or under qemu-user, as the arm64 stage runs the tests) the first burst can
-/// come after a short run's end; a late start is not an empty run (as the bench's
-/// `work::STALL`). Found when a 30 ms run under qemu-aarch64, beside four QEMU guests, moved
-/// nothing.
-const STALL: Duration = Duration::from_secs(5);
+/// How long past its time a timed run that has moved nothing goes on waiting for its first
+/// packet, before its caller may call the device (or the run) stuck: the work runs on threads
+/// (a pipeline's second stage, a threaded device model), which a loaded machine, or qemu-user
+/// as the arm64 stage runs the tests, may not schedule within a short run (the tests time 10
+/// to 30 ms). That is a late start, not an empty run, and the time it took is counted. Used
+/// here and by the bench's repetitions (`bench::work`); found when a bench repetition on the
+/// threaded qm model, and later a 30 ms run here under qemu-aarch64 beside four QEMU guests,
+/// moved nothing.
+pub(crate) const STALL: Duration = Duration::from_secs(5);
 
 /// Allocates bursts until `deadline` (until `stalled` while nothing has moved), freeing what
 /// comes back; returns the packets and the time spent in the pool.

@@ -77,10 +77,9 @@ pub(super) enum Clock {
 }
 
 /// How long a repetition that has forwarded nothing when its `dur` ends goes on waiting for its
-/// first packet before the caller may call the device stuck. A threaded model runs on a thread
-/// of its own, which a loaded machine may not schedule within a short repetition (the tests
-/// time 10 ms): that is a late start, not a stuck device, and the time it took is counted.
-pub(super) const STALL: Duration = Duration::from_secs(5);
+/// first packet (a threaded model's thread not yet scheduled is a late start, not a stuck
+/// device): the pipeline's bound, one for every timed run.
+pub(super) use crate::app::pipeline::STALL;
 
 /// Forwards for `dur` (longer while nothing has been forwarded, up to [`STALL`]); returns the
 /// stats and the time taken (or busy, see [`Clock`]).
