@@ -320,7 +320,11 @@ impl<M: Mmio> RxRing<M> {
     /// harvests plain good frames from it (`RxRing::harvest`: one mask test and a table
     /// lookup each); a descriptor that is done but anything else stops the pass, and
     /// `RxRing::slow_one` deals with it. A busy burst is one pass.
-    #[inline]
+    ///
+    /// Always inlined into the queue's burst: as a call of its own (LLVM's choice once the
+    /// queue's fault check made the caller larger) its prologue and register saves cost 0.5
+    /// instructions per forwarded packet (bench/instruction-budget).
+    #[inline(always)]
     pub fn rx_burst(&mut self, batch: &mut Vec<Packet>, max: usize) -> Result<usize, QueueError> {
         let max = max.min(self.mask);
         let start = self.next;
