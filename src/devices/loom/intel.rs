@@ -166,7 +166,7 @@ fn rearm_and_tail() {
             assert!(dev.place(&view, &regs, k, TCP, GOOD));
         }
         drop(view);
-        let driver = loom::thread::spawn(move || {
+        let driver = super::spawn(move || {
             let mut got = Vec::new();
             receive(&mut ring, &mut got, 1);
             receive(&mut ring, &mut got, 2);
@@ -199,7 +199,7 @@ fn writeback_and_harvest() {
         let (iommu, regs, mut ring, mut dev) = ring(N + 2);
         let done = Arc::new(AtomicBool::new(false));
         let d = done.clone();
-        let driver = loom::thread::spawn(move || {
+        let driver = super::spawn(move || {
             let mut got = Vec::new();
             loop {
                 let last = d.load(Acquire);

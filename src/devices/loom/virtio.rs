@@ -230,7 +230,7 @@ fn receive(device_mb: bool) {
         let base = bufs.iova();
         let bell = Arc::new(Doorbell::default());
         let (b, m) = (bell.clone(), bufs.clone());
-        let driver = loom::thread::spawn(move || {
+        let driver = super::spawn(move || {
             for id in 0..FRAMES {
                 let addr = base + (usize::from(id) * BUF) as u64;
                 post(&mut ring, &b, id, addr, BUF as u32, DESC_F_WRITE);
@@ -288,7 +288,7 @@ fn transmit_to_receive(device_mb: bool) {
         let bell = Arc::new(Doorbell::default());
         let finished = Arc::new(AtomicBool::new(false));
         let (b, m) = (bell.clone(), tx_bufs.clone());
-        let sender = loom::thread::spawn(move || {
+        let sender = super::spawn(move || {
             for id in 0..FRAMES {
                 let at = usize::from(id) * BUF;
                 m.write_bytes(at, &frame(id));
@@ -298,7 +298,7 @@ fn transmit_to_receive(device_mb: bool) {
             tx
         });
         let (f, m) = (finished.clone(), rx_bufs.clone());
-        let receiver = loom::thread::spawn(move || {
+        let receiver = super::spawn(move || {
             let mut got = Vec::new();
             loop {
                 let done = f.load(Acquire);

@@ -225,7 +225,7 @@ fn enqueue_ring() {
         let bufs = buffers(&soc, 2);
         let stop = loom::sync::Arc::new(LoomBool::new(false));
         let (s, b, st) = (soc.clone(), bufs.clone(), stop.clone());
-        let driver = loom::thread::spawn(move || {
+        let driver = crate::devices::loom::spawn(move || {
             let mut tx = portal(&s, 1);
             for k in 0..2 {
                 b.write_bytes(k * BUF, &frame(k));
@@ -261,7 +261,7 @@ fn pull_results() {
         let storage = Arc::new(storage);
         let stop = loom::sync::Arc::new(LoomBool::new(false));
         let (s, b, m, st) = (soc.clone(), bufs.clone(), storage.clone(), stop.clone());
-        let driver = loom::thread::spawn(move || {
+        let driver = crate::devices::loom::spawn(move || {
             let rx = portal(&s, 0);
             rx.pull(m.iova(), rx_fqid(0), 2, 1);
             let fds = read_results(&m, 1);
@@ -292,7 +292,7 @@ fn loom_qm_enqueue_to_pull_three_threads() {
         let storage = Arc::new(storage);
         let stop = loom::sync::Arc::new(LoomBool::new(false));
         let (s, b) = (soc.clone(), bufs.clone());
-        let sender = loom::thread::spawn(move || {
+        let sender = crate::devices::loom::spawn(move || {
             let mut tx = portal(&s, 1);
             b.write_bytes(0, &frame(0));
             assert!(tx.eq_room(1).unwrap() >= 1);
@@ -300,7 +300,7 @@ fn loom_qm_enqueue_to_pull_three_threads() {
             tx.eq_doorbell();
         });
         let (s, b, m, st) = (soc.clone(), bufs.clone(), storage.clone(), stop.clone());
-        let receiver = loom::thread::spawn(move || {
+        let receiver = crate::devices::loom::spawn(move || {
             let rx = portal(&s, 0);
             // (A few pulls: a schedule that runs every one of them before the enqueue leaves
             // the frame queued, which is checked below.)
