@@ -27,6 +27,9 @@ pub mod checksum;
 #[allow(unsafe_code)]
 pub mod dma;
 pub mod irq;
+// The loom models' threads (the model-checking tests only: `--cfg loom`, `scripts/loom`).
+#[cfg(all(test, loom))]
+pub(crate) mod loom_threads;
 pub mod memlock;
 #[allow(unsafe_code)]
 pub mod mmio;

@@ -34,31 +34,13 @@ use loom::sync::atomic::AtomicU32;
 
 use crate::platform::mmio::Mmio;
 
-/// The stack of every thread of a model, in the unit loom passes on to its coroutines
-/// (generator's `Gn::new_opt`: words, so 1 MiB). Without it a loom thread is a coroutine on
-/// generator's default of 0x1000 words (32 KiB), and a model's main thread always is. A model
-/// that fails, as every `_fails_without_` test expects, panics on that stack, and with
-/// `RUST_BACKTRACE` set the panic hook's backtrace capture overflowed 32 KiB once the Intel
-/// ring's burst was inlined into its caller (larger frames): "coroutine ... has overflowed its
-/// stack", then "thread panicked while processing panic", the whole test process aborted.
-/// So a model's body runs in a thread of its own with this stack ([`model`]) and its threads
-/// are spawned with it ([`spawn`]).
-const STACK_WORDS: usize = 1 << 17;
-
-/// `loom::thread::spawn` with [`STACK_WORDS`] of stack: how a model starts its other threads.
-pub(crate) fn spawn<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> loom::thread::JoinHandle<T> {
-    loom::thread::Builder::new()
-        .stack_size(STACK_WORDS)
-        .spawn(f)
-        .expect("loom: spawning a model thread")
-}
+pub(crate) use crate::platform::loom_threads::spawn;
 
 /// Runs `f` under loom, every schedule with up to `preemptions` preemptions explored (loom's
 /// advice: most bugs need two or three; the bound keeps the three-thread models to seconds).
-/// `f` runs on a thread of its own with [`STACK_WORDS`] of stack (loom's main thread has 32
-/// KiB); a panic in it reaches `check` with its own message, for `#[should_panic(expected)]`.
+/// `f` runs on a thread of its own with a large stack (`platform::loom_threads`: a failing
+/// model's panic needs more than loom's 32 KiB), its panic message kept for
+/// `#[should_panic(expected)]`.
 pub(crate) fn model(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(preemptions);
@@ -68,13 +50,9 @@ pub(crate) fn model(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
     let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let r = runs.clone();
     let t = std::time::Instant::now();
-    let f = std::sync::Arc::new(f);
-    b.check(move || {
+    crate::platform::loom_threads::check(b, move || {
         r.fetch_add(1, Ordering::Relaxed);
-        let f = f.clone();
-        if let Err(panic) = spawn(move || f()).join() {
-            std::panic::resume_unwind(panic);
-        }
+        f()
     });
     eprintln!(
         "loom: {} runs in {:?}",

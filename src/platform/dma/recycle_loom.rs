@@ -101,7 +101,7 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
     // Bounded preemptions keep the three-thread models to seconds (loom's own advice: most
     // bugs need two or three); every schedule within the bound is explored.
     b.preemption_bound = Some(3);
-    b.check(f);
+    crate::platform::loom_threads::check(b, f);
 }
 
 /// Two threads: a transmit stage returns buffers it was handed (its cache overflows home, its
@@ -113,7 +113,7 @@ fn loom_two_threads_return_and_last_handle() {
         let (p, frees) = fake();
         let bufs = take_home(p, 2);
         let s = Sendable(p);
-        let t = loom::thread::spawn(move || {
+        let t = crate::platform::loom_threads::spawn(move || {
             let p = s.get();
             touch(p);
             // SAFETY: the buffers are this thread's alone, of pool `p`.
@@ -139,13 +139,13 @@ fn loom_three_threads_return_take_and_drop_handles() {
         // SAFETY: the main thread holds a handle; this one is the taker's.
         unsafe { p.home.as_ref() }.add_handle();
         let s = Sendable(p);
-        let giver = loom::thread::spawn(move || {
+        let giver = crate::platform::loom_threads::spawn(move || {
             let p = s.get();
             touch(p);
             // SAFETY: the buffers are this thread's alone, of pool `p`.
             unsafe { give(p, &bufs, &[]) };
         });
-        let taker = loom::thread::spawn(move || {
+        let taker = crate::platform::loom_threads::spawn(move || {
             let p = s.get();
             let mut got = Vec::new();
             // SAFETY: this thread holds a handle (added above).
