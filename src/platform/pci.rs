@@ -8,6 +8,9 @@
 //!
 //! Everything here is plain file reading, so [`Sysfs`] takes its root as a parameter: tests build a
 //! fake tree in a temporary directory, and the real one lives at `/sys`.
+//!
+//! [`capabilities`] walks a function's standard capability list, through whatever reads its
+//! configuration space (VFIO's config region, or a copy of it in memory).
 
 use std::fmt;
 use std::fs;
@@ -19,6 +22,35 @@ use crate::error::{Error, Result};
 
 /// The driver a device must be bound to for VFIO.
 pub const VFIO_DRIVER: &str = "vfio-pci";
+
+/// The configuration space's status register (PCI Local Bus 3.0, 6.2.3).
+pub const PCI_STATUS: u64 = 0x06;
+/// Its "capability list present" bit.
+pub const PCI_STATUS_CAP_LIST: u16 = 1 << 4;
+/// The offset of the capability list's first pointer (6.7).
+pub const PCI_CAPABILITY_LIST: u64 = 0x34;
+
+/// The standard capability list's entries as (offset, id), in list order, walked through
+/// `read16` (a 16-bit configuration read: the status register, the list pointer, each entry's
+/// id and next pointer); empty when the status register says there is no list. A pointer
+/// below 0x40 ends the walk (0 ends the list; the header holds no capability), and so do 48
+/// entries, all that fit in 192 bytes: a longer walk is a loop in the list, which must not
+/// hang us.
+pub fn capabilities<E>(
+    mut read16: impl FnMut(u64) -> std::result::Result<u16, E>,
+) -> std::result::Result<Vec<(u64, u8)>, E> {
+    let mut caps = Vec::new();
+    if read16(PCI_STATUS)? & PCI_STATUS_CAP_LIST == 0 {
+        return Ok(caps);
+    }
+    let mut at = u64::from(read16(PCI_CAPABILITY_LIST)? as u8 & !3);
+    while at >= 0x40 && caps.len() < 48 {
+        let [id, next] = read16(at)?.to_le_bytes();
+        caps.push((at, id));
+        at = u64::from(next & !3);
+    }
+    Ok(caps)
+}
 
 /// PCI class code (upper 16 bits of the 24-bit class) of PCI-to-PCI bridges (for messages:
 /// a bridge bound to the wrong driver is named as a bridge).
@@ -351,6 +383,39 @@ mod tests {
 
     fn addr(s: &str) -> PciAddress {
         s.parse().unwrap()
+    }
+
+    /// 16-bit reads of a configuration space image, for [`capabilities`].
+    fn reader(c: &[u8]) -> impl FnMut(u64) -> std::result::Result<u16, ()> + '_ {
+        |o| Ok(u16::from_le_bytes([c[o as usize], c[o as usize + 1]]))
+    }
+
+    #[test]
+    fn capability_list_walked_in_order_and_bounded() {
+        let mut c = vec![0u8; 256];
+        c[0x06] = PCI_STATUS_CAP_LIST as u8;
+        // The pointer's low two bits are reserved: 0x53 points at 0x50.
+        c[0x34] = 0x53;
+        c[0x50..0x52].copy_from_slice(&[0x10, 0x60]); // PCI Express, then 0x60
+        c[0x60..0x62].copy_from_slice(&[0x11, 0x00]); // MSI-X, the end
+        assert_eq!(
+            capabilities(reader(&c)),
+            Ok(vec![(0x50, 0x10), (0x60, 0x11)])
+        );
+        // A next pointer into the header ends the walk there.
+        c[0x61] = 0x3c;
+        assert_eq!(
+            capabilities(reader(&c)),
+            Ok(vec![(0x50, 0x10), (0x60, 0x11)])
+        );
+        // A loop ends after 48 entries.
+        c[0x61] = 0x50;
+        let caps = capabilities(reader(&c)).unwrap();
+        assert_eq!(caps.len(), 48);
+        assert_eq!(caps[47], (0x60, 0x11));
+        // No list when the status register says so.
+        c[0x06] = 0;
+        assert_eq!(capabilities(reader(&c)), Ok(vec![]));
     }
 
     #[test]

@@ -8,7 +8,10 @@
 //! devices. A device without a common configuration is legacy-only (or not virtio 1.x), which
 //! this driver refuses: see [`Caps::parse`].
 
+use std::convert::Infallible;
+
 use crate::error::{Error, Result};
+use crate::platform::pci;
 
 /// `cfg_type` of the common configuration.
 pub const COMMON_CFG: u8 = 1;
@@ -20,9 +23,6 @@ pub const ISR_CFG: u8 = 3;
 pub const DEVICE_CFG: u8 = 4;
 /// PCI capability id of vendor-specific capabilities.
 const CAP_VNDR: u8 = 0x09;
-/// Status register bit "capability list present", and the list pointer's offset.
-const STATUS_CAP_LIST: u16 = 1 << 4;
-const CAP_PTR: usize = 0x34;
 
 /// Where one structure lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,35 +69,30 @@ impl Caps {
         }
         let (mut common, mut notify, mut isr, mut dev) = (None, None, None, None);
         let mut mult = 0;
-        if rd16(0x06) & STATUS_CAP_LIST != 0 {
-            let mut at = usize::from(config[CAP_PTR] & 0xfc);
-            // At most 48 entries fit in 192 bytes: a longer walk is a loop in the list.
-            for _ in 0..48 {
-                if at < 0x40 || at + 16 > 256 {
-                    break;
-                }
-                let (id, next, len) = (config[at], config[at + 1], config[at + 2]);
-                if id == CAP_VNDR && len >= 16 {
-                    let region = Region {
-                        bar: config[at + 4],
-                        offset: rd32(at + 8),
-                        length: rd32(at + 12),
-                    };
-                    let usable = region.bar <= 5;
-                    match config[at + 3] {
-                        COMMON_CFG if usable && common.is_none() => common = Some(region),
-                        NOTIFY_CFG if usable && notify.is_none() && len >= 20 && at + 20 <= 256 => {
-                            notify = Some(region);
-                            mult = rd32(at + 16);
-                        }
-                        ISR_CFG if usable && isr.is_none() => isr = Some(region),
-                        DEVICE_CFG if usable && dev.is_none() => dev = Some(region),
-                        _ => {}
+        let Ok(list) = pci::capabilities(|o| Ok::<_, Infallible>(rd16(o as usize)));
+        for (at, id) in list {
+            let at = at as usize;
+            // An entry too close to the end for a `virtio_pci_cap` ends the walk.
+            if at + 16 > 256 {
+                break;
+            }
+            let len = config[at + 2];
+            if id == CAP_VNDR && len >= 16 {
+                let region = Region {
+                    bar: config[at + 4],
+                    offset: rd32(at + 8),
+                    length: rd32(at + 12),
+                };
+                let usable = region.bar <= 5;
+                match config[at + 3] {
+                    COMMON_CFG if usable && common.is_none() => common = Some(region),
+                    NOTIFY_CFG if usable && notify.is_none() && len >= 20 && at + 20 <= 256 => {
+                        notify = Some(region);
+                        mult = rd32(at + 16);
                     }
-                }
-                at = usize::from(next & 0xfc);
-                if at == 0 {
-                    break;
+                    ISR_CFG if usable && isr.is_none() => isr = Some(region),
+                    DEVICE_CFG if usable && dev.is_none() => dev = Some(region),
+                    _ => {}
                 }
             }
         }
@@ -141,8 +136,8 @@ pub(crate) mod tests {
     pub fn qemu_like(skip: &[u8]) -> Vec<u8> {
         let mut c = vec![0u8; 256];
         c[0..4].copy_from_slice(&[0xf4, 0x1a, 0x41, 0x10]);
-        c[0x06] = STATUS_CAP_LIST as u8;
-        c[CAP_PTR] = 0x98;
+        c[pci::PCI_STATUS as usize] = pci::PCI_STATUS_CAP_LIST as u8;
+        c[pci::PCI_CAPABILITY_LIST as usize] = 0x98;
         // MSI-X at 0x98 -> first vendor cap at 0x84.
         c[0x98] = 0x11;
         c[0x99] = 0x84;

@@ -46,13 +46,8 @@ use super::device::{Device, Inner};
 use super::ioctl;
 use crate::error::{Error, Result};
 use crate::platform::irq::Interrupt;
-use crate::platform::pci::{PciAddress, Sysfs};
+use crate::platform::pci::{self, PciAddress, Sysfs};
 
-/// PCI status register: the capability list bit.
-const PCI_STATUS: u64 = 0x06;
-const PCI_STATUS_CAP_LIST: u16 = 1 << 4;
-/// First capability pointer.
-const PCI_CAPABILITY_LIST: u64 = 0x34;
 /// The PCI Express capability id, and its Device Control register.
 const PCI_CAP_ID_EXP: u8 = 0x10;
 const PCI_EXP_DEVCTL: u64 = 0x08;
@@ -426,26 +421,10 @@ fn vfio_err(what: &'static str, addr: PciAddress, e: Errno) -> Error {
     }
 }
 
-/// Offset of standard capability `id`, walking the list (at most 48 entries: a looping list
-/// must not hang us).
+/// Offset of standard capability `id` (the first in the list: [`pci::capabilities`]).
 fn find_cap(dev: &Device, id: u8) -> Result<Option<u64>> {
-    if dev.config_read_u16(PCI_STATUS)? & PCI_STATUS_CAP_LIST == 0 {
-        return Ok(None);
-    }
-    let mut b = [0u8; 1];
-    dev.config_read(PCI_CAPABILITY_LIST, &mut b)?;
-    let mut at = u64::from(b[0] & !3);
-    for _ in 0..48 {
-        if at < 0x40 {
-            return Ok(None);
-        }
-        let hdr = dev.config_read_u16(at)?;
-        if hdr as u8 == id {
-            return Ok(Some(at));
-        }
-        at = u64::from((hdr >> 8) as u8 & !3);
-    }
-    Ok(None)
+    let caps = pci::capabilities(|at| dev.config_read_u16(at))?;
+    Ok(caps.into_iter().find(|&(_, i)| i == id).map(|(at, _)| at))
 }
 
 /// Offset of extended capability `id` (PCIe 7.6.3: 16-bit id, 4-bit version, 12-bit next).
