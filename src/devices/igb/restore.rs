@@ -38,14 +38,9 @@ pub(super) fn restore<M: Mmio + ?Sized>(m: &M, p: &Restore<'_, Chip82576>) -> Re
     setup_link(m, p.name, p.cfg)?;
     rx_global(m, p.cfg, p.promiscuous, p.vlan.enabled);
 
-    // Every queue disabled until its owner puts its ring back (the reset's defaults differ
-    // between cards and models: cleared, not trusted).
-    for q in 0..r::RXDCTL.count() {
-        RX.ring.ctl(q).clear(m);
-    }
-    for q in 0..r::TXDCTL.count() {
-        TX_RING.ctl(q).clear(m);
-    }
+    // Every queue disabled until its owner puts its ring back.
+    RX.ring.disable_all(m);
+    TX_RING.disable_all(m);
     if let (Some(set), Some(cfg)) = (p.irqs, p.cfg.interrupts) {
         // The queues keep the vectors they had; only the registers are new.
         irq::program(m, &IRQ, set, u32::from(p.cfg.rx_queues), cfg)?;

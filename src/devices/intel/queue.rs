@@ -73,6 +73,15 @@ macro_rules! ring_regs {
 pub(crate) use ring_regs;
 
 impl RingRegs {
+    /// Clears every queue's ENABLE (each RXDCTL or TXDCTL of the chip) without waiting: how a
+    /// port restored after a function reset leaves its queues until each owner puts its ring
+    /// back (the reset's defaults differ between cards and models: cleared, not trusted).
+    pub(crate) fn disable_all<M: Mmio + ?Sized>(&self, m: &M) {
+        for q in 0..self.ctl.count() {
+            self.ctl(q).clear(m);
+        }
+    }
+
     /// Queue `q`'s control register.
     pub(crate) fn ctl(&self, q: u32) -> QueueCtl {
         QueueCtl {

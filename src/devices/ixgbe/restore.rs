@@ -30,12 +30,8 @@ pub(super) fn restore<M: Mmio + ?Sized>(m: &M, p: &Restore<'_, Chip82599>) -> Re
     setup_link(m, p.name, p.cfg.loopback, sfp_part(p.pci_id.1))?;
     rx_global(m, p.cfg, p.promiscuous);
     restore_vlan::<Chip82599, M>(m, p.vlan);
-    for q in 0..r::RXDCTL.count() {
-        RX.ring.ctl(q).clear(m);
-    }
-    for q in 0..r::TXDCTL.count() {
-        TX_RING.ctl(q).clear(m);
-    }
+    RX.ring.disable_all(m);
+    TX_RING.disable_all(m);
     rx_dma(m, p.cfg.rx_queues);
     if p.cfg.rx_queues > 1 {
         rss::setup(m, &RSS, p.cfg.rx_queues);
