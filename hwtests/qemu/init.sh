@@ -10,11 +10,12 @@
 #                     found (then VFIO_NIC_PORTS is exported here)
 #   HWT_PEER_PORT     BDF to leave to a Linux driver (kernel-peer, virtio)
 #   HWT_PEER_DRIVER   its PCI driver: igb (default) or virtio-pci (then virtio_net makes the netdev)
-#   HWT_VFIO_MODULES  modules (file names without .ko, dependency order) for VFIO; empty on the
-#                     built kernel, where everything is built in (and Linux's igb and virtio_net
-#                     bind every port at boot: bind_port moves the vfio ones)
+#   HWT_VFIO_MODULES  modules (file names without .ko, dependency order) for VFIO
 #   HWT_PEER_MODULES  modules for the Linux peer (igb or virtio_pci + virtio_net, 8021q, and
 #                     their dependencies)
+#   HWT_MODULE_PARAMS parameters for insmod, as MODULE:NAME=VALUE[,NAME=VALUE] words (the
+#                     no-IOMMU layouts: vfio:enable_unsafe_noiommu_mode=1; busybox insmod does
+#                     not read module parameters from the kernel command line, as modprobe does)
 #   HWT_VERBOSE       1 = keep kernel messages on the console
 #   HWT_HUGEPAGES     2 MiB huge pages to reserve (default 48)
 #   HWT_EXPECT_CDEV   1 = each vfio port must have its VFIO cdev (/dev/vfio/devices/vfioN)
@@ -72,7 +73,12 @@ setup_failed() {
 
 load_modules() {
     for m in "$@"; do
-        insmod "/lib/modules/$m.ko" || setup_failed "insmod $m failed"
+        params=
+        for p in ${HWT_MODULE_PARAMS:-}; do
+            [ "${p%%:*}" = "$m" ] && params=$(echo "${p#*:}" | tr ',' ' ')
+        done
+        # shellcheck disable=SC2086 # the parameters are separate words
+        insmod "/lib/modules/$m.ko" $params || setup_failed "insmod $m $params failed"
     done
 }
 

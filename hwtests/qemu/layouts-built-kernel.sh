@@ -1,18 +1,20 @@
-# hwtests/qemu/layouts-built-kernel.sh - the layouts that boot the kernel we build
-# (hwtests/qemu/kernel/build), sourced by hwtests/qemu/run. Issue 38.
+# hwtests/qemu/layouts-built-kernel.sh - the layouts that boot the kernel
+# hwtests/qemu/kernel/build prepares, sourced by hwtests/qemu/run. Issue 38.
 #
 # Debian's kernels have neither CONFIG_IOMMUFD nor CONFIG_VFIO_NOIOMMU, so these layouts boot
-# our own (everything built in, no modules):
+# Debian's 6.12 kernel with its VFIO modules rebuilt from Debian's source with those options on
+# (iommufd.ko, vfio.ko and the modules that depend on vfio.ko's structures; every other module
+# is Debian's: see hwtests/qemu/kernel/build for why that is the same code):
 #   iommufd         the vfio layout (two igb ports on vfio-pci behind intel-iommu, one hub),
 #                   opened through the device cdevs and /dev/iommu (VFIO_NIC_VFIO_BACKEND=iommufd);
 #                   0 DMAR faults required as for every layout;
-#   noiommu         no virtual IOMMU at all, vfio.enable_unsafe_noiommu_mode=1: two igb ports on
-#                   vfio-pci in no-IOMMU groups and a third igb on Linux's driver as the peer, one
-#                   hub; the suite with VFIO_NIC_VFIO_BACKEND=noiommu VFIO_NIC_ALLOW_NOIOMMU=1,
-#                   DMA to physical addresses;
+#   noiommu         no virtual IOMMU at all, vfio loaded with enable_unsafe_noiommu_mode=1: two
+#                   igb ports on vfio-pci in no-IOMMU groups and a third igb on Linux's driver as
+#                   the peer, one hub; the suite with VFIO_NIC_VFIO_BACKEND=noiommu
+#                   VFIO_NIC_ALLOW_NOIOMMU=1, DMA to physical addresses;
 #   noiommu-virtio  the same with three modern virtio-net functions without iommu_platform (what
 #                   a VM without an IOMMU offers), the third on Linux's virtio_net.
-# The Debian-kernel layouts stay on Debian's 6.1 (see hwtests/qemu/README.md for why).
+# The other x86-64 layouts stay on Debian's 6.1 (see hwtests/qemu/README.md for why).
 #
 # Everything here is functions of the runner's own variables (PORT0, MAC0, ...); the runner
 # calls them where its own layouts have their case branches.
@@ -24,22 +26,34 @@ built_layout() {
     case " $BUILT_LAYOUTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac
 }
 
-# Builds (or finds in the cache) the kernel; sets BUILT_KERNEL to its bzImage.
+# The kernel directory (vmlinuz, modules/, *.order) layout $1 boots.
+layout_kdir() {
+    if built_layout "$1"; then echo "$BUILT_KDIR"; else echo "$KDIR"; fi
+}
+
+# Builds (or finds in the cache) the modules and sets BUILT_DIR to hwtests/qemu/kernel/build's
+# result, then unpacks its kernel package with the rebuilt modules in place of Debian's into
+# BUILT_KDIR (once per result: the directory is named after it).
 prepare_built_kernel() {
-    local out
-    out=$("$SCRIPT_DIR/kernel/build" | tail -n 1) || die "building the guest kernel failed (hwtests/qemu/kernel/build)"
-    [ -f "$out" ] || die "hwtests/qemu/kernel/build printed no image path"
-    BUILT_KERNEL=$out
+    BUILT_DIR=$("$SCRIPT_DIR/kernel/build" | tail -n 1) ||
+        die "preparing the guest kernel failed (hwtests/qemu/kernel/build)"
+    [ -f "$BUILT_DIR/image.deb" ] || die "hwtests/qemu/kernel/build printed no result directory"
+    BUILT_KDIR=$CACHE/kernel/built-$(basename "$BUILT_DIR")
+    local want="$BUILT_DIR | ${VFIO_MODULES[*]} | ${PEER_MODULES[*]} | ${VIRTIO_PEER_MODULES[*]}"
+    if [ ! -f "$BUILT_KDIR/.complete" ] || [ "$(cat "$BUILT_KDIR/.complete")" != "$want" ]; then
+        unpack_kernel "$BUILT_DIR/image.deb" "$BUILT_KDIR" "$BUILT_DIR/modules"
+        echo "$want" >"$BUILT_KDIR/.complete"
+    fi
+    find "$CACHE/kernel" -mindepth 1 -maxdepth 1 -name 'built-*' ! -name "$(basename "$BUILT_KDIR")" \
+        -exec rm -rf {} +
 }
 
 # The third port of the no-IOMMU layouts, on Linux's driver (wired to the two vfio ports).
 NOIOMMU_PEER=0000:03:00.0
 
-# Lines of /etc/hwtests.env for a built-kernel layout (no modules: everything is built in;
-# Linux's igb and virtio_net bind every port at boot, /init moves the vfio ones to vfio-pci).
+# Lines of /etc/hwtests.env for a built-kernel layout (the VFIO modules' list is the runner's;
+# the peer's modules load after the vfio ports are bound, as on Debian's 6.1).
 built_layout_env() { # layout
-    echo "HWT_VFIO_MODULES=''"
-    echo "HWT_PEER_MODULES=''"
     case $1 in
         iommufd)
             echo "HWT_VFIO_PORTS='$PORT0 $PORT1'"
@@ -52,6 +66,8 @@ built_layout_env() { # layout
             echo "HWT_VFIO_PORTS='$PORT0 $PORT1'"
             echo "HWT_PEER_PORT='$NOIOMMU_PEER'"
             echo "HWT_PEER_DRIVER=igb"
+            echo "HWT_PEER_MODULES=$(shq "$(cat "$BUILT_KDIR/peer.order")")"
+            echo "HWT_MODULE_PARAMS='vfio:enable_unsafe_noiommu_mode=1'"
             echo "HWT_HUGEPAGES=160"
             echo "export VFIO_NIC_PORTS=$PORT0,$PORT1"
             echo "export VFIO_NIC_EXPECT_MACS=$MAC0,$MAC1"
@@ -64,6 +80,8 @@ built_layout_env() { # layout
             echo "HWT_VFIO_PORTS='$VIRTIO_PORT0 $VIRTIO_PORT1'"
             echo "HWT_PEER_PORT='$VIRTIO_PEER'"
             echo "HWT_PEER_DRIVER=virtio-pci"
+            echo "HWT_PEER_MODULES=$(shq "$(cat "$BUILT_KDIR/virtio-peer.order")")"
+            echo "HWT_MODULE_PARAMS='vfio:enable_unsafe_noiommu_mode=1'"
             echo "HWT_HUGEPAGES=160"
             echo "export VFIO_NIC_PORTS=$VIRTIO_PORT0,$VIRTIO_PORT1"
             echo "export VFIO_NIC_EXPECT_MACS=$MAC4,$MAC5"
@@ -76,8 +94,7 @@ built_layout_env() { # layout
 }
 
 # Sets the QEMU arguments of a built-kernel layout: appends devices to the array `qemu`, sets
-# `iommu` (empty: none), `append` (kernel command line additions) and `dump` (the hub port the
-# capture filter watches).
+# `iommu` (empty: none) and `dump` (the hub port the capture filter watches).
 built_layout_qemu() { # layout
     local rp3=(-device pcie-root-port,id=rp1,chassis=1,slot=1 -device pcie-root-port,id=rp2,chassis=2,slot=2
         -device pcie-root-port,id=rp3,chassis=3,slot=3)
@@ -90,7 +107,6 @@ built_layout_qemu() { # layout
             ;;
         noiommu)
             iommu=
-            append+=" vfio.enable_unsafe_noiommu_mode=1"
             qemu+=("${rp3[@]}"
                 -netdev hubport,id=p0,hubid=0 -device "igb,netdev=p0,bus=rp1,mac=$MAC0"
                 -netdev hubport,id=p1,hubid=0 -device "igb,netdev=p1,bus=rp2,mac=$MAC1"
@@ -100,7 +116,6 @@ built_layout_qemu() { # layout
             ;;
         noiommu-virtio)
             iommu=
-            append+=" vfio.enable_unsafe_noiommu_mode=1"
             # Modern only, and no iommu_platform: the device offers no VIRTIO_F_ACCESS_PLATFORM
             # and DMAs to guest-physical addresses, as in a VM without an IOMMU.
             local vnet=virtio-net-pci,disable-legacy=on
