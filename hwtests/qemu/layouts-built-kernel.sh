@@ -39,11 +39,8 @@ prepare_built_kernel() {
         die "preparing the guest kernel failed (hwtests/qemu/kernel/build)"
     [ -f "$BUILT_DIR/image.deb" ] || die "hwtests/qemu/kernel/build printed no result directory"
     BUILT_KDIR=$CACHE/kernel/built-$(basename "$BUILT_DIR")
-    local want="$BUILT_DIR | ${VFIO_MODULES[*]} | ${PEER_MODULES[*]} | ${VIRTIO_PEER_MODULES[*]}"
-    if [ ! -f "$BUILT_KDIR/.complete" ] || [ "$(cat "$BUILT_KDIR/.complete")" != "$want" ]; then
-        unpack_kernel "$BUILT_DIR/image.deb" "$BUILT_KDIR" "$BUILT_DIR/modules"
-        echo "$want" >"$BUILT_KDIR/.complete"
-    fi
+    kernel_ready "$BUILT_KDIR" "$BUILT_DIR" ||
+        unpack_kernel "$BUILT_DIR/image.deb" "$BUILT_KDIR" "$BUILT_DIR" "$BUILT_DIR/modules"
     find "$CACHE/kernel" -mindepth 1 -maxdepth 1 -name 'built-*' ! -name "$(basename "$BUILT_KDIR")" \
         -exec rm -rf {} +
 }
